@@ -1,0 +1,156 @@
+package blob
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ipfs/go-cid"
+)
+
+func randBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestSplitAndManifestRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		size, cs, want int
+	}{
+		{0, MinChunkSize, 0},
+		{1, MinChunkSize, 1},
+		{MinChunkSize, MinChunkSize, 1},
+		{MinChunkSize + 1, MinChunkSize, 2},
+		{10*MinChunkSize - 3, MinChunkSize, 10},
+		{3 << 20, DefaultChunkSize, 3},
+	} {
+		data := randBytes(tc.size, uint64(tc.size))
+		var got []byte
+		m, err := Split(bytes.NewReader(data), tc.cs, func(i int, h Hash, c []byte) error {
+			if err := h.Verify(c); err != nil {
+				t.Fatal(err)
+			}
+			if len(c) != (&Manifest{Size: uint64(tc.size), ChunkSize: uint32(tc.cs), Chunks: make([]Hash, tc.want)}).ChunkLen(i) {
+				t.Fatalf("chunk %d has %d bytes", i, len(c))
+			}
+			got = append(got, c...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Chunks) != tc.want || m.Size != uint64(tc.size) || !bytes.Equal(got, data) {
+			t.Fatalf("size %d: %d chunks, size %d", tc.size, len(m.Chunks), m.Size)
+		}
+		enc := m.Encode()
+		back, err := VerifyManifest(m.CID(), enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.Size != m.Size || back.ChunkSize != m.ChunkSize || len(back.Chunks) != len(m.Chunks) {
+			t.Fatalf("round trip changed the manifest")
+		}
+		if m.CID().Version() != 1 || m.CID().Type() != cid.Raw {
+			t.Fatalf("CID %s is not CIDv1 raw", m.CID())
+		}
+	}
+}
+
+func TestVerifyRejectsTampering(t *testing.T) {
+	data := randBytes(5000, 7)
+	h := HashChunk(data)
+	data[100] ^= 1
+	if err := h.Verify(data); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("tampered chunk: got %v, want ErrCorrupt", err)
+	}
+	m, _ := Split(bytes.NewReader(randBytes(9000, 8)), MinChunkSize, func(int, Hash, []byte) error { return nil })
+	enc := m.Encode()
+	id := m.CID()
+	enc[len(enc)-1] ^= 1
+	if _, err := VerifyManifest(id, enc); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("tampered manifest: got %v, want ErrCorrupt", err)
+	}
+}
+
+func TestDecodeManifestRejects(t *testing.T) {
+	good := (&Manifest{Size: 10, ChunkSize: MinChunkSize, Chunks: []Hash{{1}}}).Encode()
+	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	for name, b := range map[string][]byte{
+		"empty":       nil,
+		"short":       good[:10],
+		"magic":       mut(func(b []byte) []byte { b[0] = 'X'; return b }),
+		"alg":         mut(func(b []byte) []byte { b[4] = 9; return b }),
+		"reserved":    mut(func(b []byte) []byte { b[6] = 1; return b }),
+		"chunk size":  mut(func(b []byte) []byte { b[8], b[9], b[10], b[11] = 0, 0, 0, 1; return b }),
+		"count":       mut(func(b []byte) []byte { b[23] = 2; return b }),
+		"trailing":    append(append([]byte(nil), good...), 0),
+		"size/chunks": mut(func(b []byte) []byte { b[17] = 0xff; return b }),
+	} {
+		if _, err := DecodeManifest(b); !errors.Is(err, ErrBadManifest) {
+			t.Errorf("%s: got %v, want ErrBadManifest", name, err)
+		}
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	valid := []string{"a", "shared/init", "run-1/out.dat", "日本/データ", strings.Repeat("x", MaxNameLen), "a.b/..c/.d"}
+	invalid := []string{"", "/abs", "a/", "a//b", ".", "..", "a/./b", "a/../b", "nul\x00x", "tab\tx", "del\x7f",
+		"c1\u0085", string([]byte{0xff, 0xfe}), strings.Repeat("x", MaxNameLen+1)}
+	for _, n := range valid {
+		if err := ValidateName(n); err != nil {
+			t.Errorf("ValidateName(%q) = %v, want nil", n, err)
+		}
+	}
+	for _, n := range invalid {
+		if err := ValidateName(n); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName", n, err)
+		}
+	}
+	for _, p := range []string{"", "a/", "shared", "shared/x"} {
+		if err := ValidatePrefix(p); err != nil {
+			t.Errorf("ValidatePrefix(%q) = %v", p, err)
+		}
+	}
+	for _, p := range []string{"/", "/a", "a//", "../"} {
+		if err := ValidatePrefix(p); err == nil {
+			t.Errorf("ValidatePrefix(%q) accepted", p)
+		}
+	}
+}
+
+func TestRecordRoundTripAndOrder(t *testing.T) {
+	m := &Manifest{Size: 1, ChunkSize: MinChunkSize, Chunks: []Hash{HashChunk([]byte{1})}}
+	r := Record{Name: "a/b", ID: m.CID(), Size: 1, Time: 42, Origin: "12D3KooWxyz", Via: "12D3KooWabc"}
+	back, err := DecodeRecord(r.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back != r {
+		t.Fatalf("round trip: got %+v want %+v", back, r)
+	}
+	later := r
+	later.Time++
+	if !later.Newer(r) || r.Newer(later) || r.Newer(r) {
+		t.Fatal("Newer ordering by time broken")
+	}
+	tie := r
+	tie.Origin = "12D3KooWzzz"
+	if !tie.Newer(r) {
+		t.Fatal("Newer tie-break by origin broken")
+	}
+	bad := r
+	bad.Name = "../x"
+	if _, err := DecodeRecord(bad.Encode()); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("record with invalid name: %v", err)
+	}
+	enc := r.Encode()
+	if _, err := DecodeRecord(enc[:len(enc)-1]); err == nil {
+		t.Fatal("truncated record accepted")
+	}
+}

@@ -1,0 +1,12 @@
+// Package blob holds omst's content-addressing core: chunk hashes, the
+// manifest that lists a blob's chunks, the blob ID (a CIDv1 of the manifest),
+// the rules for blob names, name records, and the sentinel errors shared by
+// every layer.
+//
+// A blob of Size bytes is cut into chunks of ChunkSize bytes (the last one
+// may be shorter). Each chunk is named by its BLAKE3-256 hash. The manifest
+// encodes the size, the chunk size and the list of chunk hashes; the blob ID
+// is CIDv1(raw, blake3-256(manifest bytes)). Anyone holding a blob ID can
+// therefore verify a manifest, and anyone holding a manifest can verify every
+// chunk, before storing or forwarding it.
+package blob

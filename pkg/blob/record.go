@@ -1,0 +1,148 @@
+package blob
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/ipfs/go-cid"
+)
+
+// Record binds a name to a blob ID at one moment. Records of the same name
+// are ordered by (Time, Origin): the later one wins everywhere, so every
+// node converges on the same answer whatever order records arrive in.
+type Record struct {
+	Name   string  // a name valid under ValidateName
+	ID     cid.Cid // the blob ID (CID of the manifest)
+	Size   uint64  // blob size in bytes
+	Time   int64   // when the name was put, Unix nanoseconds at the origin
+	Origin string  // peer ID (string form) of the node where it was put
+	// Via is local routing state, not part of the name's identity: the
+	// peer ID of the neighbour this node learned the record from when that
+	// neighbour is a child (the way down towards the bytes), else "".
+	Via string
+}
+
+// Newer reports whether r should replace old.
+func (r Record) Newer(old Record) bool {
+	if r.Time != old.Time {
+		return r.Time > old.Time
+	}
+	return r.Origin > old.Origin
+}
+
+// When returns Time as a time.Time.
+func (r Record) When() time.Time { return time.Unix(0, r.Time) }
+
+// record encoding, version 1 (big-endian):
+//
+//	version u8 = 1
+//	name    u16 length + bytes
+//	id      u16 length + CID bytes
+//	size    u64
+//	time    i64
+//	origin  u16 length + bytes
+//	via     u16 length + bytes
+const recordVersion = 1
+
+// maxRecordField bounds the CID, origin and via fields.
+const maxRecordField = 256
+
+// Encode returns the binary form of r.
+func (r Record) Encode() []byte {
+	idb := r.ID.Bytes()
+	b := make([]byte, 0, 1+2+len(r.Name)+2+len(idb)+16+2+len(r.Origin)+2+len(r.Via))
+	b = append(b, recordVersion)
+	b = appendField(b, []byte(r.Name))
+	b = appendField(b, idb)
+	b = binary.BigEndian.AppendUint64(b, r.Size)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Time))
+	b = appendField(b, []byte(r.Origin))
+	b = appendField(b, []byte(r.Via))
+	return b
+}
+
+func appendField(b, f []byte) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(f)))
+	return append(b, f...)
+}
+
+// DecodeRecord parses the bytes produced by Encode, checking the name and CID.
+func DecodeRecord(b []byte) (Record, error) {
+	var r Record
+	d := fieldReader{b: b}
+	if v := d.u8(); v != recordVersion {
+		if d.err != nil {
+			return r, fmt.Errorf("decode record: %w", d.err)
+		}
+		return r, fmt.Errorf("decode record: unknown version %d", v)
+	}
+	name := d.field(MaxNameLen)
+	idb := d.field(maxRecordField)
+	r.Size = d.u64()
+	r.Time = int64(d.u64())
+	r.Origin = string(d.field(maxRecordField))
+	r.Via = string(d.field(maxRecordField))
+	if d.err != nil {
+		return Record{}, fmt.Errorf("decode record: %w", d.err)
+	}
+	if len(d.b) != 0 {
+		return Record{}, fmt.Errorf("decode record: %d trailing bytes", len(d.b))
+	}
+	r.Name = string(name)
+	if err := ValidateName(r.Name); err != nil {
+		return Record{}, fmt.Errorf("decode record: %w", err)
+	}
+	id, err := cid.Cast(idb)
+	if err != nil {
+		return Record{}, fmt.Errorf("decode record %q: bad CID: %w", r.Name, err)
+	}
+	r.ID = id
+	return r, nil
+}
+
+// fieldReader decodes big-endian fields, remembering the first error.
+type fieldReader struct {
+	b   []byte
+	err error
+}
+
+func (d *fieldReader) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if len(d.b) < n {
+		d.err = fmt.Errorf("truncated: need %d bytes, have %d", n, len(d.b))
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *fieldReader) u8() byte {
+	if v := d.take(1); v != nil {
+		return v[0]
+	}
+	return 0
+}
+
+func (d *fieldReader) u64() uint64 {
+	if v := d.take(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (d *fieldReader) field(max int) []byte {
+	v := d.take(2)
+	if v == nil {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint16(v))
+	if n > max {
+		d.err = fmt.Errorf("field of %d bytes exceeds %d", n, max)
+		return nil
+	}
+	return d.take(n)
+}
