@@ -1,0 +1,217 @@
+package tree
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// Backoff of the parent keeper between connection attempts.
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 5 * time.Second
+)
+
+// BackoffDelay returns the wait before reconnect attempt n (0-based):
+// backoffMin doubling up to backoffMax, scaled by jitter in [0.5, 1.5).
+func BackoffDelay(n int, jitter float64) time.Duration {
+	d := backoffMin
+	for i := 0; i < n && d < backoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, backoffMax)
+	return time.Duration(float64(d) * (0.5 + jitter))
+}
+
+var sessionSeq atomic.Uint64
+
+// keepParent keeps one tree session to the parent alive until Close.
+func (t *Tree) keepParent() {
+	attempt := 0
+	for t.ctx.Err() == nil {
+		began := time.Now()
+		err := t.parentSession()
+		t.setConnected(false)
+		if t.ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > 3*t.cfg.Keepalive {
+			attempt = 0 // the session was up for a while: start over
+		}
+		d := BackoffDelay(attempt, rand.Float64())
+		attempt++
+		t.log.Info("parent session ended", "parent", t.parentAddr(), "err", err, "retry_in", d)
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+func (t *Tree) setConnected(up bool) {
+	t.mu.Lock()
+	t.connected = up
+	t.mu.Unlock()
+}
+
+// parentSession runs one session: HELLO, WELCOME, re-announce, keepalive.
+func (t *Tree) parentSession() error {
+	ctx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	if err := t.connect(ctx, t.parent); err != nil {
+		return err
+	}
+	sctx, scancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
+	s, err := t.h.NewStream(sctx, t.parent, ProtoTree)
+	scancel()
+	if err != nil {
+		return fmt.Errorf("open tree stream to %s: %w", t.describe(t.parent), err)
+	}
+	defer s.Reset()
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+
+	var addrs []string
+	for _, a := range t.h.Addrs() {
+		if len(addrs) < maxAddrs && len(a.String()) <= maxAddrLen {
+			addrs = append(addrs, a.String())
+		}
+	}
+	br := bufio.NewReader(s)
+	_ = s.SetDeadline(time.Now().Add(t.cfg.RequestTimeout))
+	if _, err := s.Write(appendFrame(nil, msgHello, encodeHello(hello{Site: t.cfg.Site, Addrs: addrs}))); err != nil {
+		return fmt.Errorf("hello to %s: %w", t.describe(t.parent), err)
+	}
+	typ, payload, err := readFrame(br)
+	if err != nil {
+		return fmt.Errorf("welcome from %s: %w", t.describe(t.parent), err)
+	}
+	if typ != msgWelcome {
+		return fmt.Errorf("welcome from %s: %w", t.describe(t.parent), malformed("got type 0x%02x", typ))
+	}
+	psite, err := decodeWelcome(payload)
+	if err != nil {
+		return fmt.Errorf("welcome from %s: %w", t.describe(t.parent), err)
+	}
+	_ = s.SetDeadline(time.Time{})
+	t.setConnected(true)
+	t.log.Info("connected to parent", "parent", t.parentAddr(), "parent_site", psite)
+	t.wg.Go(func() { t.reannounce(ctx) })
+
+	// Reader: every PONG refreshes the deadline; silence for three
+	// keepalive intervals ends the session.
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			_ = s.SetReadDeadline(time.Now().Add(3 * t.cfg.Keepalive))
+			typ, _, err := readFrame(br)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			if typ != msgPong {
+				readErr <- malformed("unexpected tree message 0x%02x", typ)
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(t.cfg.Keepalive)
+	defer tick.Stop()
+	var seq uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readErr:
+			return fmt.Errorf("tree stream to %s: %w", t.describe(t.parent), err)
+		case <-tick.C:
+			seq++
+			_ = s.SetWriteDeadline(time.Now().Add(t.cfg.Keepalive))
+			if _, err := s.Write(appendFrame(nil, msgPing, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
+				return fmt.Errorf("ping %s: %w", t.describe(t.parent), err)
+			}
+		}
+	}
+}
+
+// handleTree serves a child's tree stream: it lists the child while the
+// stream lives and answers its PINGs.
+func (t *Tree) handleTree(s network.Stream) {
+	defer s.Reset()
+	p := s.Conn().RemotePeer()
+	if p == t.parent {
+		t.log.Warn("refusing tree stream from our own parent", "peer", p)
+		return
+	}
+	br := bufio.NewReader(s)
+	_ = s.SetDeadline(time.Now().Add(t.cfg.RequestTimeout))
+	typ, payload, err := readFrame(br)
+	if err == nil && typ != msgHello {
+		err = malformed("first tree message is 0x%02x, not HELLO", typ)
+	}
+	var h hello
+	if err == nil {
+		h, err = decodeHello(payload)
+	}
+	if err != nil {
+		t.notePeerError(p, "tree hello", err)
+		return
+	}
+	for _, a := range h.Addrs {
+		if m, err := ma.NewMultiaddr(a); err == nil {
+			t.h.Peerstore().AddAddr(p, m, peerstore.RecentlyConnectedAddrTTL)
+		}
+	}
+	session := sessionSeq.Add(1)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.children[p] = &childInfo{site: h.Site, addrs: h.Addrs, session: session, connected: true}
+	t.mu.Unlock()
+	t.h.ConnManager().Protect(p, protectTag)
+	defer func() {
+		t.mu.Lock()
+		if c := t.children[p]; c != nil && c.session == session {
+			c.connected = false
+			t.h.ConnManager().Unprotect(p, protectTag)
+		}
+		t.mu.Unlock()
+		t.log.Info("child left", "child", p, "site", h.Site)
+	}()
+	t.log.Info("child joined", "child", p, "site", h.Site, "addrs", h.Addrs)
+	if _, err := s.Write(appendFrame(nil, msgWelcome, appendString16(nil, t.cfg.Site))); err != nil {
+		return
+	}
+	stop := context.AfterFunc(t.ctx, func() { s.Reset() })
+	defer stop()
+	for {
+		_ = s.SetDeadline(time.Now().Add(3 * t.cfg.Keepalive))
+		typ, payload, err := readFrame(br)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				return
+			}
+			t.notePeerError(p, "tree stream", err)
+			return
+		}
+		if typ != msgPing {
+			t.notePeerError(p, "tree stream", malformed("unexpected tree message 0x%02x", typ))
+			return
+		}
+		if _, err := s.Write(appendFrame(nil, msgPong, payload)); err != nil {
+			return
+		}
+	}
+}

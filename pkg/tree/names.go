@@ -1,0 +1,329 @@
+package tree
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// namesCall sends one request on a fresh names stream to p and returns the
+// reply. Errors name the peer; transport failures wrap blob.ErrUnreachable.
+func (t *Tree) namesCall(ctx context.Context, p peer.ID, q namesRequest) (namesReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
+	defer cancel()
+	if err := t.connect(ctx, p); err != nil {
+		return namesReply{}, err
+	}
+	s, err := t.h.NewStream(ctx, p, ProtoNames)
+	if err != nil {
+		return namesReply{}, fmt.Errorf("%s: %w: %v", t.describe(p), blob.ErrUnreachable, err)
+	}
+	defer s.Reset()
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = s.SetDeadline(dl)
+	}
+	if _, err := s.Write(encodeNamesRequest(q)); err != nil {
+		return namesReply{}, fmt.Errorf("%s: %w: %v", t.describe(p), blob.ErrUnreachable, err)
+	}
+	_ = s.CloseWrite()
+	typ, payload, err := readFrame(bufio.NewReader(s))
+	if err != nil {
+		if errors.Is(err, errMalformed) {
+			t.notePeerError(p, "names reply", err)
+			return namesReply{}, fmt.Errorf("%s: %w", t.describe(p), err)
+		}
+		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			err = fmt.Errorf("no reply within %v", t.cfg.RequestTimeout)
+		}
+		return namesReply{}, fmt.Errorf("%s: %w: %v", t.describe(p), blob.ErrUnreachable, err)
+	}
+	rep, err := decodeNamesReply(typ, payload)
+	if err != nil {
+		t.notePeerError(p, "names reply", err)
+		return namesReply{}, fmt.Errorf("%s: %w", t.describe(p), err)
+	}
+	if rep.Type == msgError {
+		return rep, fmt.Errorf("%s answered: %s", t.describe(p), rep.Message)
+	}
+	return rep, nil
+}
+
+// Lookup resolves name. The root answers from its store. Other nodes ask
+// the parent (bounded by RequestTimeout), keep the newer of the local and
+// the parent's record (storing it, the local Via kept when the local one
+// wins) and return it. If the parent is unreachable the local record, if
+// any, is returned (it may be stale); else the error wraps
+// blob.ErrUnreachable and names the parent. If neither has the name the
+// error wraps blob.ErrNotFound.
+func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return blob.Record{}, err
+	}
+	local, lerr := t.store.Record(name)
+	haveLocal := lerr == nil
+	if lerr != nil && !errors.Is(lerr, blob.ErrNotFound) {
+		return blob.Record{}, fmt.Errorf("lookup %q: local store: %w", name, lerr)
+	}
+	if t.parent == "" {
+		if !haveLocal {
+			return blob.Record{}, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
+		}
+		return local, nil
+	}
+	rep, err := t.namesCall(ctx, t.parent, namesRequest{Type: msgLookup, Name: name})
+	if err != nil {
+		if haveLocal {
+			t.log.Warn("parent unreachable: answering from the local record, which may be stale",
+				"name", name, "parent", t.parentAddr(), "err", err)
+			return local, nil
+		}
+		return blob.Record{}, fmt.Errorf("lookup %q: %w", name, err)
+	}
+	switch rep.Type {
+	case msgFound:
+		r := rep.Record
+		if r.Name != name {
+			t.notePeerError(t.parent, "lookup", fmt.Errorf("asked for %q, got a record of %q", name, r.Name))
+			break
+		}
+		if haveLocal && !r.Newer(local) {
+			return local, nil
+		}
+		if _, err := t.store.PutRecord(r); err != nil {
+			t.log.Warn("store record from parent", "name", name, "err", err)
+		}
+		return r, nil
+	case msgNotFound:
+	default:
+		t.notePeerError(t.parent, "lookup", malformed("reply 0x%02x to LOOKUP", rep.Type))
+	}
+	if haveLocal {
+		return local, nil
+	}
+	return blob.Record{}, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
+}
+
+// Announce pushes a record stored by a local put up to the parent, in the
+// background. Records that do not reach the parent now are sent again with
+// every record of this subtree when the parent session is (re)established.
+func (t *Tree) Announce(ctx context.Context, r blob.Record) {
+	t.announceUp(r)
+}
+
+func (t *Tree) announceUp(r blob.Record) {
+	if t.parent == "" {
+		return
+	}
+	t.mu.Lock()
+	up := t.connected && !t.closed
+	if up {
+		t.wg.Add(1)
+	}
+	t.mu.Unlock()
+	if !up {
+		return // the next session's re-announce carries it
+	}
+	go func() {
+		defer t.wg.Done()
+		if err := t.announceTo(t.ctx, r); err != nil {
+			t.log.Warn("announce to parent failed; will re-announce on reconnect", "name", r.Name, "err", err)
+		}
+	}()
+}
+
+func (t *Tree) announceTo(ctx context.Context, r blob.Record) error {
+	rep, err := t.namesCall(ctx, t.parent, namesRequest{Type: msgAnnounce, Record: r})
+	if err != nil {
+		return err
+	}
+	if rep.Type != msgAck {
+		return fmt.Errorf("%s: %w", t.describe(t.parent), malformed("reply 0x%02x to ANNOUNCE", rep.Type))
+	}
+	return nil
+}
+
+// reannounce sends every record that originated in this subtree (put here,
+// or announced by a child) to the parent.
+func (t *Tree) reannounce(ctx context.Context) {
+	recs, err := t.store.List("")
+	if err != nil {
+		t.log.Warn("re-announce: list records", "err", err)
+		return
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Via == "" && r.Origin != t.self.String() {
+			continue
+		}
+		if err := t.announceTo(ctx, r); err != nil {
+			t.log.Warn("re-announce stopped", "err", err)
+			return
+		}
+		n++
+	}
+	if n > 0 {
+		t.log.Info("re-announced subtree records", "count", n, "parent", t.parentAddr())
+	}
+}
+
+// Manifest returns the manifest of r's blob: from the store, else fetched
+// from r's sources, verified against r.ID and stored.
+func (t *Tree) Manifest(ctx context.Context, r blob.Record) (*blob.Manifest, error) {
+	m, err := t.store.Manifest(r.ID)
+	if err == nil {
+		return m, nil
+	}
+	if !errors.Is(err, blob.ErrNotFound) {
+		return nil, fmt.Errorf("manifest %s: local store: %w", r.ID, err)
+	}
+	return t.fetchManifest(ctx, r.ID, t.sourcesForRecord(r))
+}
+
+// fetchManifest asks each source in turn for the manifest of id.
+func (t *Tree) fetchManifest(ctx context.Context, id cid.Cid, sources []peer.ID) (*blob.Manifest, error) {
+	if len(sources) == 0 {
+		return nil, fmt.Errorf("manifest %s: %w (no source to ask)", id, blob.ErrNotFound)
+	}
+	var errs []error
+	for _, p := range sources {
+		rep, err := t.namesCall(ctx, p, namesRequest{Type: msgManifest, ID: id})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if rep.Type == msgNotFound {
+			errs = append(errs, fmt.Errorf("%s: %w", t.describe(p), blob.ErrNotFound))
+			continue
+		}
+		if rep.Type != msgManifestOK {
+			errs = append(errs, fmt.Errorf("%s: %w", t.describe(p), malformed("reply 0x%02x to MANIFEST", rep.Type)))
+			continue
+		}
+		t.bytesFetched.Add(uint64(len(rep.Manifest)))
+		m, err := blob.VerifyManifest(id, rep.Manifest)
+		if err != nil {
+			t.notePeerError(p, "manifest", err)
+			errs = append(errs, fmt.Errorf("%s: %w", t.describe(p), err))
+			continue
+		}
+		if _, err := t.store.PutManifest(m); err != nil {
+			t.log.Warn("store manifest", "id", id, "err", err)
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("manifest %s: %w", id, errors.Join(errs...))
+}
+
+// handleNames serves one names request.
+func (t *Tree) handleNames(s network.Stream) {
+	defer s.Close()
+	p := s.Conn().RemotePeer()
+	_ = s.SetDeadline(time.Now().Add(t.cfg.RequestTimeout))
+	typ, payload, err := readFrame(bufio.NewReader(s))
+	var q namesRequest
+	if err == nil {
+		q, err = decodeNamesRequest(typ, payload)
+	}
+	if err != nil {
+		t.log.Warn("bad names request", "peer", p, "err", err)
+		_, _ = s.Write(errorFrame(err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.RequestTimeout)
+	defer cancel()
+	var reply []byte
+	switch q.Type {
+	case msgLookup:
+		reply = t.serveLookup(ctx, q.Name)
+	case msgAnnounce:
+		reply = t.serveAnnounce(p, q.Record)
+	case msgManifest:
+		reply = t.serveManifest(ctx, p, q.ID)
+	}
+	if _, err := s.Write(reply); err != nil {
+		t.log.Debug("names reply", "peer", p, "err", err)
+	}
+}
+
+func (t *Tree) serveLookup(ctx context.Context, name string) []byte {
+	r, err := t.Lookup(ctx, name)
+	if errors.Is(err, blob.ErrNotFound) {
+		return appendFrame(nil, msgNotFound, nil)
+	}
+	if err != nil {
+		return errorFrame(err)
+	}
+	r.Via = ""
+	return appendFrame(nil, msgFound, r.Encode())
+}
+
+func (t *Tree) serveAnnounce(p peer.ID, r blob.Record) []byte {
+	if !t.isChild(p) {
+		return errorFrame(fmt.Errorf("announce %q: %s is not a child of %s", r.Name, p, t.self))
+	}
+	r.Via = p.String()
+	changed, err := t.store.PutRecord(r)
+	if err != nil {
+		return errorFrame(fmt.Errorf("announce %q: %w", r.Name, err))
+	}
+	t.learnVia(r.ID, p)
+	if changed {
+		t.log.Info("record announced by child", "name", r.Name, "id", r.ID, "child", p)
+		t.announceUp(r)
+		if t.cfg.Replicate && t.parent != "" && r.Origin == p.String() {
+			t.replicate(r)
+		}
+	}
+	return appendFrame(nil, msgAck, nil)
+}
+
+func (t *Tree) serveManifest(ctx context.Context, p peer.ID, id cid.Cid) []byte {
+	m, err := t.store.Manifest(id)
+	if errors.Is(err, blob.ErrNotFound) {
+		m, err = t.fetchManifest(ctx, id, t.sourcesForID(id, p))
+	}
+	if errors.Is(err, blob.ErrNotFound) {
+		return appendFrame(nil, msgNotFound, nil)
+	}
+	if err != nil {
+		return errorFrame(err)
+	}
+	b := m.Encode()
+	t.bytesServed.Add(uint64(len(b)))
+	return appendFrame(nil, msgManifestOK, b)
+}
+
+// replicate fetches r's blob in the background (once at a time per blob).
+func (t *Tree) replicate(r blob.Record) {
+	t.mu.Lock()
+	if t.replicas[r.ID] || t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.replicas[r.ID] = true
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		defer func() {
+			t.mu.Lock()
+			delete(t.replicas, r.ID)
+			t.mu.Unlock()
+		}()
+		if err := t.Fetch(t.ctx, r); err != nil {
+			t.log.Warn("replicate failed", "name", r.Name, "id", r.ID, "err", err)
+			return
+		}
+		t.log.Info("replicated", "name", r.Name, "id", r.ID, "size", r.Size)
+	}()
+}

@@ -1,0 +1,269 @@
+package tree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// blobFetch drives the Schedule for one blob: it issues the requests the
+// schedule returns, feeds results back, and (for a reader) keeps the
+// verified chunks that arrived ahead of the reader.
+type blobFetch struct {
+	t       *Tree
+	r       blob.Record
+	m       *blob.Manifest
+	sources []peer.ID
+	keep    bool // hold fetched chunks for a reader
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	cond  *sync.Cond
+	sch   *Schedule
+	ready map[int][]byte
+	err   error
+}
+
+func (t *Tree) startFetch(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool) *blobFetch {
+	bf := &blobFetch{t: t, r: r, m: m, keep: keep, sources: t.sourcesForRecord(r), ready: map[int][]byte{}}
+	bf.cond = sync.NewCond(&bf.mu)
+	bf.ctx, bf.cancel = context.WithCancel(ctx)
+	present := make([]bool, len(m.Chunks))
+	for i, h := range m.Chunks {
+		present[i] = t.store.HasChunk(h)
+	}
+	bf.sch = NewSchedule(len(m.Chunks), t.cfg.Window, len(bf.sources), present)
+	if keep {
+		bf.sch.SetAhead(2 * t.cfg.Window)
+	}
+	stopT := context.AfterFunc(t.ctx, bf.cancel)
+	context.AfterFunc(bf.ctx, func() {
+		stopT()
+		bf.mu.Lock()
+		if bf.err == nil && !bf.sch.Complete() {
+			bf.err = fmt.Errorf("get %q (%s): %w", r.Name, r.ID, context.Cause(bf.ctx))
+		}
+		bf.cond.Broadcast()
+		bf.mu.Unlock()
+	})
+	bf.mu.Lock()
+	bf.pump()
+	bf.mu.Unlock()
+	return bf
+}
+
+// pump issues what the schedule says; bf.mu is held.
+func (bf *blobFetch) pump() {
+	if bf.err != nil {
+		return
+	}
+	if len(bf.sources) == 0 && !bf.sch.Complete() && !bf.keep {
+		bf.err = fmt.Errorf("get %q (%s): %w: no source to fetch missing chunks from", bf.r.Name, bf.r.ID, blob.ErrNotFound)
+		bf.cond.Broadcast()
+		return
+	}
+	for _, req := range bf.sch.Next() {
+		if !bf.t.goTracked(func() { bf.run(req) }) {
+			bf.sch.Failed(req.Chunk, FailUnreachable)
+			bf.err = fmt.Errorf("get %q (%s): %w", bf.r.Name, bf.r.ID, errClosed)
+			bf.cond.Broadcast()
+			return
+		}
+	}
+}
+
+func (bf *blobFetch) run(req Request) {
+	i := req.Chunk
+	q := fetchRequest{ID: bf.r.ID, Index: uint32(i), Hash: bf.m.Chunks[i]}
+	var data []byte
+	err := sleepCtx(bf.ctx, retryDelay(req.Attempt))
+	if err == nil {
+		data, err = bf.t.chunkFrom(bf.ctx, q, bf.sources[req.Source])
+	}
+	if err == nil && len(data) != bf.m.ChunkLen(i) {
+		err = fmt.Errorf("chunk %d of %s has %d bytes, manifest says %d: %w", i, bf.r.ID, len(data), bf.m.ChunkLen(i), blob.ErrCorrupt)
+	}
+	bf.mu.Lock()
+	defer bf.mu.Unlock()
+	if bf.err != nil {
+		return
+	}
+	if err != nil {
+		if bf.ctx.Err() != nil {
+			return
+		}
+		a := bf.sch.Failed(i, failKind(err))
+		bf.t.log.Info("chunk request failed", "blob", bf.r.ID, "chunk", i, "err", err, "decision", a)
+		if a == GiveUp {
+			bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
+			bf.cond.Broadcast()
+			bf.cancel()
+			return
+		}
+		bf.pump()
+		return
+	}
+	bf.sch.Done(i)
+	if bf.keep {
+		bf.ready[i] = data
+	}
+	bf.pump()
+	bf.cond.Broadcast()
+}
+
+// wait blocks until chunk i is available and returns it, verified.
+func (bf *blobFetch) wait(i int) ([]byte, error) {
+	h := bf.m.Chunks[i]
+	bf.mu.Lock()
+	defer bf.mu.Unlock()
+	for {
+		if data, ok := bf.ready[i]; ok {
+			delete(bf.ready, i)
+			bf.sch.Deliver(i)
+			bf.pump()
+			return data, nil
+		}
+		if bf.err != nil {
+			return nil, bf.err
+		}
+		if bf.sch.IsDone(i) { // present in the store before we started
+			bf.mu.Unlock()
+			data, err := bf.t.store.ReadChunk(h)
+			if err == nil {
+				err = h.Verify(data)
+			}
+			bf.mu.Lock()
+			if err == nil {
+				bf.sch.Deliver(i)
+				bf.pump()
+				return data, nil
+			}
+			bf.t.log.Warn("local chunk unusable, fetching it again", "blob", bf.r.ID, "chunk", i, "err", err)
+			if len(bf.sources) == 0 {
+				bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
+				return nil, bf.err
+			}
+			bf.sch.Lost(i)
+			bf.pump()
+			continue
+		}
+		if len(bf.sources) == 0 {
+			bf.err = fmt.Errorf("get %q (%s): chunk %d: %w: no source to fetch it from", bf.r.Name, bf.r.ID, i, blob.ErrNotFound)
+			return nil, bf.err
+		}
+		bf.cond.Wait()
+	}
+}
+
+// blobReader is the io.ReadCloser Open returns.
+type blobReader struct {
+	bf   *blobFetch
+	next int
+	cur  []byte
+	err  error
+}
+
+func (br *blobReader) Read(p []byte) (int, error) {
+	for len(br.cur) == 0 {
+		if br.err != nil {
+			return 0, br.err
+		}
+		if br.next == len(br.bf.m.Chunks) {
+			br.err = io.EOF
+			br.bf.cancel()
+			return 0, io.EOF
+		}
+		data, err := br.bf.wait(br.next)
+		if err != nil {
+			br.err = err
+			br.bf.cancel()
+			return 0, err
+		}
+		br.cur = data
+		br.next++
+	}
+	n := copy(p, br.cur)
+	br.cur = br.cur[n:]
+	return n, nil
+}
+
+// WriteTo writes the blob to w chunk by chunk, without an extra copy.
+func (br *blobReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if len(br.cur) > 0 {
+			n, err := w.Write(br.cur)
+			total += int64(n)
+			br.cur = br.cur[n:]
+			if err != nil {
+				return total, err
+			}
+		}
+		if br.err != nil {
+			if br.err == io.EOF {
+				return total, nil
+			}
+			return total, br.err
+		}
+		if br.next == len(br.bf.m.Chunks) {
+			br.err = io.EOF
+			br.bf.cancel()
+			continue
+		}
+		data, err := br.bf.wait(br.next)
+		if err != nil {
+			br.err = err
+			br.bf.cancel()
+			continue
+		}
+		br.cur = data
+		br.next++
+	}
+}
+
+func (br *blobReader) Close() error {
+	br.bf.cancel()
+	if br.err == nil {
+		br.err = errors.New("read after close")
+	}
+	return nil
+}
+
+// Open returns the bytes of r's blob in order, every chunk verified. Chunks
+// missing locally are fetched with the window and stored; the reader
+// delivers chunk i as soon as chunks 0..i are in. Errors name the peer.
+// Close cancels the outstanding fetches, and so does cancelling ctx.
+func (t *Tree) Open(ctx context.Context, r blob.Record) (io.ReadCloser, error) {
+	m, err := t.Manifest(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("open %q: %w", r.Name, err)
+	}
+	return &blobReader{bf: t.startFetch(ctx, r, m, true)}, nil
+}
+
+// Fetch makes sure every chunk of r's blob is in the local store.
+func (t *Tree) Fetch(ctx context.Context, r blob.Record) error {
+	m, err := t.Manifest(ctx, r)
+	if err != nil {
+		return fmt.Errorf("fetch %q: %w", r.Name, err)
+	}
+	bf := t.startFetch(ctx, r, m, false)
+	defer bf.cancel()
+	bf.mu.Lock()
+	defer bf.mu.Unlock()
+	for !bf.sch.Complete() && bf.err == nil {
+		bf.cond.Wait()
+	}
+	if bf.sch.Complete() {
+		return nil
+	}
+	return bf.err
+}

@@ -1,0 +1,288 @@
+package tree
+
+import (
+	"slices"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// This file holds the transfer decisions as plain code: no sockets, no
+// clocks, no goroutines. The edge (fetch.go, open.go) feeds it events and
+// carries out what it returns.
+
+// FailKind classifies a failed chunk request.
+type FailKind int
+
+const (
+	// FailUnreachable: the source could not be reached or the stream broke.
+	FailUnreachable FailKind = iota
+	// FailNotFound: the source answered that it cannot provide the chunk.
+	FailNotFound
+	// FailCorrupt: the source sent bytes that do not match the chunk hash.
+	FailCorrupt
+)
+
+// Action is the scheduler's decision after a failed chunk request.
+type Action int
+
+const (
+	// RetrySame asks the same source again.
+	RetrySame Action = iota
+	// SwitchSource asks the next source.
+	SwitchSource
+	// GiveUp fails the chunk (and with it the blob).
+	GiveUp
+)
+
+func (a Action) String() string {
+	switch a {
+	case RetrySame:
+		return "retry-same"
+	case SwitchSource:
+		return "switch-source"
+	case GiveUp:
+		return "give-up"
+	}
+	return "unknown"
+}
+
+// DefaultMaxTries bounds the requests made for one chunk.
+const DefaultMaxTries = 4
+
+// Request is one chunk request the edge should issue. Attempt counts the
+// earlier failed requests for this chunk (0 on the first); the edge waits a
+// short backoff before a retry.
+type Request struct {
+	Chunk   int
+	Source  int
+	Attempt int
+}
+
+type chunkState uint8
+
+const (
+	chunkMissing chunkState = iota
+	chunkInFlight
+	chunkDone
+	chunkFailed
+)
+
+// Schedule decides which chunks of one blob to request next and from which
+// source. Sources are indices into a preference-ordered list (see
+// SourcesFor). It keeps at most Window chunks in flight, requests chunks in
+// blob order, and never runs more than Ahead chunks past the reader's
+// cursor (Deliver) when Ahead > 0. Schedule is not safe for concurrent use.
+type Schedule struct {
+	window, ahead, maxTries int
+	nSources                int
+
+	state     []chunkState
+	tries     []uint8 // failed requests per chunk
+	triesHere []uint8 // failed requests on the chunk's current source
+	src       []int   // current source of each chunk
+	srcFails  []int   // failures per source
+
+	frontier  int   // chunks >= frontier have never been requested
+	retry     []int // chunks below frontier waiting to be re-requested, sorted
+	inflight  int
+	done      int
+	delivered int // chunks below this have been consumed by the reader
+	failed    int // index of a chunk that gave up, or -1
+}
+
+// NewSchedule returns a schedule for n chunks over nSources sources, with
+// the chunks for which present[i] is true already done. window < 1 means 1.
+func NewSchedule(n, window, nSources int, present []bool) *Schedule {
+	s := &Schedule{
+		window:    max(window, 1),
+		maxTries:  DefaultMaxTries,
+		nSources:  nSources,
+		state:     make([]chunkState, n),
+		tries:     make([]uint8, n),
+		triesHere: make([]uint8, n),
+		src:       make([]int, n),
+		srcFails:  make([]int, nSources),
+		failed:    -1,
+	}
+	for i := range n {
+		if i < len(present) && present[i] {
+			s.state[i] = chunkDone
+			s.done++
+		}
+	}
+	return s
+}
+
+// SetAhead bounds how far past the reader's cursor chunks are requested; 0
+// means no bound (a background fetch with no reader).
+func (s *Schedule) SetAhead(k int) { s.ahead = k }
+
+// SetMaxTries sets how many requests one chunk may take before GiveUp.
+func (s *Schedule) SetMaxTries(k int) { s.maxTries = max(k, 1) }
+
+// Next returns the requests to issue now and marks them in flight: retries
+// first, then new chunks in blob order, until the window is full.
+func (s *Schedule) Next() []Request {
+	if s.failed >= 0 || s.nSources == 0 {
+		return nil
+	}
+	var out []Request
+	limit := len(s.state)
+	if s.ahead > 0 {
+		limit = min(limit, s.delivered+s.ahead)
+	}
+	for len(s.retry) > 0 && s.inflight < s.window && s.retry[0] < limit {
+		i := s.retry[0]
+		s.retry = s.retry[1:]
+		out = append(out, s.start(i))
+	}
+	for s.inflight < s.window && s.frontier < limit {
+		i := s.frontier
+		s.frontier++
+		if s.state[i] != chunkMissing {
+			continue
+		}
+		s.src[i] = s.bestSource()
+		out = append(out, s.start(i))
+	}
+	return out
+}
+
+func (s *Schedule) start(i int) Request {
+	s.state[i] = chunkInFlight
+	s.inflight++
+	return Request{Chunk: i, Source: s.src[i], Attempt: int(s.tries[i])}
+}
+
+// bestSource is the most preferred source with the fewest failures.
+func (s *Schedule) bestSource() int {
+	best := 0
+	for j := 1; j < s.nSources; j++ {
+		if s.srcFails[j] < s.srcFails[best] {
+			best = j
+		}
+	}
+	return best
+}
+
+// Done records that chunk i arrived and was verified.
+func (s *Schedule) Done(i int) {
+	if s.state[i] == chunkInFlight {
+		s.inflight--
+	}
+	if s.state[i] != chunkDone {
+		s.state[i] = chunkDone
+		s.done++
+	}
+}
+
+// Failed records a failed request for chunk i and returns the decision:
+// a corrupt chunk is asked from the same source once more, then from the
+// next source; a source that is unreachable or lacks the chunk is switched
+// away from at once when there is another; after maxTries requests the
+// chunk gives up.
+func (s *Schedule) Failed(i int, kind FailKind) Action {
+	if s.state[i] != chunkInFlight {
+		return GiveUp
+	}
+	s.inflight--
+	s.srcFails[s.src[i]]++
+	s.tries[i]++
+	s.triesHere[i]++
+	a := Decide(int(s.tries[i]), int(s.triesHere[i]), kind, s.nSources, s.maxTries)
+	switch a {
+	case GiveUp:
+		s.state[i] = chunkFailed
+		s.failed = i
+		return a
+	case SwitchSource:
+		s.src[i] = (s.src[i] + 1) % s.nSources
+		s.triesHere[i] = 0
+	}
+	s.state[i] = chunkMissing
+	s.requeue(i)
+	return a
+}
+
+// Decide is the retry rule on its own: tries failed requests for a chunk
+// in total, triesHere of them on the current source.
+func Decide(tries, triesHere int, kind FailKind, nSources, maxTries int) Action {
+	if tries >= maxTries || nSources == 0 {
+		return GiveUp
+	}
+	if kind == FailCorrupt && triesHere < 2 {
+		return RetrySame
+	}
+	if nSources > 1 {
+		return SwitchSource
+	}
+	return RetrySame
+}
+
+// Lost records that chunk i, counted done (present locally), vanished or
+// failed verification in the store: it is requested again.
+func (s *Schedule) Lost(i int) {
+	if s.state[i] != chunkDone {
+		return
+	}
+	s.state[i] = chunkMissing
+	s.done--
+	s.requeue(i)
+}
+
+func (s *Schedule) requeue(i int) {
+	if i >= s.frontier {
+		return // Next reaches it in order
+	}
+	if j, found := slices.BinarySearch(s.retry, i); !found {
+		s.retry = slices.Insert(s.retry, j, i)
+	}
+}
+
+// Deliver records that the reader consumed every chunk below i+1.
+func (s *Schedule) Deliver(i int) { s.delivered = max(s.delivered, i+1) }
+
+// IsDone reports whether chunk i is done.
+func (s *Schedule) IsDone(i int) bool { return s.state[i] == chunkDone }
+
+// Complete reports whether every chunk is done.
+func (s *Schedule) Complete() bool { return s.done == len(s.state) }
+
+// GaveUp returns the chunk that gave up, or -1.
+func (s *Schedule) GaveUp() int { return s.failed }
+
+// InFlight returns the number of requests outstanding.
+func (s *Schedule) InFlight() int { return s.inflight }
+
+// SourceFailures returns the failures counted against source j.
+func (s *Schedule) SourceFailures(j int) int { return s.srcFails[j] }
+
+// SourcesFor returns, in order of preference, the peers to fetch a blob
+// from: the child it was announced through (via) first, then the parent;
+// self and exclude (the peer asking us, so a request never goes back where
+// it came from) are left out, and so are empty IDs.
+func SourcesFor(via, parent, self, exclude peer.ID) []peer.ID {
+	var out []peer.ID
+	for _, p := range []peer.ID{via, parent} {
+		if p == "" || p == self || p == exclude || slices.Contains(out, p) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// viaOf returns the peer ID held in a record's Via, or "" when it is empty
+// or does not parse.
+func viaOf(r blob.Record) peer.ID {
+	if r.Via == "" {
+		return ""
+	}
+	id, err := peer.Decode(r.Via)
+	if err != nil {
+		return ""
+	}
+	return id
+}

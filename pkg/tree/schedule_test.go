@@ -1,0 +1,207 @@
+package tree
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func chunks(reqs []Request) []int {
+	var out []int
+	for _, r := range reqs {
+		out = append(out, r.Chunk)
+	}
+	return out
+}
+
+func TestScheduleWindowAndOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n, win  int
+		present []bool
+		ahead   int
+		want    []int
+	}{
+		{"fills the window in order", 10, 3, nil, 0, []int{0, 1, 2}},
+		{"skips present chunks", 6, 3, []bool{true, false, true, false, false, true}, 0, []int{1, 3, 4}},
+		{"window larger than blob", 2, 16, nil, 0, []int{0, 1}},
+		{"ahead bounds the run", 10, 8, nil, 2, []int{0, 1}},
+		{"nothing missing", 3, 4, []bool{true, true, true}, 0, nil},
+		{"zero window means one", 5, 0, nil, 0, []int{0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSchedule(tc.n, tc.win, 2, tc.present)
+			s.SetAhead(tc.ahead)
+			if got := chunks(s.Next()); !slices.Equal(got, tc.want) {
+				t.Fatalf("Next = %v, want %v", got, tc.want)
+			}
+			if got := s.Next(); len(got) != 0 {
+				t.Fatalf("second Next = %v, want nothing (window full)", got)
+			}
+		})
+	}
+}
+
+func TestScheduleProgress(t *testing.T) {
+	s := NewSchedule(5, 2, 1, nil)
+	if got := chunks(s.Next()); !slices.Equal(got, []int{0, 1}) {
+		t.Fatal(got)
+	}
+	s.Done(1)
+	if got := chunks(s.Next()); !slices.Equal(got, []int{2}) {
+		t.Fatalf("after Done(1): %v", got)
+	}
+	s.Done(0)
+	s.Done(2)
+	if got := chunks(s.Next()); !slices.Equal(got, []int{3, 4}) {
+		t.Fatalf("%v", got)
+	}
+	s.Done(3)
+	s.Done(4)
+	if !s.Complete() || s.InFlight() != 0 {
+		t.Fatal("not complete")
+	}
+	s.Lost(2)
+	if s.Complete() {
+		t.Fatal("complete after Lost")
+	}
+	if got := chunks(s.Next()); !slices.Equal(got, []int{2}) {
+		t.Fatalf("lost chunk not re-requested: %v", got)
+	}
+}
+
+func TestScheduleAheadFollowsReader(t *testing.T) {
+	s := NewSchedule(6, 4, 1, nil)
+	s.SetAhead(2)
+	s.Next()
+	s.Done(0)
+	s.Done(1)
+	if got := s.Next(); len(got) != 0 {
+		t.Fatalf("ran ahead of the reader: %v", chunks(got))
+	}
+	s.Deliver(0)
+	if got := chunks(s.Next()); !slices.Equal(got, []int{2}) {
+		t.Fatalf("after Deliver(0): %v", got)
+	}
+}
+
+func TestScheduleFailures(t *testing.T) {
+	type step struct {
+		kind       FailKind
+		wantAction Action
+		wantSource int // source of the next request (when not GiveUp)
+	}
+	for _, tc := range []struct {
+		name     string
+		nSources int
+		steps    []step
+	}{
+		{"corrupt: same source once, then the other", 2, []step{
+			{FailCorrupt, RetrySame, 0},
+			{FailCorrupt, SwitchSource, 1},
+			{FailCorrupt, RetrySame, 1},
+			{FailCorrupt, GiveUp, 0},
+		}},
+		{"unreachable switches at once", 2, []step{
+			{FailUnreachable, SwitchSource, 1},
+			{FailNotFound, SwitchSource, 0},
+			{FailUnreachable, SwitchSource, 1},
+			{FailUnreachable, GiveUp, 0},
+		}},
+		{"one source retries until the bound", 1, []step{
+			{FailUnreachable, RetrySame, 0},
+			{FailCorrupt, RetrySame, 0},
+			{FailNotFound, RetrySame, 0},
+			{FailNotFound, GiveUp, 0},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSchedule(3, 1, tc.nSources, nil)
+			r := s.Next()
+			if len(r) != 1 || r[0].Chunk != 0 || r[0].Source != 0 {
+				t.Fatalf("first request %v", r)
+			}
+			for k, st := range tc.steps {
+				a := s.Failed(0, st.kind)
+				if a != st.wantAction {
+					t.Fatalf("step %d: %v, want %v", k, a, st.wantAction)
+				}
+				if a == GiveUp {
+					if s.GaveUp() != 0 || s.Next() != nil {
+						t.Fatal("gave up but still scheduling")
+					}
+					return
+				}
+				r := s.Next()
+				if len(r) != 1 || r[0].Chunk != 0 || r[0].Source != st.wantSource || r[0].Attempt != k+1 {
+					t.Fatalf("step %d: next %+v, want chunk 0 from source %d attempt %d", k, r, st.wantSource, k+1)
+				}
+			}
+		})
+	}
+}
+
+func TestScheduleRetriesFirstAndAvoidsFailingSource(t *testing.T) {
+	s := NewSchedule(10, 3, 2, nil)
+	s.Next() // 0,1,2 from source 0
+	s.Failed(1, FailUnreachable)
+	s.Done(0)
+	got := s.Next()
+	if len(got) != 2 || got[0].Chunk != 1 || got[0].Source != 1 {
+		t.Fatalf("retry not first or not switched: %+v", got)
+	}
+	// source 0 has a failure, source 1 none: new chunks prefer source 1.
+	if got[1].Chunk != 3 || got[1].Source != 1 {
+		t.Fatalf("new chunk %+v, want chunk 3 from source 1", got[1])
+	}
+	if s.SourceFailures(0) != 1 || s.SourceFailures(1) != 0 {
+		t.Fatal("failure counts")
+	}
+}
+
+func TestNoSources(t *testing.T) {
+	s := NewSchedule(2, 2, 0, nil)
+	if s.Next() != nil {
+		t.Fatal("requests with no source")
+	}
+}
+
+func TestSourcesFor(t *testing.T) {
+	a, b, self := peer.ID("A"), peer.ID("B"), peer.ID("S")
+	for _, tc := range []struct {
+		name                       string
+		via, parent, self, exclude peer.ID
+		want                       []peer.ID
+	}{
+		{"via first, then parent", a, b, self, "", []peer.ID{a, b}},
+		{"no via: parent", "", b, self, "", []peer.ID{b}},
+		{"root with via", a, "", self, "", []peer.ID{a}},
+		{"never back to the asker", a, b, self, a, []peer.ID{b}},
+		{"asker is the parent", a, b, self, b, []peer.ID{a}},
+		{"via is self", self, b, self, "", []peer.ID{b}},
+		{"root, nothing", "", "", self, "", nil},
+		{"via == parent once", b, b, self, "", []peer.ID{b}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SourcesFor(tc.via, tc.parent, tc.self, tc.exclude); !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBackoffDelay(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{{0, 100 * time.Millisecond}, {1, 200 * time.Millisecond}, {3, 800 * time.Millisecond}, {6, 5 * time.Second}, {50, 5 * time.Second}} {
+		if got := BackoffDelay(tc.n, 0.5); got != tc.want {
+			t.Errorf("BackoffDelay(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+	if BackoffDelay(0, 0) != 50*time.Millisecond || BackoffDelay(0, 0.999) >= 150*time.Millisecond {
+		t.Error("jitter range")
+	}
+}

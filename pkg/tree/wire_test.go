@@ -1,0 +1,155 @@
+package tree
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+func sampleRecord() blob.Record {
+	m := &blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{7}}}
+	return blob.Record{Name: "a/b", ID: m.CID(), Size: 1, Time: 9, Origin: "o", Via: "v"}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	h := hello{Site: "siteA", Addrs: []string{"/ip4/1.2.3.4/tcp/1", "/ip6/::1/tcp/2"}}
+	typ, p, err := decodeFrame(appendFrame(nil, msgHello, encodeHello(h)))
+	if err != nil || typ != msgHello {
+		t.Fatal(typ, err)
+	}
+	if back, err := decodeHello(p); err != nil || back.Site != h.Site || len(back.Addrs) != 2 || back.Addrs[1] != h.Addrs[1] {
+		t.Fatalf("hello: %+v %v", back, err)
+	}
+	r := sampleRecord()
+	for _, q := range []namesRequest{{Type: msgLookup, Name: "x/y"}, {Type: msgAnnounce, Record: r}, {Type: msgManifest, ID: r.ID}} {
+		typ, p, err := decodeFrame(encodeNamesRequest(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := decodeNamesRequest(typ, p)
+		if err != nil || back.Name != q.Name || back.Record.Name != q.Record.Name || !back.ID.Equals(q.ID) {
+			t.Fatalf("names request %+v: %+v %v", q, back, err)
+		}
+		if back.Record.Via != "" {
+			t.Fatal("Via crossed the wire")
+		}
+	}
+	fq := fetchRequest{ID: r.ID, Index: 77, Hash: blob.HashChunk([]byte("x"))}
+	back, err := decodeFetchRequest(appendFetchRequest(nil, fq))
+	if err != nil || back != fq {
+		t.Fatalf("fetch request: %+v %v", back, err)
+	}
+	st, body, err := decodeFetchReply(append(appendFetchReplyHeader(nil, statusOK, 3), 1, 2, 3))
+	if err != nil || st != statusOK || len(body) != 3 {
+		t.Fatal(st, body, err)
+	}
+}
+
+func TestWireRejects(t *testing.T) {
+	for name, b := range map[string][]byte{
+		"unknown type":   appendFrame(nil, 0x7f, nil),
+		"oversize":       {msgLookup, 0xff, 0xff, 0xff, 0xff},
+		"truncated":      {msgLookup, 0, 0, 0, 5, 'a'},
+		"short header":   {msgLookup, 0},
+		"trailing bytes": append(appendFrame(nil, msgAck, nil), 0),
+	} {
+		if _, _, err := decodeFrame(b); !errors.Is(err, errMalformed) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for _, n := range []string{"", "/abs", "a/../b", "nul\x00", strings.Repeat("x", blob.MaxNameLen+1)} {
+		if _, err := decodeNamesRequest(msgLookup, []byte(n)); err == nil {
+			t.Errorf("LOOKUP %q accepted", n)
+		}
+	}
+	bad := sampleRecord()
+	bad.Name = "../etc"
+	if _, err := decodeNamesRequest(msgAnnounce, bad.Encode()); !errors.Is(err, blob.ErrInvalidName) {
+		t.Errorf("ANNOUNCE with invalid name: %v", err)
+	}
+	if _, err := decodeNamesRequest(msgManifest, []byte{1, 2, 3}); err == nil {
+		t.Error("bad CID accepted")
+	}
+	if _, err := decodeFetchRequest([]byte{msgGet, 0xff, 0xff}); !errors.Is(err, errMalformed) {
+		t.Errorf("huge CID length: %v", err)
+	}
+	if _, _, err := decodeFetchReply(appendFetchReplyHeader(nil, statusOK, blob.MaxChunkSize+1)); !errors.Is(err, errMalformed) {
+		t.Errorf("oversize chunk: %v", err)
+	}
+	if _, _, err := decodeFetchReply(appendFetchReplyHeader(nil, 9, 0)); !errors.Is(err, errMalformed) {
+		t.Errorf("unknown status: %v", err)
+	}
+	if _, err := decodeHello([]byte{0, 0, maxAddrs + 1}); !errors.Is(err, errMalformed) {
+		t.Errorf("too many addrs: %v", err)
+	}
+}
+
+// A live node answers an invalid name on the wire with an error reply and a
+// malformed fetch request with an error reply then a reset, and keeps serving.
+func TestInvalidInputOnTheWire(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	c := newTestHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx, *root.info()); err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range [][]byte{[]byte("../x"), []byte("a\x00b"), {}} {
+		s, err := c.NewStream(ctx, root.h.ID(), ProtoNames)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write(appendFrame(nil, msgLookup, payload))
+		s.CloseWrite()
+		typ, msg, err := readFrame(bufio.NewReader(s))
+		if err != nil || typ != msgError || !strings.Contains(string(msg), "invalid name") {
+			t.Fatalf("LOOKUP %q: type 0x%02x %q %v", payload, typ, msg, err)
+		}
+		s.Close()
+	}
+	// A names request with an unknown type.
+	s, _ := c.NewStream(ctx, root.h.ID(), ProtoNames)
+	s.Write([]byte{0x55, 0, 0, 0, 0})
+	if typ, _, err := readFrame(bufio.NewReader(s)); err != nil || typ != msgError {
+		t.Fatalf("unknown request: 0x%02x %v", typ, err)
+	}
+	s.Close()
+	// Fetch: one good request for a missing chunk, then garbage.
+	fs, err := c.NewStream(ctx, root.h.ID(), ProtoFetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sampleRecord()
+	fs.Write(appendFetchRequest(nil, fetchRequest{ID: r.ID, Index: 0, Hash: blob.HashChunk([]byte("zz"))}))
+	fs.Write([]byte{0x99, 1, 2, 3})
+	br := bufio.NewReader(fs)
+	for _, want := range []byte{statusNotFound, statusError} {
+		var hdr [frameHeaderLen]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		st, n, err := checkFetchReplyHeader(hdr)
+		if err != nil || st != want {
+			t.Fatalf("status %d %v, want %d", st, err, want)
+		}
+		io.CopyN(io.Discard, br, int64(n))
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("stream still open after a malformed request")
+	}
+	fs.Reset()
+	// Still serving.
+	data := randBlob(9000, 1)
+	put(t, root, "ok", data, blob.MinChunkSize)
+	w := newNode(t, root, "s", nil)
+	if got := readAll(t, w, "ok"); !bytes.Equal(got, data) {
+		t.Fatal("node stopped serving")
+	}
+}
