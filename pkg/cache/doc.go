@@ -1,0 +1,39 @@
+// Package cache is omst's node-local store.
+//
+// Layout of a store directory:
+//
+//	DIR/chunks/ab/cd/<hex hash>  chunk bytes, one file per chunk, named by its BLAKE3-256 hash
+//	DIR/tmp/                     chunk files being written (renamed into chunks/ when complete)
+//	DIR/index/                   BadgerDB: name records and their history, manifests,
+//	                             chunk sizes and last use, pins
+//
+// Chunk bytes live in plain files (they wrote twice as fast as Badger values
+// and free their space on unlink); Badger holds only small index values.
+//
+// Invariants:
+//   - A chunk file exists only under its content hash, complete: writes go to
+//     a temp file that is renamed into place. Open deletes leftover temp files.
+//   - Chunk bytes are bounded by Options.MaxBytes. Putting a chunk evicts the
+//     least recently used chunks that no pinned blob (and no ingest in
+//     progress) references; when that cannot make room the put fails with
+//     blob.ErrNoSpace, as it does when the disk itself is full.
+//   - Reads mark chunks used in memory only; last use reaches the index in
+//     background batches and at Close. After a crash Open reconciles the index
+//     with the files: unindexed chunk files are adopted, entries without a file
+//     are dropped.
+//   - A name becomes visible only when its whole blob is stored: Ingest
+//     commits the manifest, the pin and the record in one index transaction
+//     after the last chunk is written. A crash or an error before that leaves
+//     no name and no pin; the chunks already written are ordinary evictable
+//     cache entries.
+//   - Pins are per blob, owned by Pin ("") or by the name that ingested the
+//     blob; a chunk is pinned while any pinned blob lists it.
+//
+// A minimal use:
+//
+//	s, err := cache.Open(dir, cache.Options{MaxBytes: 10 << 30})
+//	...
+//	rec, err := s.IngestFile(ctx, "shared/input.dat", path, blob.DefaultChunkSize, peerID)
+//	m, err := s.Manifest(rec.ID)
+//	data, err := s.ReadChunk(m.Chunks[0])
+package cache

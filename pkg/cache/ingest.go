@@ -1,0 +1,268 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// Ingest pipeline sizing: chunk buffers in flight are bounded by
+// ingestMemory (at least minIngestBuffers), written by ingestWriters
+// goroutines while the calling goroutine reads and hashes.
+const (
+	ingestMemory     = 32 << 20
+	minIngestBuffers = 3
+	maxIngestBuffers = 16
+	ingestWriters    = 2
+)
+
+// Ingest stores the bytes of r as a blob named name, put on this node by
+// origin (a peer ID string). It validates name and chunkSize first, then
+// reads r to EOF cutting it into chunkSize chunks, writes chunks not yet
+// present (reading and hashing overlap with writing), stores the manifest,
+// pins the blob for name and makes the record {name, ID, Size, Time: now,
+// Origin: origin} current: the pin and the record are committed in one index
+// transaction at the very end, so until then the name is not visible. Time is
+// bumped past the current record's if the clock is behind it, so a local put
+// always wins locally. The pin that name held on an earlier ingested blob
+// moves to the new one.
+//
+// Any failure (a read error, ctx ending, blob.ErrNoSpace when the cap or the
+// disk is full) leaves no new record and no new pin, and removes the chunks
+// this call wrote that nobody else has used meanwhile. Chunks written so far are protected from eviction while
+// the ingest runs. ctx is checked between chunks; a blocked r.Read is not
+// interrupted.
+func (s *Store) Ingest(ctx context.Context, name string, r io.Reader, chunkSize int, origin string) (blob.Record, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return blob.Record{}, fmt.Errorf("ingest: %w", err)
+	}
+	if err := blob.ValidateChunkSize(chunkSize); err != nil {
+		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
+	}
+	ig := &ingestRun{s: s, held: make(map[blob.Hash]struct{})}
+	rec, err := ig.run(ctx, name, r, chunkSize, origin)
+	if err != nil {
+		ig.abort()
+		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
+	}
+	return rec, nil
+}
+
+// IngestFile is Ingest reading the file at path.
+func (s *Store) IngestFile(ctx context.Context, name, path string, chunkSize int, origin string) (blob.Record, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return blob.Record{}, fmt.Errorf("ingest: %w", err)
+	}
+	if err := blob.ValidateChunkSize(chunkSize); err != nil {
+		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
+	}
+	defer f.Close()
+	return s.Ingest(ctx, name, f, chunkSize, origin)
+}
+
+// ingestRun is the state of one Ingest call.
+type ingestRun struct {
+	s       *Store
+	held    map[blob.Hash]struct{} // chunks this run protects from eviction (reader goroutine only until the end)
+	mu      sync.Mutex
+	written []writtenChunk // chunks whose files this run created
+}
+
+// writtenChunk is a chunk an ingest created, with its last use at creation.
+type writtenChunk struct {
+	e  *chunkEntry
+	at int64
+}
+
+type ingestJob struct {
+	i   int
+	h   blob.Hash
+	buf []byte // the whole pooled buffer
+	n   int
+}
+
+// bufPool recycles chunk buffers across ingests.
+var bufPool sync.Pool
+
+func getBuf(size int) []byte {
+	if p, ok := bufPool.Get().(*[]byte); ok && cap(*p) >= size {
+		return (*p)[:size]
+	}
+	return make([]byte, size)
+}
+
+func putBuf(b []byte) { bufPool.Put(&b) }
+
+func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSize int, origin string) (blob.Record, error) {
+	s := ig.s
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	nbuf := min(max(ingestMemory/chunkSize, minIngestBuffers), maxIngestBuffers)
+	free := make(chan []byte, nbuf)
+	for range nbuf {
+		free <- nil // allocated on first use
+	}
+	jobs := make(chan ingestJob, nbuf)
+	var wg sync.WaitGroup
+	for range ingestWriters {
+		wg.Go(func() {
+			for j := range jobs {
+				if ctx.Err() == nil {
+					e, at, err := s.storeChunk(j.h, j.buf[:j.n])
+					if err != nil {
+						cancel(fmt.Errorf("store chunk %d: %w", j.i, err))
+					} else if e != nil {
+						ig.mu.Lock()
+						ig.written = append(ig.written, writtenChunk{e, at})
+						ig.mu.Unlock()
+					}
+				}
+				free <- j.buf
+			}
+		})
+	}
+
+	m := &blob.Manifest{ChunkSize: uint32(chunkSize)}
+	var rerr error
+	for i := 0; ; i++ {
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			if buf != nil {
+				putBuf(buf)
+			}
+			break
+		}
+		if buf == nil {
+			buf = getBuf(chunkSize)
+		}
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if len(m.Chunks) >= blob.MaxChunks {
+				free <- buf
+				rerr = fmt.Errorf("blob exceeds %d chunks", blob.MaxChunks)
+				break
+			}
+			h := blob.HashChunk(buf[:n])
+			m.Chunks = append(m.Chunks, h)
+			m.Size += uint64(n)
+			ig.hold(h)
+			jobs <- ingestJob{i: i, h: h, buf: buf, n: n} // never blocks: at most nbuf buffers exist
+		} else {
+			free <- buf
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			rerr = fmt.Errorf("read chunk %d: %w", i, err)
+			break
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	close(free)
+	for b := range free {
+		if b != nil {
+			putBuf(b)
+		}
+	}
+	if rerr != nil {
+		return blob.Record{}, rerr
+	}
+	if ctx.Err() != nil {
+		return blob.Record{}, context.Cause(ctx)
+	}
+	return ig.commit(name, m, origin)
+}
+
+// hold protects h from eviction until the run ends.
+func (ig *ingestRun) hold(h blob.Hash) {
+	if _, ok := ig.held[h]; ok {
+		return
+	}
+	ig.held[h] = struct{}{}
+	ig.s.mu.Lock()
+	ig.s.pinChunkLocked(h)
+	ig.s.mu.Unlock()
+}
+
+// releaseLocked drops the run's holds.
+func (ig *ingestRun) releaseLocked() {
+	for h := range ig.held {
+		ig.s.unpinChunkLocked(h)
+	}
+	clear(ig.held)
+}
+
+// abort drops the holds and removes the chunk files this run created that
+// nothing else pins and nobody has put or read since.
+func (ig *ingestRun) abort() {
+	s := ig.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ig.releaseLocked()
+	for _, w := range ig.written {
+		h := w.e.hash
+		if s.chunks[h] == w.e && w.e.lastUse == w.at && s.pinCount[h] == 0 {
+			s.removeLocked(w.e)
+		}
+	}
+}
+
+// commit stores the manifest, the pin and the record in one transaction.
+func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.Record, error) {
+	s := ig.s
+	enc := m.Encode()
+	id := blob.ManifestCID(enc)
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	var rec blob.Record
+	var moved []string
+	err := s.db.Update(func(txn *badger.Txn) error {
+		if err := setManifest(txn, id, enc); err != nil {
+			return err
+		}
+		now := time.Now().UnixNano()
+		if cur, err := getRecord(txn, name); err == nil && cur.Time >= now {
+			now = cur.Time + 1
+		} else if err != nil && !errors.Is(err, blob.ErrNotFound) {
+			return err
+		}
+		rec = blob.Record{Name: name, ID: id, Size: m.Size, Time: now, Origin: origin}
+		if _, err := s.addOwnerTxn(txn, id, name); err != nil {
+			return err
+		}
+		var err error
+		if moved, err = s.dropOwnerTxn(txn, name, id.KeyString()); err != nil {
+			return err
+		}
+		_, err = putRecord(txn, rec)
+		return err
+	})
+	if err != nil {
+		return blob.Record{}, fmt.Errorf("commit %s: %w", id, noSpace(err))
+	}
+	s.mu.Lock()
+	s.addOwnerMem(id, name, m)
+	s.dropOwnerMem(name, id.KeyString(), moved)
+	ig.releaseLocked()
+	s.mu.Unlock()
+	return rec, nil
+}

@@ -1,0 +1,303 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+func TestIngestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openStore(t, dir, 1<<30)
+	data := randBytes(5<<20+123, 7)
+	before := time.Now().UnixNano()
+	rec, err := s.Ingest(ctx, "shared/in.dat", bytes.NewReader(data), blob.DefaultChunkSize, "peerMe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Name != "shared/in.dat" || rec.Size != uint64(len(data)) || rec.Origin != "peerMe" || rec.Time < before || rec.Via != "" {
+		t.Fatalf("record %+v", rec)
+	}
+	if got, err := s.Record("shared/in.dat"); err != nil || got != rec {
+		t.Fatalf("Record: %+v %v, want %+v", got, err, rec)
+	}
+	m, err := s.Manifest(rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Chunks) != 6 || m.Size != uint64(len(data)) || !m.CID().Equals(rec.ID) {
+		t.Fatalf("manifest: %d chunks, size %d", len(m.Chunks), m.Size)
+	}
+	if !bytes.Equal(readBlob(t, s, m), data) {
+		t.Fatal("blob bytes differ")
+	}
+	if !s.HasBlob(rec.ID) || !s.Pinned(rec.ID) {
+		t.Fatal("ingested blob not complete and pinned")
+	}
+	if u := s.Usage(); u.PinnedBytes != int64(len(data)) || u.UsedBytes != int64(len(data)) || u.Chunks != 6 {
+		t.Fatalf("usage %+v", u)
+	}
+
+	// The same bytes under another name: no new chunk files.
+	if _, err := s.Ingest(ctx, "copy", bytes.NewReader(data), blob.DefaultChunkSize, "peerMe"); err != nil {
+		t.Fatal(err)
+	}
+	if u := s.Usage(); u.Chunks != 6 || countFiles(t, filepath.Join(dir, "chunks")) != 6 {
+		t.Fatalf("re-ingest of the same bytes stored new chunks: %+v", u)
+	}
+
+	// New content under the same name: the name's pin moves to it.
+	data2 := randBytes(100_000, 8)
+	rec2, err := s.Ingest(ctx, "shared/in.dat", bytes.NewReader(data2), blob.MinChunkSize, "peerMe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec2.Newer(rec) || !s.Pinned(rec2.ID) {
+		t.Fatal("second version not current and pinned")
+	}
+	if !s.Pinned(rec.ID) { // still pinned by "copy"
+		t.Fatal("blob pinned by another name lost its pin")
+	}
+	if err := s.RemoveName("copy"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Pinned(rec.ID) {
+		t.Fatal("first version still pinned after its names moved on")
+	}
+	if h, err := s.History("shared/in.dat"); err != nil || len(h) != 2 || !h[0].ID.Equals(rec2.ID) {
+		t.Fatalf("history %v %v", h, err)
+	}
+
+	// Empty blob.
+	rec0, err := s.Ingest(ctx, "empty", bytes.NewReader(nil), blob.DefaultChunkSize, "peerMe")
+	if err != nil || rec0.Size != 0 || !s.HasBlob(rec0.ID) {
+		t.Fatalf("empty blob: %+v %v", rec0, err)
+	}
+	if _, err := s.Ingest(ctx, "badcs", bytes.NewReader(data), 100, "peerMe"); err == nil {
+		t.Fatal("chunk size 100 accepted")
+	}
+}
+
+func TestIngestFile(t *testing.T) {
+	s := openStore(t, t.TempDir(), 1<<30)
+	data := randBytes(300_000, 9)
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.IngestFile(context.Background(), "f", path, 64<<10, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := s.Manifest(rec.ID)
+	if !bytes.Equal(readBlob(t, s, m), data) {
+		t.Fatal("bytes differ")
+	}
+	if _, err := s.IngestFile(context.Background(), "g", path+".missing", 64<<10, "me"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+	if _, err := s.Record("g"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatal("failed IngestFile left a name")
+	}
+}
+
+// hookReader yields n pseudo-random bytes, calling hook once after at bytes
+// and failing with err (if set) at that point.
+type hookReader struct {
+	n, at, pos int
+	hook       func()
+	err        error
+	src        []byte
+}
+
+func (r *hookReader) Read(p []byte) (int, error) {
+	if r.pos >= r.n {
+		return 0, io.EOF
+	}
+	if r.pos >= r.at && r.hook != nil {
+		r.hook()
+		r.hook = nil
+		if r.err != nil {
+			return 0, r.err
+		}
+	}
+	k := min(len(p), r.n-r.pos, len(r.src))
+	copy(p, r.src[:k])
+	r.src = append(r.src[k:], r.src[:k]...) // rotate so chunks differ
+	r.pos += k
+	return k, nil
+}
+
+func TestIngestFailureLeavesNoName(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openStore(t, dir, 1<<30)
+	keep, err := s.Ingest(ctx, "keep", bytes.NewReader(randBytes(200_000, 10)), blob.MinChunkSize, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := s.Usage()
+
+	readErr := errors.New("disk controller on fire")
+	var sawDuring error
+	r := &hookReader{n: 8 << 20, at: 3 << 20, src: randBytes(1<<20+37, 11), err: readErr, hook: func() {
+		_, sawDuring = s.Record("half")
+	}}
+	if _, err := s.Ingest(ctx, "half", r, 256<<10, "me"); !errors.Is(err, readErr) {
+		t.Fatalf("Ingest with failing reader: %v, want the reader's error", err)
+	}
+	if !errors.Is(sawDuring, blob.ErrNotFound) {
+		t.Fatalf("name visible while ingesting: %v", sawDuring)
+	}
+	if _, err := s.Record("half"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("Record after failed ingest: %v", err)
+	}
+	if u := s.Usage(); u != base {
+		t.Fatalf("failed ingest changed usage (pins or chunks left): %+v, before %+v", u, base)
+	}
+
+	// Cancelled context.
+	cctx, cancel := context.WithCancel(ctx)
+	r = &hookReader{n: 8 << 20, at: 2 << 20, src: randBytes(1<<20+41, 12), hook: cancel}
+	if _, err := s.Ingest(cctx, "cancelled", r, 256<<10, "me"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Ingest with cancelled ctx: %v, want context.Canceled", err)
+	}
+	if _, err := s.Record("cancelled"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("Record after cancelled ingest: %v", err)
+	}
+	if u := s.Usage(); u != base {
+		t.Fatalf("cancelled ingest changed usage: %+v, before %+v", u, base)
+	}
+	if recs, _ := s.List(""); len(recs) != 1 || recs[0] != keep {
+		t.Fatalf("names after failures: %v", recs)
+	}
+	if n := countFiles(t, filepath.Join(dir, "tmp")); n != 0 {
+		t.Fatalf("%d temp files left", n)
+	}
+}
+
+func TestIngestNoSpaceWhenCapPinned(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), 4<<20)
+	a := randBytes(4<<20, 13)
+	recA, err := s.Ingest(ctx, "a", bytes.NewReader(a), blob.DefaultChunkSize, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Ingest(ctx, "b", bytes.NewReader(randBytes(2<<20, 14)), blob.DefaultChunkSize, "me")
+	if !errors.Is(err, blob.ErrNoSpace) {
+		t.Fatalf("ingest into a cap full of pinned data: %v, want ErrNoSpace", err)
+	}
+	if _, err := s.Record("b"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("name visible after ErrNoSpace: %v", err)
+	}
+	m, _ := s.Manifest(recA.ID)
+	if !bytes.Equal(readBlob(t, s, m), a) {
+		t.Fatal("pinned blob damaged")
+	}
+	if u := s.Usage(); u.PinnedBytes != 4<<20 || u.UsedBytes != 4<<20 {
+		t.Fatalf("usage %+v", u)
+	}
+	// A blob larger than the whole cap fails too, even with nothing pinned.
+	if err := s.RemoveName("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ingest(ctx, "huge", bytes.NewReader(randBytes(5<<20, 15)), blob.DefaultChunkSize, "me"); !errors.Is(err, blob.ErrNoSpace) {
+		t.Fatalf("blob over the cap: %v, want ErrNoSpace", err)
+	}
+}
+
+func TestReopenKeepsState(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(3<<20+5, 16)
+	rec, err := s.Ingest(ctx, "n/one", bytes.NewReader(data), blob.DefaultChunkSize, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := blob.Record{Name: "n/one", ID: testID(9), Time: 1, Origin: "x"}
+	if _, err := s.PutRecord(old); err != nil {
+		t.Fatal(err)
+	}
+	free := putChunk(t, s, 10_000, 17)
+	freeID, _ := s.PutManifest(&blob.Manifest{Size: 10_000, ChunkSize: blob.MinChunkSize * 4, Chunks: []blob.Hash{free}})
+	if _, err := Open(dir, Options{MaxBytes: 64 << 20}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open of a store in use: %v, want ErrLocked", err)
+	}
+	before := s.Usage()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+
+	s = openStore(t, dir, 64<<20)
+	if u := s.Usage(); u != before {
+		t.Fatalf("usage after reopen %+v, before %+v", u, before)
+	}
+	if got, err := s.Record("n/one"); err != nil || got != rec {
+		t.Fatalf("record after reopen: %+v %v", got, err)
+	}
+	if h, _ := s.History("n/one"); len(h) != 2 {
+		t.Fatalf("history after reopen: %v", h)
+	}
+	if !s.Pinned(rec.ID) || s.Pinned(freeID) || !s.HasBlob(freeID) {
+		t.Fatal("pins changed across reopen")
+	}
+	m, _ := s.Manifest(rec.ID)
+	if !bytes.Equal(readBlob(t, s, m), data) {
+		t.Fatal("bytes changed across reopen")
+	}
+}
+
+func TestOpenReconcilesFiles(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := putChunk(t, s, 20_000, 18)
+	stay := putChunk(t, s, 20_000, 19)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Crash debris: a file without an index entry, an entry without a
+	// file, temp files, and a stray file.
+	orphan := randBytes(30_000, 20)
+	oh := blob.HashChunk(orphan)
+	op := filepath.Join(dir, "chunks", oh.String()[:2], oh.String()[2:4], oh.String())
+	os.MkdirAll(filepath.Dir(op), 0o755)
+	if err := os.WriteFile(op, orphan, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "chunks", gone.String()[:2], gone.String()[2:4], gone.String()))
+	os.WriteFile(filepath.Join(dir, "tmp", "chunk-123"), []byte("partial"), 0o644)
+	os.WriteFile(filepath.Join(dir, "chunks", "junk"), []byte("?"), 0o644)
+
+	s = openStore(t, dir, 64<<20)
+	if s.HasChunk(gone) || !s.HasChunk(stay) || !s.HasChunk(oh) {
+		t.Fatalf("after reconcile: gone %v stay %v orphan %v", s.HasChunk(gone), s.HasChunk(stay), s.HasChunk(oh))
+	}
+	if u := s.Usage(); u.UsedBytes != 50_000 || u.Chunks != 2 {
+		t.Fatalf("usage %+v", u)
+	}
+	if got, err := s.ReadChunk(oh); err != nil || !bytes.Equal(got, orphan) {
+		t.Fatalf("adopted chunk: %v", err)
+	}
+	if countFiles(t, filepath.Join(dir, "tmp")) != 0 || countFiles(t, filepath.Join(dir, "chunks")) != 2 {
+		t.Fatal("debris left after Open")
+	}
+}

@@ -1,0 +1,523 @@
+package cache
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/ipfs/go-cid"
+	"github.com/zeebo/blake3"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// PutManifest checks m and stores it; it returns the blob ID. Storing a
+// manifest that is already present is a no-op.
+func (s *Store) PutManifest(m *blob.Manifest) (cid.Cid, error) {
+	if err := m.Check(); err != nil {
+		return cid.Undef, fmt.Errorf("put manifest: %w", err)
+	}
+	enc := m.Encode()
+	id := blob.ManifestCID(enc)
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	err := s.db.Update(func(txn *badger.Txn) error {
+		return setManifest(txn, id, enc)
+	})
+	if err != nil {
+		return cid.Undef, fmt.Errorf("put manifest %s: %w", id, noSpace(err))
+	}
+	return id, nil
+}
+
+func setManifest(txn *badger.Txn, id cid.Cid, enc []byte) error {
+	k := manifestKey(id.Bytes())
+	if _, err := txn.Get(k); err == nil {
+		return nil
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return err
+	}
+	return txn.Set(k, enc)
+}
+
+// Manifest returns the manifest of blob id, or an error wrapping
+// blob.ErrNotFound.
+func (s *Store) Manifest(id cid.Cid) (*blob.Manifest, error) {
+	var m *blob.Manifest
+	err := s.db.View(func(txn *badger.Txn) error {
+		var err error
+		m, err = getManifest(txn, id.Bytes())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", id, err)
+	}
+	return m, nil
+}
+
+func getManifest(txn *badger.Txn, idb []byte) (*blob.Manifest, error) {
+	item, err := txn.Get(manifestKey(idb))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, blob.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m *blob.Manifest
+	err = item.Value(func(v []byte) error {
+		var err error
+		m, err = blob.DecodeManifest(v)
+		return err
+	})
+	return m, err
+}
+
+// HasBlob reports whether the manifest of id and every chunk it lists are
+// stored.
+func (s *Store) HasBlob(id cid.Cid) bool {
+	m, err := s.Manifest(id)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range m.Chunks {
+		if _, ok := s.chunks[h]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// PutRecord validates r's name and ID and keeps r in the name's history
+// (a record equal to a stored one but for Via is stored once; the newest
+// MaxHistory records are kept). It makes r the
+// name's current record only if there is none or r.Newer(current), and
+// reports whether it did. It never changes pins.
+func (s *Store) PutRecord(r blob.Record) (changed bool, err error) {
+	if err := blob.ValidateName(r.Name); err != nil {
+		return false, fmt.Errorf("put record: %w", err)
+	}
+	if !r.ID.Defined() {
+		return false, fmt.Errorf("put record %q: undefined blob ID", r.Name)
+	}
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	err = s.db.Update(func(txn *badger.Txn) error {
+		var err error
+		changed, err = putRecord(txn, r)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("put record %q: %w", r.Name, noSpace(err))
+	}
+	return changed, nil
+}
+
+// MaxHistory bounds the records kept per name; the oldest go first.
+const MaxHistory = 64
+
+// putRecord adds r to its name's history and makes it current if newer.
+func putRecord(txn *badger.Txn, r blob.Record) (bool, error) {
+	enc := r.Encode()
+	if err := txn.Set(historyKey(r), enc); err != nil {
+		return false, err
+	}
+	if err := trimHistory(txn, r.Name); err != nil {
+		return false, err
+	}
+	cur, err := getRecord(txn, r.Name)
+	if err != nil && !errors.Is(err, blob.ErrNotFound) {
+		return false, err
+	}
+	if err == nil && !r.Newer(cur) {
+		return false, nil
+	}
+	return true, txn.Set(recordKey(r.Name), enc)
+}
+
+func getRecord(txn *badger.Txn, name string) (blob.Record, error) {
+	item, err := txn.Get(recordKey(name))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return blob.Record{}, blob.ErrNotFound
+	}
+	if err != nil {
+		return blob.Record{}, err
+	}
+	var r blob.Record
+	err = item.Value(func(v []byte) error {
+		var err error
+		r, err = blob.DecodeRecord(v)
+		return err
+	})
+	return r, err
+}
+
+// Record returns the current record of name, or an error wrapping
+// blob.ErrNotFound (or blob.ErrInvalidName).
+func (s *Store) Record(name string) (blob.Record, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return blob.Record{}, fmt.Errorf("record: %w", err)
+	}
+	var r blob.Record
+	err := s.db.View(func(txn *badger.Txn) error {
+		var err error
+		r, err = getRecord(txn, name)
+		return err
+	})
+	if err != nil {
+		return blob.Record{}, fmt.Errorf("record %q: %w", name, err)
+	}
+	return r, nil
+}
+
+// History returns every record kept for name, newest first (the first is the
+// current one). It returns an error wrapping blob.ErrNotFound if there is
+// none.
+func (s *Store) History(name string) ([]blob.Record, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	var out []blob.Record
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			err := it.Item().Value(func(v []byte) error {
+				r, err := blob.DecodeRecord(v)
+				if err != nil {
+					return err
+				}
+				out = append(out, r)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history %q: %w", name, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("history %q: %w", name, blob.ErrNotFound)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Newer(out[j]) })
+	return out, nil
+}
+
+// List returns the current records whose names start with prefix (a plain
+// byte prefix; "" lists all), sorted by name. prefix must pass
+// blob.ValidatePrefix.
+func (s *Store) List(prefix string) ([]blob.Record, error) {
+	if err := blob.ValidatePrefix(prefix); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	var out []blob.Record
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: recordKey(prefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			err := it.Item().Value(func(v []byte) error {
+				r, err := blob.DecodeRecord(v)
+				if err != nil {
+					return err
+				}
+				out = append(out, r)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// RemoveName drops name's current record and its history, and removes the
+// pins this name holds (see Ingest); blobs pinned otherwise stay pinned. It
+// returns an error wrapping blob.ErrNotFound if name has no record.
+func (s *Store) RemoveName(name string) error {
+	if err := blob.ValidateName(name); err != nil {
+		return fmt.Errorf("remove name: %w", err)
+	}
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	var unpins []string
+	err := s.db.Update(func(txn *badger.Txn) error {
+		if _, err := getRecord(txn, name); err != nil {
+			return err
+		}
+		if err := txn.Delete(recordKey(name)); err != nil {
+			return err
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name)})
+		var keys [][]byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		it.Close()
+		for _, k := range keys {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
+		var err error
+		unpins, err = s.dropOwnerTxn(txn, name, "")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove name %q: %w", name, noSpace(err))
+	}
+	s.mu.Lock()
+	s.dropOwnerMem(name, "", unpins)
+	s.mu.Unlock()
+	return nil
+}
+
+// Pin keeps every chunk of blob id from eviction until Unpin. It needs the
+// blob's manifest (else an error wrapping blob.ErrNotFound) but not its
+// chunks: chunks that arrive later are pinned on arrival. A chunk shared by
+// several pinned blobs stays pinned until all of them are unpinned. Pinning a
+// pinned blob is a no-op.
+func (s *Store) Pin(id cid.Cid) error {
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	var m *blob.Manifest
+	err := s.db.Update(func(txn *badger.Txn) error {
+		var err error
+		if m, err = getManifest(txn, id.Bytes()); err != nil {
+			return err
+		}
+		_, err = s.addOwnerTxn(txn, id, "")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pin %s: %w", id, noSpace(err))
+	}
+	s.mu.Lock()
+	s.addOwnerMem(id, "", m)
+	s.mu.Unlock()
+	return nil
+}
+
+// Unpin removes every pin on blob id (by Pin and by names), making its
+// chunks evictable unless another pinned blob shares them. It returns an
+// error wrapping blob.ErrNotFound if id is not pinned.
+func (s *Store) Unpin(id cid.Cid) error {
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	s.mu.Lock()
+	_, ok := s.pins[id.KeyString()]
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("unpin %s: not pinned: %w", id, blob.ErrNotFound)
+	}
+	err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.Delete(pinKey(id.Bytes()))
+	})
+	if err != nil {
+		return fmt.Errorf("unpin %s: %w", id, noSpace(err))
+	}
+	s.mu.Lock()
+	s.unpinBlobLocked(id.KeyString())
+	s.mu.Unlock()
+	return nil
+}
+
+// Pinned reports whether blob id is pinned (by Pin or by an ingested name).
+func (s *Store) Pinned(id cid.Cid) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pins[id.KeyString()]
+	return ok
+}
+
+// addOwnerTxn adds owner to the pin of id in the index and reports whether
+// the blob was unpinned before. Call with metaMu held.
+func (s *Store) addOwnerTxn(txn *badger.Txn, id cid.Cid, owner string) (bool, error) {
+	s.mu.Lock()
+	p := s.pins[id.KeyString()]
+	var owners map[string]struct{}
+	if p != nil {
+		if _, ok := p.owners[owner]; ok {
+			s.mu.Unlock()
+			return false, nil
+		}
+		owners = make(map[string]struct{}, len(p.owners)+1)
+		for o := range p.owners {
+			owners[o] = struct{}{}
+		}
+	} else {
+		owners = make(map[string]struct{}, 1)
+	}
+	s.mu.Unlock()
+	owners[owner] = struct{}{}
+	return p == nil, txn.Set(pinKey(id.Bytes()), encodeOwners(owners))
+}
+
+// addOwnerMem applies addOwnerTxn to the in-memory state after the commit.
+// Call with metaMu and mu held.
+func (s *Store) addOwnerMem(id cid.Cid, owner string, m *blob.Manifest) {
+	k := id.KeyString()
+	p := s.pins[k]
+	if p == nil {
+		p = &pinnedBlob{owners: map[string]struct{}{}, chunks: distinct(m.Chunks)}
+		s.pins[k] = p
+		for _, h := range p.chunks {
+			s.pinChunkLocked(h)
+		}
+	}
+	p.owners[owner] = struct{}{}
+}
+
+// dropOwnerTxn removes owner from every pin it holds except on blob keep
+// (a cid.KeyString, or "") and returns the keys of the blobs it held.
+// Call with metaMu held.
+func (s *Store) dropOwnerTxn(txn *badger.Txn, owner, keep string) ([]string, error) {
+	s.mu.Lock()
+	var held []string
+	var rewrite []map[string]struct{}
+	for k, p := range s.pins {
+		if _, ok := p.owners[owner]; !ok || k == keep {
+			continue
+		}
+		rest := make(map[string]struct{}, len(p.owners))
+		for o := range p.owners {
+			if o != owner {
+				rest[o] = struct{}{}
+			}
+		}
+		held = append(held, k)
+		rewrite = append(rewrite, rest)
+	}
+	s.mu.Unlock()
+	for i, k := range held {
+		var err error
+		if len(rewrite[i]) == 0 {
+			err = txn.Delete(pinKey([]byte(k)))
+		} else {
+			err = txn.Set(pinKey([]byte(k)), encodeOwners(rewrite[i]))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return held, nil
+}
+
+// dropOwnerMem applies dropOwnerTxn to the in-memory state after the commit.
+// Call with metaMu and mu held.
+func (s *Store) dropOwnerMem(owner, keep string, held []string) {
+	for _, k := range held {
+		p := s.pins[k]
+		if p == nil || k == keep {
+			continue
+		}
+		delete(p.owners, owner)
+		if len(p.owners) == 0 {
+			s.unpinBlobLocked(k)
+		}
+	}
+}
+
+// unpinBlobLocked forgets the pin of blob k and releases its chunks.
+func (s *Store) unpinBlobLocked(k string) {
+	p := s.pins[k]
+	if p == nil {
+		return
+	}
+	delete(s.pins, k)
+	for _, h := range p.chunks {
+		s.unpinChunkLocked(h)
+	}
+}
+
+func manifestKey(idb []byte) []byte { return append([]byte(keyManifest), idb...) }
+func pinKey(idb []byte) []byte      { return append([]byte(keyPin), idb...) }
+func recordKey(name string) []byte  { return append([]byte(keyRecord), name...) }
+
+// historyPrefix ends with 0x00, which valid names never contain, so it
+// matches no other name's history.
+func historyPrefix(name string) []byte {
+	return append(append([]byte(keyHistory), name...), 0)
+}
+
+// historyKey identifies r within its name's history by a digest of r
+// without Via (routing state, not identity).
+func historyKey(r blob.Record) []byte {
+	r.Via = ""
+	sum := blake3.Sum256(r.Encode())
+	return append(historyPrefix(r.Name), sum[:16]...)
+}
+
+func encodeOwners(owners map[string]struct{}) []byte {
+	names := make([]string, 0, len(owners))
+	for o := range owners {
+		names = append(names, o)
+	}
+	sort.Strings(names)
+	var b []byte
+	for _, o := range names {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(o)))
+		b = append(b, o...)
+	}
+	return b
+}
+
+func decodeOwners(b []byte) map[string]struct{} {
+	owners := make(map[string]struct{})
+	for len(b) >= 2 {
+		n := int(binary.BigEndian.Uint16(b))
+		if len(b) < 2+n {
+			break
+		}
+		owners[string(b[2:2+n])] = struct{}{}
+		b = b[2+n:]
+	}
+	if len(owners) == 0 { // damaged or empty value: still pinned
+		owners[""] = struct{}{}
+	}
+	return owners
+}
+
+// trimHistory deletes the oldest records of name beyond MaxHistory.
+func trimHistory(txn *badger.Txn, name string) error {
+	type entry struct {
+		key []byte
+		r   blob.Record
+	}
+	var all []entry
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name), PrefetchValues: true})
+	for it.Rewind(); it.Valid(); it.Next() {
+		e := entry{key: it.Item().KeyCopy(nil)}
+		err := it.Item().Value(func(v []byte) error {
+			var err error
+			e.r, err = blob.DecodeRecord(v)
+			return err
+		})
+		if err != nil {
+			it.Close()
+			return err
+		}
+		all = append(all, e)
+	}
+	it.Close()
+	if len(all) <= MaxHistory {
+		return nil
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].r.Newer(all[j].r) })
+	for _, e := range all[MaxHistory:] {
+		if err := txn.Delete(e.key); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,205 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+func testID(seed byte) blobID {
+	return (&blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{seed}}}).CID()
+}
+
+func TestRecordsNewerWins(t *testing.T) {
+	s := openStore(t, t.TempDir(), 1<<30)
+	r1 := blob.Record{Name: "x/y", ID: testID(1), Size: 1, Time: 100, Origin: "peerA"}
+	r0 := blob.Record{Name: "x/y", ID: testID(2), Size: 1, Time: 50, Origin: "peerB"}
+	r2 := blob.Record{Name: "x/y", ID: testID(3), Size: 1, Time: 100, Origin: "peerC"} // same time, higher origin
+
+	if ch, err := s.PutRecord(r1); err != nil || !ch {
+		t.Fatalf("first record: changed=%v err=%v", ch, err)
+	}
+	if ch, err := s.PutRecord(r0); err != nil || ch {
+		t.Fatalf("older record: changed=%v err=%v, want unchanged", ch, err)
+	}
+	if got, err := s.Record("x/y"); err != nil || got != r1 {
+		t.Fatalf("current %+v, %v; want %+v", got, err, r1)
+	}
+	// The same record again, learnt via another neighbour: no new history entry.
+	dup := r0
+	dup.Via = "peerZ"
+	if ch, _ := s.PutRecord(dup); ch {
+		t.Fatal("duplicate older record changed current")
+	}
+	if ch, err := s.PutRecord(r1); err != nil || ch {
+		t.Fatalf("re-put of current: changed=%v err=%v", ch, err)
+	}
+	if ch, err := s.PutRecord(r2); err != nil || !ch {
+		t.Fatalf("tie broken by origin: changed=%v err=%v", ch, err)
+	}
+	h, err := s.History("x/y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []blobID{r2.ID, r1.ID, r0.ID}
+	var got []blobID
+	for _, r := range h {
+		got = append(got, r.ID)
+	}
+	if len(h) != 3 || !slices.EqualFunc(got, want, func(a, b blobID) bool { return a.Equals(b) }) {
+		t.Fatalf("history %v, want %v newest first", h, want)
+	}
+	if _, err := s.History("nope"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("History of unknown name: %v", err)
+	}
+	if _, err := s.Record("nope"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("Record of unknown name: %v", err)
+	}
+}
+
+func TestListByPrefix(t *testing.T) {
+	s := openStore(t, t.TempDir(), 1<<30)
+	for i, n := range []string{"b/c", "a/x", "ab", "a/b", "a/b/c"} {
+		if _, err := s.PutRecord(blob.Record{Name: n, ID: testID(byte(i)), Time: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"", []string{"a/b", "a/b/c", "a/x", "ab", "b/c"}},
+		{"a/", []string{"a/b", "a/b/c", "a/x"}},
+		{"a", []string{"a/b", "a/b/c", "a/x", "ab"}},
+		{"a/b", []string{"a/b", "a/b/c"}},
+		{"c", nil},
+	} {
+		recs, err := s.List(tc.prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range recs {
+			names = append(names, r.Name)
+		}
+		if !slices.Equal(names, tc.want) {
+			t.Errorf("List(%q) = %q, want %q", tc.prefix, names, tc.want)
+		}
+	}
+}
+
+func TestInvalidNamesRejected(t *testing.T) {
+	s := openStore(t, t.TempDir(), 1<<30)
+	for _, n := range []string{"", "/abs", "a/../b", "a//b", "x\x00y", "trail/"} {
+		if _, err := s.PutRecord(blob.Record{Name: n, ID: testID(1)}); !errors.Is(err, blob.ErrInvalidName) {
+			t.Errorf("PutRecord(%q): %v, want ErrInvalidName", n, err)
+		}
+		if _, err := s.Record(n); !errors.Is(err, blob.ErrInvalidName) {
+			t.Errorf("Record(%q): %v, want ErrInvalidName", n, err)
+		}
+		if err := s.RemoveName(n); !errors.Is(err, blob.ErrInvalidName) {
+			t.Errorf("RemoveName(%q): %v, want ErrInvalidName", n, err)
+		}
+		if _, err := s.Ingest(context.Background(), n, bytes.NewReader([]byte("x")), blob.MinChunkSize, "me"); !errors.Is(err, blob.ErrInvalidName) {
+			t.Errorf("Ingest(%q): %v, want ErrInvalidName", n, err)
+		}
+	}
+	if _, err := s.List("/"); !errors.Is(err, blob.ErrInvalidName) {
+		t.Errorf("List(\"/\"): %v, want ErrInvalidName", err)
+	}
+	if recs, _ := s.List(""); len(recs) != 0 {
+		t.Fatalf("invalid names stored: %v", recs)
+	}
+}
+
+func TestRemoveNameUnpins(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), 1<<30)
+	rec, err := s.Ingest(ctx, "res/out", bytes.NewReader(randBytes(50_000, 5)), blob.MinChunkSize, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Pinned(rec.ID) || s.Usage().PinnedBytes != 50_000 {
+		t.Fatalf("ingested blob not pinned: %+v", s.Usage())
+	}
+	if err := s.RemoveName("res/out"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Pinned(rec.ID) || s.Usage().PinnedBytes != 0 {
+		t.Fatal("RemoveName left the blob pinned")
+	}
+	if _, err := s.Record("res/out"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("Record after RemoveName: %v", err)
+	}
+	if _, err := s.History("res/out"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("History after RemoveName: %v", err)
+	}
+	if err := s.RemoveName("res/out"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("second RemoveName: %v, want ErrNotFound", err)
+	}
+	// A blob also pinned by Pin stays pinned when the name goes.
+	rec, err = s.Ingest(ctx, "res/two", bytes.NewReader(randBytes(50_000, 6)), blob.MinChunkSize, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pin(rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveName("res/two"); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Pinned(rec.ID) {
+		t.Fatal("RemoveName dropped an explicit Pin")
+	}
+	// A name learnt by PutRecord pins nothing, so removing it unpins nothing.
+	if _, err := s.PutRecord(blob.Record{Name: "other", ID: rec.ID, Time: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveName("other"); err != nil || !s.Pinned(rec.ID) {
+		t.Fatalf("RemoveName of an unpinning name: err %v, pinned %v", err, s.Pinned(rec.ID))
+	}
+}
+
+func TestHistoryBounded(t *testing.T) {
+	s := openStore(t, t.TempDir(), 1<<30)
+	for i := range MaxHistory + 5 {
+		// Out of order: odd times first, then even.
+		tm := int64(2*i + 1)
+		if i >= (MaxHistory+5)/2 {
+			tm = int64(2 * (i - (MaxHistory+5)/2))
+		}
+		if _, err := s.PutRecord(blob.Record{Name: "h", ID: testID(byte(i)), Time: tm + 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := s.History("h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := s.Record("h")
+	if len(h) != MaxHistory || h[0] != cur {
+		t.Fatalf("history of %d records (want %d), first %+v, current %+v", len(h), MaxHistory, h[0], cur)
+	}
+	for i := 1; i < len(h); i++ {
+		if !h[i-1].Newer(h[i]) {
+			t.Fatalf("history not newest first at %d", i)
+		}
+	}
+	if h[len(h)-1].Time != 10+5 { // the five oldest (times 10..14) were dropped
+		t.Fatalf("oldest kept record has time %d, want 15", h[len(h)-1].Time)
+	}
+}
+
+func TestDefaultCap(t *testing.T) {
+	s := openStore(t, t.TempDir(), 0)
+	if c := s.Usage().CapBytes; c < MinDefaultMaxBytes {
+		t.Fatalf("default cap %d below the floor %d", c, MinDefaultMaxBytes)
+	}
+	if _, err := Open(t.TempDir(), Options{MaxBytes: -1}); err == nil {
+		t.Fatal("negative MaxBytes accepted")
+	}
+}

@@ -1,0 +1,541 @@
+package cache
+
+import (
+	"container/list"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/shirou/gopsutil/v4/disk"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// MinDefaultMaxBytes is the floor of the default size cap (Options.MaxBytes == 0).
+const MinDefaultMaxBytes = 64 << 20
+
+// flushInterval is how often last-use and presence changes of chunks are
+// written to the index in the background.
+const flushInterval = 5 * time.Second
+
+// flushThreshold triggers an early background flush once this many chunk
+// entries are dirty.
+const flushThreshold = 4096
+
+// valueLogGCInterval is how often Badger's value log is garbage collected.
+const valueLogGCInterval = 10 * time.Minute
+
+// ErrLocked is returned (wrapped) by Open when another process holds the
+// store's index open.
+var ErrLocked = errors.New("store is in use by another process")
+
+// Options configure Open.
+type Options struct {
+	// MaxBytes caps the bytes of chunk data kept on disk. 0 selects the
+	// default: 25% of the free disk space at the store's directory when it
+	// is opened (counting the space of the chunks it already holds as
+	// free), and at least MinDefaultMaxBytes. A negative value is an error.
+	MaxBytes int64
+	// Logger receives the store's warnings (and Badger's). nil discards them.
+	Logger *slog.Logger
+}
+
+// Usage is a snapshot of the store's space accounting. Byte counts are
+// chunk payload bytes (file sizes), not disk blocks.
+type Usage struct {
+	UsedBytes   int64 // bytes of all stored chunks
+	CapBytes    int64 // the size cap
+	PinnedBytes int64 // bytes of stored chunks that cannot be evicted (pinned, or held by an ingest in progress)
+	Chunks      int   // number of stored chunks
+}
+
+// Store is the node-local blob store: chunk bytes in content-addressed files
+// under DIR/chunks, and a Badger index under DIR/index holding name records
+// (with history), manifests, chunk sizes and last use, and pins. Chunk bytes
+// are bounded by a size cap; the least recently used unpinned chunks are
+// evicted to make room. All methods are safe for concurrent use.
+type Store struct {
+	dir      string
+	chunkDir string
+	tmpDir   string
+	db       *badger.DB
+	log      *slog.Logger
+
+	// metaMu serializes every index mutation of names, manifests and pins,
+	// so read-modify-write transactions never conflict and the in-memory
+	// pin state changes in the same order as the index.
+	metaMu sync.Mutex
+
+	// mu guards everything below.
+	mu          sync.Mutex
+	chunks      map[blob.Hash]*chunkEntry
+	lru         *list.List // of *chunkEntry: present, unpinned, unheld chunks; front = most recently used
+	pinCount    map[blob.Hash]int32
+	pins        map[string]*pinnedBlob // by cid.KeyString
+	used        int64
+	reserved    int64 // bytes of chunk writes in progress
+	pinnedBytes int64
+	capBytes    int64
+	dirty       map[blob.Hash]struct{} // chunk entries whose index record is stale
+	closed      bool
+
+	flushMu   sync.Mutex // serializes flushes, so a later flush always wins
+	flushKick chan struct{}
+	stop      context.CancelFunc
+	flushDone chan struct{}
+}
+
+// chunkEntry is the in-memory state of one stored chunk.
+type chunkEntry struct {
+	hash    blob.Hash
+	size    int64
+	lastUse int64         // unix nanoseconds
+	elem    *list.Element // in Store.lru; nil while pinned or held
+}
+
+// pinnedBlob is the in-memory state of one pinned blob.
+type pinnedBlob struct {
+	owners map[string]struct{} // "" = pinned by Pin; else the name that pinned it at ingest
+	chunks []blob.Hash         // distinct chunk hashes of its manifest
+}
+
+// Index key prefixes.
+const (
+	keyChunk    = "c/" // + hash (32 bytes)      -> size u64, lastUse i64
+	keyManifest = "m/" // + CID bytes            -> encoded manifest
+	keyPin      = "p/" // + CID bytes            -> owners (u16 len + bytes)*
+	keyRecord   = "r/" // + name                 -> encoded current record
+	keyHistory  = "h/" // + name + 0x00 + 16 B   -> encoded record
+	keyVersion  = "v"  //                        -> format version u32
+)
+
+const indexVersion = 1
+
+// Open opens (creating if needed) the store in dir. It removes temp files
+// left by an earlier process and reconciles the index with the chunk files on
+// disk: files without an index entry are adopted (oldest in LRU order),
+// entries whose file is missing are dropped. If another process has the
+// store open it returns an error wrapping ErrLocked.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("open store %s: negative MaxBytes %d", dir, opts.MaxBytes)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{
+		dir:       dir,
+		chunkDir:  filepath.Join(dir, "chunks"),
+		tmpDir:    filepath.Join(dir, "tmp"),
+		log:       log,
+		chunks:    make(map[blob.Hash]*chunkEntry),
+		lru:       list.New(),
+		pinCount:  make(map[blob.Hash]int32),
+		pins:      make(map[string]*pinnedBlob),
+		dirty:     make(map[blob.Hash]struct{}),
+		capBytes:  opts.MaxBytes,
+		flushKick: make(chan struct{}, 1),
+		flushDone: make(chan struct{}),
+	}
+	for _, d := range []string{dir, s.chunkDir, s.tmpDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("open store: create %s: %w", d, err)
+		}
+	}
+	var diskFree int64 = -1
+	if s.capBytes == 0 {
+		u, err := disk.Usage(dir)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s: free space for the default size cap: %w", dir, err)
+		}
+		diskFree = int64(u.Free)
+	}
+	// Badger first: its directory lock keeps a second process from
+	// deleting the temp files of the one that runs.
+	bopts := badger.DefaultOptions(filepath.Join(dir, "index")).
+		WithLogger(badgerLogger{log}).
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(2).
+		WithBlockCacheSize(16 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2).
+		WithNumLevelZeroTables(2).
+		WithMetricsEnabled(false)
+	db, err := badger.Open(bopts)
+	if err != nil {
+		if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+			return nil, fmt.Errorf("open store %s: %w (index %s is locked: is another omst daemon running with this home?)",
+				dir, ErrLocked, bopts.Dir)
+		}
+		return nil, fmt.Errorf("open store %s: open index: %w", dir, noSpace(err))
+	}
+	s.db = db
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s.mu.Lock()
+	if diskFree >= 0 {
+		// The store's own chunks count as free space, so that the default
+		// cap does not shrink every time a filled store is reopened.
+		s.capBytes = max((diskFree+s.used)/4, MinDefaultMaxBytes)
+	}
+	if err := s.evictLocked(0); err != nil {
+		s.log.Warn("store holds more pinned data than its cap", "used", s.used, "pinned", s.pinnedBytes, "cap", s.capBytes)
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	go s.flushLoop(ctx)
+	return s, nil
+}
+
+// load rebuilds the in-memory state from the index and the chunk files.
+func (s *Store) load() error {
+	if err := s.checkVersion(); err != nil {
+		return err
+	}
+	if err := clearDir(s.tmpDir); err != nil {
+		return fmt.Errorf("remove temp files: %w", err)
+	}
+	// Chunk entries from the index.
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(keyChunk), PrefetchValues: true, PrefetchSize: 256})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			k := item.Key()
+			if len(k) != len(keyChunk)+blob.HashSize {
+				continue
+			}
+			var h blob.Hash
+			copy(h[:], k[len(keyChunk):])
+			err := item.Value(func(v []byte) error {
+				if len(v) != 16 {
+					return nil
+				}
+				s.chunks[h] = &chunkEntry{hash: h, size: int64(binary.BigEndian.Uint64(v)), lastUse: int64(binary.BigEndian.Uint64(v[8:]))}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load chunk index: %w", err)
+	}
+	// Reconcile with the files.
+	seen := make(map[blob.Hash]bool, len(s.chunks))
+	adopted := 0
+	err = filepath.WalkDir(s.chunkDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		h, perr := blob.ParseHash(d.Name())
+		if perr != nil || path != s.chunkPath(h) {
+			s.log.Warn("removing stray file in chunk directory", "path", path)
+			return os.Remove(path)
+		}
+		seen[h] = true
+		if _, ok := s.chunks[h]; ok {
+			return nil
+		}
+		info, ierr := d.Info()
+		if ierr != nil {
+			return ierr
+		}
+		if info.Size() <= 0 || info.Size() > blob.MaxChunkSize {
+			return os.Remove(path)
+		}
+		s.chunks[h] = &chunkEntry{hash: h, size: info.Size(), lastUse: info.ModTime().UnixNano()}
+		s.dirty[h] = struct{}{}
+		adopted++
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scan chunk files: %w", err)
+	}
+	dropped := 0
+	for h := range s.chunks {
+		if !seen[h] {
+			delete(s.chunks, h)
+			s.dirty[h] = struct{}{}
+			dropped++
+		}
+	}
+	if adopted+dropped > 0 {
+		s.log.Warn("chunk index reconciled with files", "adopted", adopted, "dropped", dropped)
+	}
+	// Pins.
+	err = s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(keyPin), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().KeyCopy(nil)
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			m, err := getManifest(txn, k[len(keyPin):])
+			if err != nil {
+				return fmt.Errorf("manifest of pinned blob: %w", err)
+			}
+			s.pins[string(k[len(keyPin):])] = &pinnedBlob{owners: decodeOwners(v), chunks: distinct(m.Chunks)}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load pins: %w", err)
+	}
+	for _, p := range s.pins {
+		for _, h := range p.chunks {
+			s.pinCount[h]++
+		}
+	}
+	// Totals and the LRU list, oldest at the back.
+	free := make([]*chunkEntry, 0, len(s.chunks))
+	for h, e := range s.chunks {
+		s.used += e.size
+		if s.pinCount[h] > 0 {
+			s.pinnedBytes += e.size
+		} else {
+			free = append(free, e)
+		}
+	}
+	sort.Slice(free, func(i, j int) bool { return free[i].lastUse < free[j].lastUse })
+	for _, e := range free {
+		e.elem = s.lru.PushFront(e)
+	}
+	return nil
+}
+
+func (s *Store) checkVersion() error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(keyVersion))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return txn.Set([]byte(keyVersion), binary.BigEndian.AppendUint32(nil, indexVersion))
+		}
+		if err != nil {
+			return fmt.Errorf("read index version: %w", err)
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return fmt.Errorf("read index version: %w", err)
+		}
+		if len(v) != 4 || binary.BigEndian.Uint32(v) != indexVersion {
+			return fmt.Errorf("index format version %x unsupported (want %d)", v, indexVersion)
+		}
+		return nil
+	})
+}
+
+// Close flushes pending last-use information and closes the index. Chunk
+// writes in progress should have finished; other methods must not be called
+// afterwards. A second Close returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.stop()
+	<-s.flushDone
+	ferr := s.flush()
+	cerr := s.db.Close()
+	if ferr != nil {
+		return fmt.Errorf("close store %s: %w", s.dir, ferr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("close store %s: close index: %w", s.dir, cerr)
+	}
+	return nil
+}
+
+// Usage returns the current space accounting.
+func (s *Store) Usage() Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Usage{UsedBytes: s.used, CapBytes: s.capBytes, PinnedBytes: s.pinnedBytes, Chunks: len(s.chunks)}
+}
+
+// Dir returns the directory the store lives in.
+func (s *Store) Dir() string { return s.dir }
+
+// flushLoop writes dirty chunk entries to the index every flushInterval or
+// when kicked, until ctx ends.
+func (s *Store) flushLoop(ctx context.Context) {
+	defer close(s.flushDone)
+	t := time.NewTicker(flushInterval)
+	defer t.Stop()
+	lastGC := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.flushKick:
+		}
+		if err := s.flush(); err != nil {
+			s.log.Warn("flush chunk index", "err", err)
+		}
+		if time.Since(lastGC) >= valueLogGCInterval {
+			lastGC = time.Now()
+			// Only large manifests live in the value log; reclaim it
+			// now and then. ErrNoRewrite ends the loop.
+			for i := 0; i < 8 && ctx.Err() == nil; i++ {
+				if s.db.RunValueLogGC(0.5) != nil {
+					break
+				}
+			}
+		}
+	}
+}
+
+// markDirtyLocked records that h's index entry is stale. s.mu must be held.
+func (s *Store) markDirtyLocked(h blob.Hash) {
+	s.dirty[h] = struct{}{}
+	if len(s.dirty) == flushThreshold {
+		select {
+		case s.flushKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// flush writes the dirty chunk entries (presence, size, last use, or
+// deletion) to the index in one batch.
+func (s *Store) flush() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.mu.Lock()
+	if len(s.dirty) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	ups := make([]chunkUpdate, 0, len(s.dirty))
+	for h := range s.dirty {
+		u := chunkUpdate{h: h}
+		if e, ok := s.chunks[h]; ok {
+			u.val = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(e.size)), uint64(e.lastUse))
+		}
+		ups = append(ups, u)
+	}
+	clear(s.dirty)
+	s.mu.Unlock()
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, u := range ups {
+		k := chunkKey(u.h)
+		var err error
+		if u.val == nil {
+			err = wb.Delete(k)
+		} else {
+			err = wb.Set(k, u.val)
+		}
+		if err != nil {
+			s.redirty(ups)
+			return fmt.Errorf("flush chunk index: %w", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		s.redirty(ups)
+		return fmt.Errorf("flush chunk index: %w", err)
+	}
+	return nil
+}
+
+// chunkUpdate is one chunk index write of a flush.
+type chunkUpdate struct {
+	h   blob.Hash
+	val []byte // nil = delete
+}
+
+// redirty marks the entries of a failed flush dirty again.
+func (s *Store) redirty(ups []chunkUpdate) {
+	s.mu.Lock()
+	for _, u := range ups {
+		s.dirty[u.h] = struct{}{}
+	}
+	s.mu.Unlock()
+}
+
+func chunkKey(h blob.Hash) []byte { return append([]byte(keyChunk), h[:]...) }
+
+// chunkPath returns DIR/chunks/ab/cd/<hex>.
+func (s *Store) chunkPath(h blob.Hash) string {
+	x := h.String()
+	return filepath.Join(s.chunkDir, x[:2], x[2:4], x)
+}
+
+// clearDir removes everything inside dir.
+func clearDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isNoSpace reports whether err means the disk (or a quota) is full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		(err != nil && strings.Contains(err.Error(), "no space left on device"))
+}
+
+// noSpace wraps err with blob.ErrNoSpace when it means the disk is full.
+func noSpace(err error) error {
+	if err != nil && isNoSpace(err) && !errors.Is(err, blob.ErrNoSpace) {
+		return fmt.Errorf("%w: %w", blob.ErrNoSpace, err)
+	}
+	return err
+}
+
+// distinct returns the distinct hashes of hs, in first-seen order.
+func distinct(hs []blob.Hash) []blob.Hash {
+	seen := make(map[blob.Hash]struct{}, len(hs))
+	out := make([]blob.Hash, 0, len(hs))
+	for _, h := range hs {
+		if _, ok := seen[h]; !ok {
+			seen[h] = struct{}{}
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// badgerLogger routes Badger's errors and warnings to the store's logger at
+// warning level and drops its info and debug chatter.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any) {
+	b.l.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
+}
+func (b badgerLogger) Warningf(f string, a ...any) {
+	b.l.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
+}
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}
