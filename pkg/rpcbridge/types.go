@@ -1,0 +1,76 @@
+package rpcbridge
+
+import (
+	"context"
+	"io"
+)
+
+// PutOptions tune a put.
+type PutOptions struct {
+	// ChunkSize is the chunk size of the new blob; 0 = the daemon's default.
+	ChunkSize int
+}
+
+// Info describes a named blob.
+type Info struct {
+	Name      string `json:"name"`
+	ID        string `json:"id"`         // blob ID (CID string)
+	Size      uint64 `json:"size"`       // bytes
+	ChunkSize uint32 `json:"chunk_size"` // 0 if the manifest is unknown here
+	Chunks    uint32 `json:"chunks"`
+	Time      int64  `json:"time"`   // put time, unix nanoseconds
+	Origin    string `json:"origin"` // peer ID of the node that put it
+	Local     bool   `json:"local"`  // every chunk is in this node's store
+	Pinned    bool   `json:"pinned"` // pinned on this node
+}
+
+// Child is one child of a node in the tree.
+type Child struct {
+	ID        string   `json:"id"`
+	Site      string   `json:"site"`
+	Addrs     []string `json:"addrs"`
+	Connected bool     `json:"connected"`
+}
+
+// Status is the daemon's state, sent over the socket as a JSON document.
+type Status struct {
+	PeerID          string   `json:"peer_id"`
+	Site            string   `json:"site"`
+	Addrs           []string `json:"addrs"`
+	Parent          string   `json:"parent"`
+	ParentConnected bool     `json:"parent_connected"`
+	Children        []Child  `json:"children"`
+	CacheUsed       int64    `json:"cache_used"`
+	CacheCap        int64    `json:"cache_cap"`
+	CachePinned     int64    `json:"cache_pinned"`
+	Chunks          int      `json:"chunks"`
+	BytesServed     uint64   `json:"bytes_served"`
+	BytesFetched    uint64   `json:"bytes_fetched"`
+	PeerErrors      uint64   `json:"peer_errors"`
+	Names           int      `json:"names"`
+	Version         string   `json:"version"`
+}
+
+// Backend is what the server serves: the node implements it. Names reach
+// it already checked with blob.ValidateName (prefixes with
+// blob.ValidatePrefix), paths are absolute. Errors should wrap the blob
+// sentinels so that CodeOf maps them to the right code.
+type Backend interface {
+	// Put stores the bytes of r under name. r returns io.EOF at the end of
+	// the upload; if the client aborts or the connection drops, r returns
+	// an error (ErrAborted, or one wrapping io.ErrUnexpectedEOF) and the
+	// backend must not make the name visible.
+	Put(ctx context.Context, name string, r io.Reader, opts PutOptions) (Info, error)
+	// PutFile stores the file at path (read by the daemon) under name.
+	PutFile(ctx context.Context, name, path string, opts PutOptions) (Info, error)
+	// Open returns the blob's info and a reader of its verified bytes, in
+	// order; it must yield exactly Info.Size bytes.
+	Open(ctx context.Context, name string) (Info, io.ReadCloser, error)
+	// GetFile writes the blob to path atomically (temporary file in the
+	// same directory, then rename).
+	GetFile(ctx context.Context, name, path string) (Info, error)
+	Stat(ctx context.Context, name string) (Info, error)
+	List(ctx context.Context, prefix string) ([]Info, error)
+	Remove(ctx context.Context, name string) error
+	Status(ctx context.Context) (Status, error)
+}
