@@ -79,7 +79,7 @@ func FuzzDecodeNamesRequest(f *testing.F) {
 func FuzzDecodeNamesReply(f *testing.F) {
 	f.Add(msgFound, sampleRecord().Encode())
 	f.Add(msgNotFound, []byte{})
-	f.Add(msgError, []byte("boom"))
+	f.Add(msgError, []byte("\x01boom"))
 	f.Add(msgManifestOK, (&blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{1}}}).Encode())
 	f.Fuzz(func(t *testing.T, typ byte, b []byte) {
 		p, err := decodeNamesReply(typ, b)

@@ -53,7 +53,7 @@ func (t *Tree) namesCall(ctx context.Context, p peer.ID, q namesRequest) (namesR
 		return namesReply{}, fmt.Errorf("%s: %w", t.describe(p), err)
 	}
 	if rep.Type == msgError {
-		return rep, fmt.Errorf("%s answered: %s", t.describe(p), rep.Message)
+		return rep, remoteError(t.describe(p), rep)
 	}
 	return rep, nil
 }
@@ -113,16 +113,22 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 	return blob.Record{}, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
 }
 
-// Announce pushes a record stored by a local put up to the parent, in the
-// background. Records that do not reach the parent now are sent again with
-// every record of this subtree when the parent session is (re)established.
-func (t *Tree) Announce(ctx context.Context, r blob.Record) {
-	t.announceUp(r)
+// Announce pushes a record stored by a local put up to the parent and
+// waits (within ctx and the request timeout) until the parent has stored
+// it; each relay forwards it further up before acknowledging, so on success
+// the name is known all the way to the root. A record that does not reach
+// the parent now is sent again, with every record of this subtree, when the
+// parent session is (re)established; the error says why it did not.
+func (t *Tree) Announce(ctx context.Context, r blob.Record) error {
+	return t.announceUp(ctx, r)
 }
 
-func (t *Tree) announceUp(r blob.Record) {
+// announceUp sends r to the parent synchronously; it returns nil at the
+// root, and when the parent is not connected now (the re-announce on
+// reconnect carries r then).
+func (t *Tree) announceUp(ctx context.Context, r blob.Record) error {
 	if t.parent == "" {
-		return
+		return nil
 	}
 	t.mu.Lock()
 	up := t.connected && !t.closed
@@ -131,14 +137,16 @@ func (t *Tree) announceUp(r blob.Record) {
 	}
 	t.mu.Unlock()
 	if !up {
-		return // the next session's re-announce carries it
+		return nil
 	}
-	go func() {
-		defer t.wg.Done()
-		if err := t.announceTo(t.ctx, r); err != nil {
-			t.log.Warn("announce to parent failed; will re-announce on reconnect", "name", r.Name, "err", err)
-		}
-	}()
+	defer t.wg.Done()
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
+	defer cancel()
+	if err := t.announceTo(ctx, r); err != nil {
+		t.log.Warn("announce to parent failed; will re-announce on reconnect", "name", r.Name, "err", err)
+		return fmt.Errorf("announce %q to parent: %w", r.Name, err)
+	}
+	return nil
 }
 
 func (t *Tree) announceTo(ctx context.Context, r blob.Record) error {
@@ -246,7 +254,7 @@ func (t *Tree) handleNames(s network.Stream) {
 	case msgLookup:
 		reply = t.serveLookup(ctx, q.Name)
 	case msgAnnounce:
-		reply = t.serveAnnounce(p, q.Record)
+		reply = t.serveAnnounce(ctx, p, q.Record)
 	case msgManifest:
 		reply = t.serveManifest(ctx, p, q.ID)
 	}
@@ -267,7 +275,7 @@ func (t *Tree) serveLookup(ctx context.Context, name string) []byte {
 	return appendFrame(nil, msgFound, r.Encode())
 }
 
-func (t *Tree) serveAnnounce(p peer.ID, r blob.Record) []byte {
+func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []byte {
 	if !t.isChild(p) {
 		return errorFrame(fmt.Errorf("announce %q: %s is not a child of %s", r.Name, p, t.self))
 	}
@@ -279,7 +287,13 @@ func (t *Tree) serveAnnounce(p peer.ID, r blob.Record) []byte {
 	t.learnVia(r.ID, p)
 	if changed {
 		t.log.Info("record announced by child", "name", r.Name, "id", r.ID, "child", p)
-		t.announceUp(r)
+		// Forward before acknowledging, so that the child's put returns
+		// once the root knows the name. A failure is logged by announceUp
+		// and repaired by the re-announce on reconnect; the child's record
+		// is stored here either way.
+		fctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout/2)
+		_ = t.announceUp(fctx, r)
+		cancel()
 		if t.cfg.Replicate && t.parent != "" && r.Origin == p.String() {
 			t.replicate(r)
 		}

@@ -338,8 +338,19 @@ type namesReply struct {
 	Type     byte // msgFound, msgNotFound, msgAck, msgManifestOK, msgError
 	Record   blob.Record
 	Manifest []byte
+	Code     byte // of an ERROR: errOther, errUnreachable or errInvalidName
 	Message  string
 }
+
+// Codes carried by a names ERROR, so that a cause keeps its meaning across
+// hops: a worker whose head cannot reach the root learns that the root is
+// unreachable, not merely that its head failed. Unknown codes read as
+// errOther.
+const (
+	errOther       byte = 0
+	errUnreachable byte = 1 // an upstream peer could not be reached
+	errInvalidName byte = 2
+)
 
 // decodeNamesReply parses the payload of a names reply of type typ. A FOUND
 // record's Via is cleared.
@@ -363,22 +374,42 @@ func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 		}
 		p.Manifest = payload
 	case msgError:
-		if len(payload) > maxErrorMsg {
-			return p, malformed("error message of %d bytes", len(payload))
+		if len(payload) < 1 || len(payload) > 1+maxErrorMsg {
+			return p, malformed("error payload of %d bytes", len(payload))
 		}
-		p.Message = string(payload)
+		p.Code, p.Message = payload[0], string(payload[1:])
 	default:
 		return p, malformed("unknown names reply 0x%02x", typ)
 	}
 	return p, nil
 }
 
+// errorFrame encodes err as a names ERROR: its code, then its message cut
+// to maxErrorMsg bytes.
 func errorFrame(err error) []byte {
 	msg := err.Error()
 	if len(msg) > maxErrorMsg {
 		msg = msg[:maxErrorMsg]
 	}
-	return appendFrame(nil, msgError, []byte(msg))
+	code := errOther
+	switch {
+	case errors.Is(err, blob.ErrUnreachable):
+		code = errUnreachable
+	case errors.Is(err, blob.ErrInvalidName):
+		code = errInvalidName
+	}
+	return appendFrame(nil, msgError, append([]byte{code}, msg...))
+}
+
+// remoteError is the error a peer's ERROR reply stands for.
+func remoteError(who string, rep namesReply) error {
+	switch rep.Code {
+	case errUnreachable:
+		return fmt.Errorf("%s answered: %w (%s)", who, blob.ErrUnreachable, rep.Message)
+	case errInvalidName:
+		return fmt.Errorf("%s answered: %w (%s)", who, blob.ErrInvalidName, rep.Message)
+	}
+	return fmt.Errorf("%s answered: %s", who, rep.Message)
 }
 
 // ---- /omst/fetch/1.0.0 ----

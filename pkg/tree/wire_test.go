@@ -109,7 +109,7 @@ func TestInvalidInputOnTheWire(t *testing.T) {
 		s.Write(appendFrame(nil, msgLookup, payload))
 		s.CloseWrite()
 		typ, msg, err := readFrame(bufio.NewReader(s))
-		if err != nil || typ != msgError || !strings.Contains(string(msg), "invalid name") {
+		if err != nil || typ != msgError || len(msg) == 0 || msg[0] != errInvalidName || !strings.Contains(string(msg), "invalid name") {
 			t.Fatalf("LOOKUP %q: type 0x%02x %q %v", payload, typ, msg, err)
 		}
 		s.Close()

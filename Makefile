@@ -1,0 +1,50 @@
+# omst: the two commands a newcomer needs are `make demo` and `make test`.
+# GO: a Go >= 1.26; scripts/ensure-go.sh finds one or fetches the official
+# toolchain from the Go module proxy.
+GO      ?= $(shell scripts/ensure-go.sh)
+export GOFLAGS ?= -buildvcs=false
+BIN     := bin/omst
+PKGS    := ./...
+FUZZTIME ?= 10s
+
+.PHONY: all build demo test check unit race integration fuzz bench clean deps
+
+all: build
+
+deps: ## download Go modules (and Go itself when no Go >= 1.26 is installed)
+	@test -n "$(GO)" || { echo "no Go >= 1.26 and it could not be fetched: install Go from https://go.dev/dl/"; exit 1; }
+	$(GO) version
+	$(GO) mod download
+
+build: deps ## build bin/omst
+	$(GO) build -o $(BIN) ./cmd/omst
+
+demo: build ## build omst and run the in-process emulated grid demo
+	./$(BIN) demo
+
+test: deps check race integration ## everything CI runs
+	@echo "make test: all passed"
+
+check: ## formatting and vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+race: ## unit tests (with fuzz seed corpora) under the race detector
+	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v /cmd/omst)
+
+integration: ## multi-process tests: real daemons on loopback
+	$(GO) test -count=1 -timeout 15m -run 'Test' ./cmd/omst/
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run XXX -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+bench: build ## benchmarks (not tests): see docs/benchmarks.md
+	./scripts/bench.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/node"
+	"github.com/omst-project/omst/pkg/rpcbridge"
+)
+
+func daemonCmd(g *globals) *cobra.Command {
+	var (
+		listen      []string
+		parent      string
+		site        string
+		cacheSize   string
+		chunkSize   string
+		window      int
+		noReplicate bool
+		logLevel    string
+	)
+	c := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run the omst daemon for this host",
+		Long: "Run the omst daemon: it keeps the local cache, joins the tree under --parent, serves\n" +
+			"chunks to its children and peers, and answers the local API on HOME/omst.sock.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := node.Config{Home: g.homeDir(), Listen: listen, Parent: parent, Site: site, Window: window, NoReplicate: noReplicate}
+			var err error
+			if cacheSize != "" {
+				if cfg.CacheSize, err = parseSize(cacheSize); err != nil {
+					return usageError{fmt.Errorf("--cache-size: %w", err)}
+				}
+			}
+			if chunkSize != "" {
+				cs, err := parseSize(chunkSize)
+				if err != nil {
+					return usageError{fmt.Errorf("--chunk-size: %w", err)}
+				}
+				cfg.ChunkSize = int(cs)
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			n, err := node.Start(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			for _, a := range n.Addrs() {
+				fmt.Fprintln(cmd.OutOrStdout(), a)
+			}
+			<-cmd.Context().Done()
+			cfg.Logger.Info("shutting down")
+			return n.Close()
+		},
+	}
+	f := c.Flags()
+	f.StringArrayVar(&listen, "listen", nil, "libp2p listen multiaddr, repeatable (default /ip4/0.0.0.0/tcp/4040 and /ip4/0.0.0.0/udp/4040/quic-v1)")
+	f.StringVar(&parent, "parent", "", "parent node's multiaddr ending in /p2p/<ID> (a line of the parent's `omst id`); none for the root")
+	f.StringVar(&site, "site", "", "site (cluster) this host belongs to")
+	f.StringVar(&cacheSize, "cache-size", "", "cap on cached bytes, e.g. 20G (default 25% of the free disk)")
+	f.StringVar(&chunkSize, "chunk-size", "", "default chunk size for puts (default 1M)")
+	f.IntVar(&window, "window", 0, "chunks in flight per fetch (default 16; raise for long fat WAN links)")
+	f.BoolVar(&noReplicate, "no-replicate", false, "do not copy blobs put by children (results are then only on the worker that made them)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return c
+}
+
+func putCmd(g *globals) *cobra.Command {
+	var chunkSize string
+	c := &cobra.Command{
+		Use:   "put NAME [FILE|-]",
+		Short: "Publish a file (or standard input) under NAME; prints the blob ID",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := blob.ValidateName(name); err != nil {
+				return err
+			}
+			var opts rpcbridge.PutOptions
+			if chunkSize != "" {
+				cs, err := parseSize(chunkSize)
+				if err != nil {
+					return usageError{fmt.Errorf("--chunk-size: %w", err)}
+				}
+				if err := blob.ValidateChunkSize(int(cs)); err != nil {
+					return usageError{fmt.Errorf("--chunk-size: %w", err)}
+				}
+				opts.ChunkSize = int(cs)
+			}
+			cl, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx := cmd.Context()
+			var info rpcbridge.Info
+			if len(args) == 1 || args[1] == "-" {
+				p := newProgress("put "+name, 0, g.quiet)
+				info, err = cl.Put(ctx, name, p.reader(cmd.InOrStdin()), opts)
+				p.finish()
+			} else {
+				path, aerr := filepath.Abs(args[1])
+				if aerr != nil {
+					return aerr
+				}
+				st, serr := os.Stat(path)
+				if serr != nil {
+					return serr
+				}
+				if st.IsDir() {
+					return usageError{fmt.Errorf("%s is a directory", path)}
+				}
+				if p := newProgress("put "+name, st.Size(), g.quiet); p != nil {
+					// On a terminal, stream the file so the bar can follow it.
+					f, ferr := os.Open(path)
+					if ferr != nil {
+						p.finish()
+						return ferr
+					}
+					info, err = cl.Put(ctx, name, p.reader(f), opts)
+					f.Close()
+					p.finish()
+				} else {
+					info, err = cl.PutFile(ctx, name, path, opts)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), info.ID)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&chunkSize, "chunk-size", "", "chunk size for this blob, e.g. 4M (default: the daemon's)")
+	return c
+}
+
+func getCmd(g *globals) *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "get NAME [-o FILE|-]",
+		Short: "Fetch the blob named NAME into FILE (default: standard output)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := blob.ValidateName(name); err != nil {
+				return err
+			}
+			cl, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx := cmd.Context()
+			if out == "" || out == "-" {
+				_, err := cl.Get(ctx, name, cmd.OutOrStdout())
+				return err
+			}
+			path, err := filepath.Abs(out)
+			if err != nil {
+				return err
+			}
+			if g.quiet || !isTerminal() {
+				_, err = cl.GetFile(ctx, name, path)
+				return err
+			}
+			info, rc, err := cl.GetStream(ctx, name)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			p := newProgress("get "+name, int64(info.Size), g.quiet)
+			err = writeFileAtomic(path, rc, p)
+			p.finish()
+			return err
+		},
+	}
+	c.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
+	return c
+}
+
+// writeFileAtomic copies r into a temporary file beside path and renames it
+// into place only after the whole stream ended without error.
+func writeFileAtomic(path string, r io.Reader, p *progress) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".omst-*")
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(p.writer(f), r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+func lsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "ls [PREFIX]",
+		Short: "List the names this node knows, optionally under PREFIX",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			if err := blob.ValidatePrefix(prefix); err != nil {
+				return err
+			}
+			cl, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			infos, err := cl.List(cmd.Context(), prefix)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if infos == nil {
+					infos = []rpcbridge.Info{}
+				}
+				return printJSON(cmd.OutOrStdout(), infos)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSIZE\tLOCAL\tID")
+			for _, in := range infos {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", in.Name, in.Size, yesNo(in.Local), in.ID)
+			}
+			return tw.Flush()
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func statCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "stat NAME",
+		Short: "Show the blob behind NAME",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := blob.ValidateName(args[0]); err != nil {
+				return err
+			}
+			cl, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			in, err := cl.Stat(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), in)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "name\t%s\nid\t%s\nsize\t%d (%s)\nchunks\t%d x %s\nput\t%s\norigin\t%s\nlocal\t%s\npinned\t%s\n",
+				in.Name, in.ID, in.Size, humanBytes(int64(in.Size)), in.Chunks, humanBytes(int64(in.ChunkSize)),
+				time.Unix(0, in.Time).UTC().Format(time.RFC3339Nano), in.Origin, yesNo(in.Local), yesNo(in.Pinned))
+			return tw.Flush()
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func rmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Forget NAME on this node and unpin its blob here (other nodes keep theirs)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := blob.ValidateName(args[0]); err != nil {
+				return err
+			}
+			cl, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			return cl.Remove(cmd.Context(), args[0])
+		},
+	}
+}
+
+func idCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "id",
+		Short: "Print this node's multiaddrs with /p2p/ID, one per line (each usable as --parent)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			st, err := cl.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			for _, a := range st.Addrs {
+				fmt.Fprintln(cmd.OutOrStdout(), a)
+			}
+			return nil
+		},
+	}
+}
+
+func statusCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Show the daemon's parent, children, site, cache use and byte counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			st, err := cl.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), st)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			parent := "none (root)"
+			if st.Parent != "" {
+				parent = st.Parent + " (" + map[bool]string{true: "connected", false: "DISCONNECTED"}[st.ParentConnected] + ")"
+			}
+			fmt.Fprintf(tw, "peer\t%s\nversion\t%s\nsite\t%s\nparent\t%s\nchildren\t%d\n", st.PeerID, st.Version, st.Site, parent, len(st.Children))
+			for _, ch := range st.Children {
+				fmt.Fprintf(tw, "  %s\tsite %s, %s\n", ch.ID, ch.Site, map[bool]string{true: "connected", false: "disconnected"}[ch.Connected])
+			}
+			fmt.Fprintf(tw, "cache\t%s used of %s (%s pinned), %d chunks\nnames\t%d\nbytes_served\t%d\nbytes_fetched\t%d\npeer_errors\t%d\n",
+				humanBytes(st.CacheUsed), humanBytes(st.CacheCap), humanBytes(st.CachePinned), st.Chunks, st.Names,
+				st.BytesServed, st.BytesFetched, st.PeerErrors)
+			fmt.Fprintf(tw, "addrs\t%s\n", strings.Join(st.Addrs, "\n\t"))
+			return tw.Flush()
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

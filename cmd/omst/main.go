@@ -1,0 +1,97 @@
+// Command omst is the omst CLI: it runs the daemon (omst daemon) and talks
+// to a running daemon over its local socket for everything else. It parses
+// flags and prints; the work happens in the daemon (pkg/node).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/node"
+	"github.com/omst-project/omst/pkg/rpcbridge"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitError       = 1 // any other failure
+	exitUsage       = 2 // bad flags, arguments or names
+	exitNotFound    = 3 // no such name
+	exitUnreachable = 4 // no daemon, or a peer could not be reached
+)
+
+// globals holds the flags every command shares.
+type globals struct {
+	home  string
+	quiet bool
+}
+
+func (g *globals) socket() string {
+	if s := os.Getenv("OMST_SOCKET"); s != "" && g.home == "" {
+		return s
+	}
+	return node.SocketPath(g.homeDir())
+}
+
+func (g *globals) homeDir() string {
+	if g.home != "" {
+		return g.home
+	}
+	return node.DefaultHome()
+}
+
+func (g *globals) dial() (*rpcbridge.Client, error) {
+	return rpcbridge.Dial(g.socket())
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "omst",
+		Short:         "omst: named blobs distributed through a tree of caches",
+		Long:          "omst distributes large named blobs to grid and cluster workers through a topology-aware\noverlay of daemons: one per host, caches on head nodes, chunks verified end to end.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.home, "home", "", "daemon home directory (default $OMST_HOME, else ~/.omst)")
+	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "no progress output")
+	root.AddCommand(
+		daemonCmd(g), putCmd(g), getCmd(g), lsCmd(g), statCmd(g), rmCmd(g), idCmd(g), statusCmd(g), demoCmd(g),
+	)
+	return root
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "omst: %v\n", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+// usageError marks errors in flags or arguments.
+type usageError struct{ error }
+
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue), errors.Is(err, blob.ErrInvalidName):
+		return exitUsage
+	case errors.Is(err, blob.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, blob.ErrUnreachable), errors.Is(err, rpcbridge.ErrNoDaemon):
+		return exitUnreachable
+	}
+	return exitError
+}

@@ -1,0 +1,384 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/cache"
+	"github.com/omst-project/omst/pkg/peerhost"
+	"github.com/omst-project/omst/pkg/rpcbridge"
+	"github.com/omst-project/omst/pkg/tree"
+)
+
+// Version is reported by status.
+const Version = "0.1.0"
+
+// Config configures a daemon.
+type Config struct {
+	Home      string   // home directory; "" = DefaultHome()
+	Listen    []string // libp2p listen multiaddrs; empty = peerhost.DefaultListen()
+	Parent    string   // parent multiaddr ending in /p2p/<ID>; "" for the root
+	Site      string   // site label (e.g. the cluster's name)
+	CacheSize int64    // cap on cached chunk bytes; 0 = cache default
+	ChunkSize int      // default chunk size for puts; 0 = blob.DefaultChunkSize
+	Window    int      // chunks in flight per fetch; 0 = tree default
+	// NoReplicate turns off the background copy a relay makes of a blob put
+	// directly below it (on by default: a result is durable once its head
+	// node holds a copy).
+	NoReplicate bool
+	Logger      *slog.Logger
+	// Host, when non-nil, is used instead of starting a libp2p host from
+	// Listen (for in-process emulated networks); Node closes it.
+	Host host.Host
+	// NoSocket skips the local API socket (in-process use).
+	NoSocket bool
+}
+
+// Node is a running daemon. Its methods implement rpcbridge.Backend and are
+// safe for concurrent use.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	lock   *homeLock
+	store  *cache.Store
+	host   host.Host
+	tree   *tree.Tree
+	server *rpcbridge.Server
+	ln     net.Listener
+	cancel context.CancelFunc
+	served chan error
+	once   sync.Once
+}
+
+var _ rpcbridge.Backend = (*Node)(nil)
+
+// Start opens the home directory (refusing one held by another daemon),
+// the store, the libp2p host, joins the tree and serves the local API. On
+// error everything already opened is closed again.
+func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+	if cfg.Home == "" {
+		cfg.Home = DefaultHome()
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = blob.DefaultChunkSize
+	}
+	if err := blob.ValidateChunkSize(cfg.ChunkSize); err != nil {
+		return nil, fmt.Errorf("default chunk size: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	nd := &Node{cfg: cfg, log: cfg.Logger}
+	defer func() {
+		// The returns below set n to nil on error; close what nd opened.
+		if err != nil {
+			nd.Close()
+			n = nil
+		}
+	}()
+	n = nd
+	var parent *peer.AddrInfo
+	if cfg.Parent != "" {
+		if parent, err = peerhost.ParsePeerAddr(cfg.Parent); err != nil {
+			return nil, fmt.Errorf("--parent: %w", err)
+		}
+	}
+	if n.lock, err = lockHome(cfg.Home); err != nil {
+		return nil, err
+	}
+	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if cfg.Host != nil {
+		n.host = cfg.Host
+	} else {
+		key, err := peerhost.LoadOrCreateKey(filepath.Join(cfg.Home, "identity.key"))
+		if err != nil {
+			return nil, err
+		}
+		if n.host, err = peerhost.New(peerhost.Options{Key: key, Listen: cfg.Listen}); err != nil {
+			return nil, err
+		}
+	}
+	if parent != nil && parent.ID == n.host.ID() {
+		return nil, fmt.Errorf("--parent %s is this node itself", cfg.Parent)
+	}
+	n.tree, err = tree.New(tree.Config{
+		Host:      n.host,
+		Store:     n.store,
+		Parent:    parent,
+		Site:      cfg.Site,
+		Window:    cfg.Window,
+		Replicate: !cfg.NoReplicate,
+		Logger:    cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tree: %w", err)
+	}
+	tctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	if err = n.tree.Start(tctx); err != nil {
+		return nil, fmt.Errorf("tree: %w", err)
+	}
+	if !cfg.NoSocket {
+		n.server = rpcbridge.NewServer(n, rpcbridge.ServerOptions{Logger: cfg.Logger})
+		if n.ln, err = n.server.Listen(SocketPath(cfg.Home)); err != nil {
+			return nil, fmt.Errorf("local API: %w", err)
+		}
+		n.served = make(chan error, 1)
+		go func() { n.served <- n.server.Serve(n.ln) }()
+	}
+	n.log.Info("omst daemon started", "peer", n.host.ID(), "addrs", peerhost.FullAddrs(n.host),
+		"parent", cfg.Parent, "site", cfg.Site, "home", cfg.Home)
+	return n, nil
+}
+
+// ID returns the node's peer ID.
+func (n *Node) ID() peer.ID { return n.host.ID() }
+
+// Addrs returns the node's multiaddrs with /p2p/<ID>.
+func (n *Node) Addrs() []string { return peerhost.FullAddrs(n.host) }
+
+// Host returns the node's libp2p host.
+func (n *Node) Host() host.Host { return n.host }
+
+// Close stops serving, leaves the tree, closes the store and releases the
+// home directory. It is safe to call more than once.
+func (n *Node) Close() error {
+	var errs []error
+	n.once.Do(func() {
+		if n.server != nil {
+			errs = append(errs, n.server.Close())
+			if n.served != nil {
+				select {
+				case <-n.served:
+				case <-time.After(5 * time.Second):
+				}
+			}
+		}
+		if n.tree != nil {
+			errs = append(errs, n.tree.Close())
+		}
+		if n.cancel != nil {
+			n.cancel()
+		}
+		if n.host != nil {
+			errs = append(errs, n.host.Close())
+		}
+		if n.store != nil {
+			errs = append(errs, n.store.Close())
+		}
+		n.lock.release()
+	})
+	return errors.Join(errs...)
+}
+
+func (n *Node) chunkSize(opts rpcbridge.PutOptions) int {
+	if opts.ChunkSize == 0 {
+		return n.cfg.ChunkSize
+	}
+	return opts.ChunkSize
+}
+
+// Put stores the bytes of r under name on this node (pinned) and announces
+// the name up the tree.
+func (n *Node) Put(ctx context.Context, name string, r io.Reader, opts rpcbridge.PutOptions) (rpcbridge.Info, error) {
+	rec, err := n.store.Ingest(ctx, name, r, n.chunkSize(opts), n.host.ID().String())
+	if err != nil {
+		return rpcbridge.Info{}, fmt.Errorf("put %q: %w", name, err)
+	}
+	return n.published(ctx, rec)
+}
+
+// PutFile is Put reading the file at path.
+func (n *Node) PutFile(ctx context.Context, name, path string, opts rpcbridge.PutOptions) (rpcbridge.Info, error) {
+	rec, err := n.store.IngestFile(ctx, name, path, n.chunkSize(opts), n.host.ID().String())
+	if err != nil {
+		return rpcbridge.Info{}, fmt.Errorf("put %q from %s: %w", name, path, err)
+	}
+	return n.published(ctx, rec)
+}
+
+func (n *Node) published(ctx context.Context, rec blob.Record) (rpcbridge.Info, error) {
+	// The put has succeeded once the blob is stored here; a name that
+	// could not be announced now is re-announced on reconnect.
+	_ = n.tree.Announce(ctx, rec)
+	m, err := n.store.Manifest(rec.ID)
+	if err != nil {
+		return rpcbridge.Info{}, fmt.Errorf("put %q: %w", rec.Name, err)
+	}
+	return n.info(rec, m), nil
+}
+
+// resolve looks name up through the tree and returns its record and manifest.
+func (n *Node) resolve(ctx context.Context, name string) (blob.Record, *blob.Manifest, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return blob.Record{}, nil, err
+	}
+	rec, err := n.tree.Lookup(ctx, name)
+	if err != nil {
+		return blob.Record{}, nil, err
+	}
+	m, err := n.tree.Manifest(ctx, rec)
+	if err != nil {
+		return blob.Record{}, nil, fmt.Errorf("manifest of %q (%s): %w", name, rec.ID, err)
+	}
+	return rec, m, nil
+}
+
+// Open returns the verified bytes of the blob named name, fetching missing
+// chunks through the tree.
+func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCloser, error) {
+	rec, m, err := n.resolve(ctx, name)
+	if err != nil {
+		return rpcbridge.Info{}, nil, err
+	}
+	rc, err := n.tree.Open(ctx, rec)
+	if err != nil {
+		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
+	}
+	return n.info(rec, m), rc, nil
+}
+
+// GetFile writes the blob named name to path atomically: into a temporary
+// file beside it, renamed into place only when every byte is verified.
+func (n *Node) GetFile(ctx context.Context, name, path string) (rpcbridge.Info, error) {
+	info, rc, err := n.Open(ctx, name)
+	if err != nil {
+		return rpcbridge.Info{}, err
+	}
+	defer rc.Close()
+	if err := writeFileAtomic(path, rc); err != nil {
+		return rpcbridge.Info{}, fmt.Errorf("get %q to %s: %w", name, path, err)
+	}
+	info.Local = true
+	return info, nil
+}
+
+func writeFileAtomic(path string, r io.Reader) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".omst-*")
+	if err != nil {
+		return mapDiskErr(err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = io.Copy(f, r); err != nil {
+		return mapDiskErr(err)
+	}
+	if err = f.Close(); err != nil {
+		return mapDiskErr(err)
+	}
+	if err = os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func mapDiskErr(err error) error {
+	if isNoSpace(err) {
+		return fmt.Errorf("%w: %v", blob.ErrNoSpace, err)
+	}
+	return err
+}
+
+// Stat returns what is known of name (looked up through the tree).
+func (n *Node) Stat(ctx context.Context, name string) (rpcbridge.Info, error) {
+	rec, m, err := n.resolve(ctx, name)
+	if err != nil {
+		return rpcbridge.Info{}, err
+	}
+	return n.info(rec, m), nil
+}
+
+// List returns the names this node knows with the given prefix: its own,
+// those announced from below, and those it has looked up.
+func (n *Node) List(ctx context.Context, prefix string) ([]rpcbridge.Info, error) {
+	recs, err := n.store.List(prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rpcbridge.Info, 0, len(recs))
+	for _, r := range recs {
+		m, err := n.store.Manifest(r.ID)
+		if err != nil {
+			m = nil
+		}
+		out = append(out, n.info(r, m))
+	}
+	return out, nil
+}
+
+// Remove forgets name on this node and unpins its blob here; other nodes
+// keep their copies.
+func (n *Node) Remove(ctx context.Context, name string) error {
+	if err := blob.ValidateName(name); err != nil {
+		return err
+	}
+	if err := n.store.RemoveName(name); err != nil {
+		return fmt.Errorf("remove %q: %w", name, err)
+	}
+	return nil
+}
+
+// Status reports the node's place in the tree, its cache use and counters.
+func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
+	ts := n.tree.Status()
+	u := n.store.Usage()
+	st := rpcbridge.Status{
+		PeerID:          n.host.ID().String(),
+		Site:            ts.Site,
+		Addrs:           n.Addrs(),
+		ParentConnected: ts.ParentConnected,
+		CacheUsed:       u.UsedBytes,
+		CacheCap:        u.CapBytes,
+		CachePinned:     u.PinnedBytes,
+		Chunks:          u.Chunks,
+		BytesServed:     ts.BytesServed,
+		BytesFetched:    ts.BytesFetched,
+		PeerErrors:      ts.PeerErrors,
+		Version:         Version,
+	}
+	if ts.Parent != "" {
+		st.Parent = ts.ParentAddr
+	}
+	for _, c := range ts.Children {
+		st.Children = append(st.Children, rpcbridge.Child{ID: c.ID.String(), Site: c.Site, Addrs: c.Addrs, Connected: c.Connected})
+	}
+	if recs, err := n.store.List(""); err == nil {
+		st.Names = len(recs)
+	}
+	return st, nil
+}
+
+func (n *Node) info(r blob.Record, m *blob.Manifest) rpcbridge.Info {
+	in := rpcbridge.Info{
+		Name:   r.Name,
+		ID:     r.ID.String(),
+		Size:   r.Size,
+		Time:   r.Time,
+		Origin: r.Origin,
+		Local:  n.store.HasBlob(r.ID),
+		Pinned: n.store.Pinned(r.ID),
+	}
+	if m != nil {
+		in.ChunkSize = m.ChunkSize
+		in.Chunks = uint32(len(m.Chunks))
+	}
+	return in
+}

@@ -1,0 +1,152 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/rpcbridge"
+)
+
+func startNode(t *testing.T, home, parent, site string) *Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, Config{Home: home, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Parent: parent, Site: site})
+	if err != nil {
+		t.Fatalf("start %s: %v", home, err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func TestHomeInUse(t *testing.T) {
+	home := t.TempDir()
+	startNode(t, home, "", "")
+	_, err := Start(context.Background(), Config{Home: home, Listen: []string{"/ip4/127.0.0.1/tcp/0"}})
+	if !errors.Is(err, ErrHomeInUse) {
+		t.Fatalf("second daemon on %s: got %v, want ErrHomeInUse", home, err)
+	}
+	if !strings.Contains(err.Error(), home) || !strings.Contains(err.Error(), "pid") {
+		t.Fatalf("error should name the home and the holder's pid: %v", err)
+	}
+}
+
+func TestHomeReleasedOnClose(t *testing.T) {
+	home := t.TempDir()
+	n := startNode(t, home, "", "")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	startNode(t, home, "", "")
+}
+
+func TestStartRejectsSelfParentAndBadParent(t *testing.T) {
+	home := t.TempDir()
+	n := startNode(t, home, "", "")
+	self := n.Addrs()[0]
+	n.Close()
+	if _, err := Start(context.Background(), Config{Home: home, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Parent: self}); err == nil || !strings.Contains(err.Error(), "itself") {
+		t.Fatalf("own address as parent: got %v", err)
+	}
+	if _, err := Start(context.Background(), Config{Home: home, Parent: "/ip4/127.0.0.1/tcp/1"}); err == nil || !strings.Contains(err.Error(), "--parent") {
+		t.Fatalf("parent without /p2p: got %v", err)
+	}
+	// The failed starts released the home.
+	startNode(t, home, "", "")
+}
+
+// TestSocketRoundTrip exercises the backend through the real unix socket:
+// put at a child, get it at the parent by name, stat, list, remove, status.
+func TestSocketRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	root := startNode(t, filepath.Join(dir, "root"), "", "")
+	child := startNode(t, filepath.Join(dir, "w"), root.Addrs()[0], "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	wc, err := rpcbridge.Dial(SocketPath(filepath.Join(dir, "w")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+	rc, err := rpcbridge.Dial(SocketPath(filepath.Join(dir, "root")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+
+	data := make([]byte, 3<<20+17)
+	rand.Read(data)
+	info, err := wc.Put(ctx, "results/r1", bytes.NewReader(data), rpcbridge.PutOptions{ChunkSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size != uint64(len(data)) || info.Chunks != 13 {
+		t.Fatalf("put info %+v", info)
+	}
+	var got bytes.Buffer
+	if _, err := rc.Get(ctx, "results/r1", &got); err != nil {
+		t.Fatalf("get at root: %v", err)
+	}
+	if !bytes.Equal(got.Bytes(), data) {
+		t.Fatal("root read different bytes")
+	}
+	out := filepath.Join(dir, "copy.bin")
+	if _, err := rc.GetFile(ctx, "results/r1", out); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(out); !bytes.Equal(b, data) {
+		t.Fatal("get-file wrote different bytes")
+	}
+	st, err := rc.Stat(ctx, "results/r1")
+	if err != nil || st.ID != info.ID {
+		t.Fatalf("stat at root: %+v %v", st, err)
+	}
+	ls, err := wc.List(ctx, "results/")
+	if err != nil || len(ls) != 1 || ls[0].Name != "results/r1" {
+		t.Fatalf("ls: %+v %v", ls, err)
+	}
+	status, err := rc.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status.BytesFetched < uint64(len(data)) {
+		t.Fatalf("root fetched %d bytes, want >= %d", status.BytesFetched, len(data))
+	}
+	if len(status.Children) != 1 {
+		t.Fatalf("root children %v", status.Children)
+	}
+	if err := wc.Remove(ctx, "results/r1"); err != nil {
+		t.Fatal(err)
+	}
+	// rm is local: the worker forgets the name and unpins the blob, the
+	// root (which has no parent to ask) keeps what was announced to it.
+	if ls, err := wc.List(ctx, "results/"); err != nil || len(ls) != 0 {
+		t.Fatalf("ls after rm at the worker: %+v %v", ls, err)
+	}
+	if err := rc.Remove(ctx, "results/r1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Stat(ctx, "results/r1"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("stat at the root after rm there: %v", err)
+	}
+	if err := rc.Remove(ctx, "results/r1"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("second rm: %v", err)
+	}
+	if _, err := wc.Get(ctx, "no/such", io.Discard); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("get unknown: %v", err)
+	}
+	_ = child
+}
