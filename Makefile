@@ -31,7 +31,7 @@ check: ## formatting and vet
 	$(GO) vet $(PKGS)
 
 race: ## unit tests (with fuzz seed corpora) under the race detector
-	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v /cmd/omst)
+	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v '/cmd/omst$$')
 
 integration: ## multi-process tests: real daemons on loopback
 	$(GO) test -count=1 -timeout 15m -run 'Test' ./cmd/omst/

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,6 +29,7 @@ func daemonCmd(g *globals) *cobra.Command {
 		window      int
 		noReplicate bool
 		logLevel    string
+		cpuProfile  string
 	)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -55,6 +57,13 @@ func daemonCmd(g *globals) *cobra.Command {
 				return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			n, err := node.Start(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -76,7 +85,21 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.IntVar(&window, "window", 0, "chunks in flight per fetch (default 16; raise for long fat WAN links)")
 	f.BoolVar(&noReplicate, "no-replicate", false, "do not copy blobs put by children (results are then only on the worker that made them)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	return c
+}
+
+// startCPUProfile profiles this process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func putCmd(g *globals) *cobra.Command {

@@ -252,8 +252,11 @@ func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCl
 	return n.info(rec, m), rc, nil
 }
 
-// GetFile writes the blob named name to path atomically: into a temporary
-// file beside it, renamed into place only when every byte is verified.
+// GetFile writes the blob named name to path. A regular file (or a new
+// one) is written atomically: into a temporary file beside it, renamed into
+// place only when every byte is verified; a symlink is followed and its
+// target replaced. Anything else that exists at path (a device such as
+// /dev/null, a FIFO) is opened and written in place, never replaced.
 func (n *Node) GetFile(ctx context.Context, name, path string) (rpcbridge.Info, error) {
 	info, rc, err := n.Open(ctx, name)
 	if err != nil {
@@ -268,6 +271,15 @@ func (n *Node) GetFile(ctx context.Context, name, path string) (rpcbridge.Info, 
 }
 
 func writeFileAtomic(path string, r io.Reader) (err error) {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		if fi.IsDir() {
+			return fmt.Errorf("%s is a directory", path)
+		}
+		return writeInPlace(path, r)
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".omst-*")
 	if err != nil {
 		return mapDiskErr(err)
@@ -288,6 +300,19 @@ func writeFileAtomic(path string, r io.Reader) (err error) {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// writeInPlace copies r into the existing non-regular file at path.
+func writeInPlace(path string, r io.Reader) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return mapDiskErr(err)
+	}
+	return mapDiskErr(f.Close())
 }
 
 func mapDiskErr(err error) error {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,4 +150,66 @@ func TestSocketRoundTrip(t *testing.T) {
 		t.Fatalf("get unknown: %v", err)
 	}
 	_ = child
+}
+
+// TestGetFileTargets: a device is written in place (never replaced by a
+// regular file), a symlink keeps pointing at its target, a directory is
+// refused.
+func TestGetFileTargets(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, filepath.Join(dir, "home"), "", "")
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("x"), 100000)
+	if _, err := n.Put(ctx, "a/b", bytes.NewReader(data), rpcbridge.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO stands for /dev/null and other special files (a test must not
+	// risk replacing the real /dev/null when run as root).
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		f, err := os.Open(fifo)
+		if err != nil {
+			got <- nil
+			return
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		got <- b
+	}()
+	if _, err := n.GetFile(ctx, "a/b", fifo); err != nil {
+		t.Fatalf("get to a FIFO: %v", err)
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("FIFO replaced: %v %v", fi.Mode(), err)
+	}
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, data) {
+			t.Fatalf("FIFO reader got %d bytes, want %d", len(b), len(data))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("FIFO reader got nothing within 10s")
+	}
+	target := filepath.Join(dir, "target.bin")
+	os.WriteFile(target, []byte("old"), 0o644)
+	link := filepath.Join(dir, "link.bin")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.GetFile(ctx, "a/b", link); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("symlink replaced: %v %v", fi.Mode(), err)
+	}
+	if b, _ := os.ReadFile(target); !bytes.Equal(b, data) {
+		t.Fatal("symlink target not written")
+	}
+	if _, err := n.GetFile(ctx, "a/b", dir); err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Fatalf("get into a directory: %v", err)
+	}
 }
