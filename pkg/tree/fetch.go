@@ -110,7 +110,7 @@ func (t *Tree) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest, s
 	c.data, c.err = data, err
 	close(c.done) // waiters take the chunk now: cut-through
 	if err == nil {
-		if perr := t.store.PutChunk(q.Hash, data); perr != nil {
+		if perr := t.store.PutVerifiedChunk(q.Hash, data); perr != nil {
 			t.log.Warn("store chunk", "hash", q.Hash, "err", perr)
 		}
 	}

@@ -26,9 +26,9 @@ type Store interface {
 	// ReadChunk returns the chunk's bytes, or an error wrapping
 	// blob.ErrNotFound if it is absent.
 	ReadChunk(h blob.Hash) ([]byte, error)
-	// PutChunk verifies data against h and stores it; blob.ErrCorrupt or
+	// PutVerifiedChunk stores data, which the tree has verified against h;
 	// blob.ErrNoSpace on failure. The tree never modifies data afterwards.
-	PutChunk(h blob.Hash, data []byte) error
+	PutVerifiedChunk(h blob.Hash, data []byte) error
 	// Manifest returns the manifest of blob id, or blob.ErrNotFound.
 	Manifest(id cid.Cid) (*blob.Manifest, error)
 	// PutManifest stores m and returns its blob ID.
