@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Plot omst benchmark CSVs (docs/bench/*.csv) into PNGs under docs/.
+
+Usage: python3 scripts/plot.py [--bench-dir docs/bench] [--out-dir docs]
+
+Each plot names the CSV files it needs; a plot whose files are missing (a
+figure not run yet) is skipped with a message, never an error. CSV files no
+plot knows are listed, so that new benchmarks (e.g. WAN emulation) can add
+their plotter to PLOTS below.
+
+Needs matplotlib; when it is missing the script installs it with
+`python3 -m pip install --quiet matplotlib` and says so.
+
+Written by cmd/omst-bench:
+  loopback-runs.csv  figure,size_bytes,run,seconds,mbps   (every single run)
+  fit.csv            series,size_bytes,median_seconds     (t(m) fit series)
+  fit-params.csv     series,t0_ms,r_inf_mbps,...          (fitted t0 and r_inf)
+  parent-served.csv  run,size_bytes,root_bytes_served,child_bytes_fetched
+"""
+
+import argparse
+import csv
+import math
+import os
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+
+def ensure_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("plot.py: matplotlib is missing: installing it with "
+              "`python3 -m pip install --quiet matplotlib`", file=sys.stderr)
+        rc = subprocess.call([sys.executable, "-m", "pip", "install", "--quiet", "matplotlib"])
+        if rc != 0:
+            sys.exit("plot.py: pip could not install matplotlib (exit %d); install it and rerun" % rc)
+    import matplotlib
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def human_bytes(n):
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return ("%d %s" % (n, unit)) if n == int(n) else ("%.1f %s" % (n, unit))
+        n /= 1024
+
+
+def fit_relative(sizes, secs):
+    """t(m) = t0 + m/r by least squares on relative residuals (as omst-bench)."""
+    sw = sm = st = smm = smt = 0.0
+    for m, t in zip(sizes, secs):
+        if t <= 0:
+            continue
+        w = 1.0 / (t * t)
+        sw += w
+        sm += w * m
+        st += w * t
+        smm += w * m * m
+        smt += w * m * t
+    det = sw * smm - sm * sm
+    if len(set(sizes)) < 2 or det == 0:
+        return None
+    b = (sw * smt - sm * st) / det
+    a = (st - b * sm) / sw
+    return a, (1.0 / b if b > 0 else math.inf)
+
+
+SERIES_STYLE = {
+    "parent-fetch": ("tab:blue", "o", "cold fetch from parent"),
+    "local-get": ("tab:green", "s", "local get (cache hit)"),
+    "child-hit-get": ("tab:olive", "^", "child cache hit"),
+}
+
+
+def plot_fit(plt, files, out_dir):
+    """docs/fit-loopback.png: log-log time vs size with fitted t(m) lines."""
+    fit_rows = read_csv(files["fit.csv"])
+    params = {}
+    if os.path.exists(files["fit-params.csv"]):
+        for r in read_csv(files["fit-params.csv"]):
+            t0 = float(r["t0_ms"]) / 1e3
+            rinf = math.inf if r["r_inf_mbps"] in ("inf", "") else float(r["r_inf_mbps"]) * 1e6
+            params[r["series"]] = (t0, rinf)
+    runs = defaultdict(list)  # series -> [(size, seconds)]
+    if os.path.exists(files["loopback-runs.csv"]):
+        for r in read_csv(files["loopback-runs.csv"]):
+            if r["figure"].startswith("fit-"):
+                runs[r["figure"][4:]].append((int(r["size_bytes"]), float(r["seconds"])))
+    med = defaultdict(list)
+    for r in fit_rows:
+        med[r["series"]].append((int(r["size_bytes"]), float(r["median_seconds"])))
+    if not med:
+        print("plot.py: fit.csv has no rows: fit-loopback.png skipped")
+        return
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for series, pts in med.items():
+        pts.sort()
+        color, marker, label = SERIES_STYLE.get(series, (None, "o", series))
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        if runs.get(series):
+            ax.scatter([p[0] for p in runs[series]], [p[1] for p in runs[series]],
+                       s=10, color=color, alpha=0.25, linewidths=0)
+        fit = params.get(series) or fit_relative(xs, ys)
+        fit_label = ""
+        if fit:
+            t0, rinf = fit
+            grid = [xs[0] * (xs[-1] / xs[0]) ** (i / 200) for i in range(201)]
+            model = [t0 + (m / rinf if rinf != math.inf else 0) for m in grid]
+            if all(v > 0 for v in model):
+                ax.plot(grid, model, color=color, linewidth=1.2, alpha=0.8)
+            rtxt = "inf" if rinf == math.inf else "%.0f MB/s" % (rinf / 1e6)
+            fit_label = ": t0 = %.3g ms, r_inf = %s" % (t0 * 1e3, rtxt)
+        ax.plot(xs, ys, linestyle="none", marker=marker, color=color, markersize=6,
+                label=label + fit_label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ticks = sorted({m for pts in med.values() for m, _ in pts})
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([human_bytes(m) for m in ticks], rotation=30, ha="right")
+    ax.set_xlabel("blob size")
+    ax.set_ylabel("time of one get (s)")
+    ax.set_title("Single gets on loopback: medians (dots: every run), lines: t(m) = t0 + m / r_inf")
+    ax.title.set_fontsize(10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "fit-loopback.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print("plot.py: wrote", path)
+
+
+THROUGHPUT_BARS = [
+    ("raw-tcp", "raw TCP\n(2 processes)", "tab:gray"),
+    ("libp2p-stream", "libp2p stream\n(TCP+TLS+yamux)", "tab:purple"),
+    ("chunk-files", "write 1 MiB\nfiles (disk)", "tab:brown"),
+    ("parent-fetch", "parent fetch\n(cold, child)", "tab:blue"),
+    ("put-mem", "put\n(client memory)", "tab:orange"),
+    ("put-file", "put-file\n(page cache)", "tab:red"),
+]
+
+
+def plot_throughput(plt, files, out_dir):
+    """docs/throughput-loopback.png: median MB/s with min/max whiskers."""
+    by_fig = defaultdict(list)
+    sizes = {}
+    for r in read_csv(files["loopback-runs.csv"]):
+        by_fig[r["figure"]].append(float(r["mbps"]))
+        sizes[r["figure"]] = int(r["size_bytes"])
+    bars = [b for b in THROUGHPUT_BARS if by_fig.get(b[0])]
+    if not bars:
+        print("plot.py: loopback-runs.csv has no raw-tcp, parent-fetch or put runs: "
+              "throughput-loopback.png skipped")
+        return
+    meds = [statistics.median(by_fig[b[0]]) for b in bars]
+    lo = [m - min(by_fig[b[0]]) for m, b in zip(meds, bars)]
+    hi = [max(by_fig[b[0]]) - m for m, b in zip(meds, bars)]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    xs = range(len(bars))
+    ax.bar(xs, meds, yerr=[lo, hi], capsize=6, color=[b[2] for b in bars], alpha=0.85)
+    top = max(m + h for m, h in zip(meds, hi))
+    for x, m, h in zip(xs, meds, hi):
+        # Above the whisker, so that short bars keep their label readable.
+        ax.text(x, m + h + top * 0.01, "%.0f MB/s" % m, ha="center", va="bottom", fontsize=9,
+                fontweight="bold")
+    ax.set_ylim(0, top * 1.1)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(["%s\n%s, n=%d" % (b[1], human_bytes(sizes[b[0]]), len(by_fig[b[0]])) for b in bars],
+                       fontsize=8)
+    if by_fig.get("raw-tcp"):
+        half = statistics.median(by_fig["raw-tcp"]) / 2
+        ax.axhline(half, color="tab:blue", linestyle="--", linewidth=1)
+        ax.text(len(bars) - 0.5, half, "parent-fetch target: 0.5 x raw TCP", color="tab:blue",
+                ha="right", va="bottom", fontsize=8)
+    if by_fig.get("put-mem") or by_fig.get("put-file"):
+        ax.axhline(500, color="tab:red", linestyle=":", linewidth=1)
+        ax.text(-0.5, 500, "put target: 500 MB/s", color="tab:red", ha="left", va="bottom", fontsize=8)
+    ax.set_ylabel("MB/s (10^6 bytes/s), median with min..max")
+    ax.set_title("Loopback throughput, side by side in one run")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "throughput-loopback.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print("plot.py: wrote", path)
+
+
+# Each plot: (name, required CSVs, optional CSVs, function). New benchmarks
+# add a line here; files of a plot that are missing make it skip.
+PLOTS = [
+    ("fit-loopback.png", ["fit.csv"], ["fit-params.csv", "loopback-runs.csv"], plot_fit),
+    ("throughput-loopback.png", ["loopback-runs.csv"], [], plot_throughput),
+]
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bench-dir", default=os.path.join(root, "docs", "bench"))
+    ap.add_argument("--out-dir", default=os.path.join(root, "docs"))
+    args = ap.parse_args()
+
+    present = set()
+    if os.path.isdir(args.bench_dir):
+        present = {f for f in os.listdir(args.bench_dir) if f.endswith(".csv")}
+    else:
+        print("plot.py: %s does not exist: nothing to plot (run scripts/bench.sh first)" % args.bench_dir)
+        return 0
+    todo = [p for p in PLOTS if all(f in present for f in p[1])]
+    for name, req, _, _ in PLOTS:
+        missing = [f for f in req if f not in present]
+        if missing:
+            print("plot.py: %s skipped: %s not in %s (figure not run yet)" % (name, ", ".join(missing), args.bench_dir))
+    known = {f for p in PLOTS for f in p[1] + p[2]} | {"parent-served.csv"}
+    for f in sorted(present - known):
+        print("plot.py: %s has no plot yet (add one to PLOTS in scripts/plot.py)" % f)
+    if not todo:
+        return 0
+    plt = ensure_matplotlib()
+    os.makedirs(args.out_dir, exist_ok=True)
+    for name, req, opt, fn in todo:
+        files = {f: os.path.join(args.bench_dir, f) for f in req + opt}
+        try:
+            fn(plt, files, args.out_dir)
+        except (KeyError, ValueError) as e:
+            # A CSV of another shape (older or newer omst-bench): say so, go on.
+            print("plot.py: %s skipped: unexpected CSV content (%s: %s)" % (name, type(e).__name__, e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
