@@ -50,7 +50,7 @@ func TestChunkPutReadHas(t *testing.T) {
 	if !bytes.Equal(all, data) {
 		t.Fatal("OpenChunk content differs")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "chunks", h.String()[:2], h.String()[2:4], h.String())); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "chunks", h.String()[:2], h.String())); err != nil {
 		t.Fatalf("chunk file not at its sharded path: %v", err)
 	}
 

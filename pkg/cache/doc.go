@@ -2,7 +2,7 @@
 //
 // Layout of a store directory:
 //
-//	DIR/chunks/ab/cd/<hex hash>  chunk bytes, one file per chunk, named by its BLAKE3-256 hash
+//	DIR/chunks/ab/<hex hash>     chunk bytes, one file per chunk, named by its BLAKE3-256 hash
 //	DIR/tmp/                     chunk files being written (renamed into chunks/ when complete)
 //	DIR/index/                   BadgerDB: name records and their history, manifests,
 //	                             chunk sizes and last use, pins

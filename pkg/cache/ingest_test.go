@@ -274,8 +274,9 @@ func TestOpenReconcilesFiles(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Crash debris: a file without an index entry, an entry without a
-	// file, temp files, and a stray file.
+	// Crash debris: a file without an index entry (at the older two-level
+	// shard path, which Open migrates), an entry without a file, temp
+	// files, and a stray file.
 	orphan := randBytes(30_000, 20)
 	oh := blob.HashChunk(orphan)
 	op := filepath.Join(dir, "chunks", oh.String()[:2], oh.String()[2:4], oh.String())
@@ -283,7 +284,9 @@ func TestOpenReconcilesFiles(t *testing.T) {
 	if err := os.WriteFile(op, orphan, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(filepath.Join(dir, "chunks", gone.String()[:2], gone.String()[2:4], gone.String()))
+	if err := os.Remove(filepath.Join(dir, "chunks", gone.String()[:2], gone.String())); err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(filepath.Join(dir, "tmp", "chunk-123"), []byte("partial"), 0o644)
 	os.WriteFile(filepath.Join(dir, "chunks", "junk"), []byte("?"), 0o644)
 
@@ -296,6 +299,9 @@ func TestOpenReconcilesFiles(t *testing.T) {
 	}
 	if got, err := s.ReadChunk(oh); err != nil || !bytes.Equal(got, orphan) {
 		t.Fatalf("adopted chunk: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "chunks", oh.String()[:2], oh.String())); err != nil {
+		t.Fatalf("adopted chunk not moved to the current layout: %v", err)
 	}
 	if countFiles(t, filepath.Join(dir, "tmp")) != 0 || countFiles(t, filepath.Join(dir, "chunks")) != 2 {
 		t.Fatal("debris left after Open")

@@ -154,6 +154,9 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open store: create %s: %w", d, err)
 		}
 	}
+	if err := s.makeShards(); err != nil {
+		return nil, err
+	}
 	var diskFree int64 = -1
 	if s.capBytes == 0 {
 		u, err := disk.Usage(dir)
@@ -249,15 +252,26 @@ func (s *Store) load() error {
 			return nil
 		}
 		h, perr := blob.ParseHash(d.Name())
-		if perr != nil || path != s.chunkPath(h) {
+		if perr != nil {
 			s.log.Warn("removing stray file in chunk directory", "path", path)
 			return os.Remove(path)
+		}
+		if want := s.chunkPath(h); path != want {
+			// A chunk at another path (an older layout): move it; the
+			// walk may or may not visit it again at its new place.
+			if seen[h] {
+				return os.Remove(path)
+			}
+			if err := os.Rename(path, want); err != nil {
+				return fmt.Errorf("move %s to %s: %w", path, want, err)
+			}
+			path = want
 		}
 		seen[h] = true
 		if _, ok := s.chunks[h]; ok {
 			return nil
 		}
-		info, ierr := d.Info()
+		info, ierr := os.Stat(path) // not d.Info(): the file may have moved
 		if ierr != nil {
 			return ierr
 		}
@@ -480,10 +494,25 @@ func (s *Store) redirty(ups []chunkUpdate) {
 
 func chunkKey(h blob.Hash) []byte { return append([]byte(keyChunk), h[:]...) }
 
-// chunkPath returns DIR/chunks/ab/cd/<hex>.
+// chunkPath returns DIR/chunks/ab/<hex>. One level of 256 shards, created
+// at Open: a second level (65536 directories) made nearly every new chunk
+// create two directories, and mkdir cost as much as writing the chunk on
+// ext4. 256 shards keep directories under ~4000 entries per TB of 1 MiB
+// chunks.
 func (s *Store) chunkPath(h blob.Hash) string {
 	x := h.String()
-	return filepath.Join(s.chunkDir, x[:2], x[2:4], x)
+	return filepath.Join(s.chunkDir, x[:2], x)
+}
+
+// makeShards creates the 256 shard directories of chunkPath.
+func (s *Store) makeShards() error {
+	for i := 0; i < 256; i++ {
+		d := filepath.Join(s.chunkDir, fmt.Sprintf("%02x", i))
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("open store: create %s: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // clearDir removes everything inside dir.
