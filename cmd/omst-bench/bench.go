@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/omst-project/omst/pkg/bytesize"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
 
@@ -90,7 +91,7 @@ func run(ctx context.Context, cfg *config) error {
 	}
 	var pl *payload
 	if need := payloadSize(cfg); need > 0 {
-		logf("generating %s of random payload", humanBytes(need))
+		logf("generating %s of random payload", bytesize.Format(need))
 		pl = newPayload(need, cfg.seed)
 	}
 	logf("omst-bench: %s", cfg.cmdline)
@@ -190,10 +191,10 @@ func checkDisk(dir string, cfg *config) error {
 		return nil // cannot tell: try anyway
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
-	logf("disk: %s free in %s, the largest section stores up to %s", humanBytes(free), dir, humanBytes(need))
+	logf("disk: %s free in %s, the largest section stores up to %s", bytesize.Format(free), dir, bytesize.Format(need))
 	if free < need {
 		return fmt.Errorf("%s has %s free, the run needs about %s: use -tmp DIR, a smaller -size/-max-fit or fewer -runs",
-			dir, humanBytes(free), humanBytes(need))
+			dir, bytesize.Format(free), bytesize.Format(need))
 	}
 	return nil
 }
@@ -220,7 +221,7 @@ func startPair(ctx context.Context, cfg *config, dir string, stored int64) (root
 		// The warm-up fetch will tell whether the child reaches its parent.
 		logf("warning: %v", err)
 	}
-	logf("daemons up: root %s, child (parent = root); --cache-size %s each", root.tcpAddr, humanBytes(cache))
+	logf("daemons up: root %s, child (parent = root); --cache-size %s each", root.tcpAddr, bytesize.Format(cache))
 	return root, child, nil
 }
 
@@ -309,14 +310,14 @@ func benchTransfer(ctx context.Context, cfg *config, res *results, pl *payload, 
 				return fmt.Errorf("libp2p-stream run %d: %w", i, err)
 			}
 			sm := res.add("libp2p-stream", cfg.size, i, d)
-			logf("libp2p-stream run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, humanBytes(cfg.size), sm.secs, sm.mbps())
+			logf("libp2p-stream run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, bytesize.Format(cfg.size), sm.secs, sm.mbps())
 			if pl != nil {
 				d, err = chunkFilesRun(filepath.Join(dir, "chunk-files"), pl.next(cfg.size), 1<<20)
 				if err != nil {
 					return fmt.Errorf("chunk-files run %d: %w", i, err)
 				}
 				sm = res.add("chunk-files", cfg.size, i, d)
-				logf("chunk-files   run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, humanBytes(cfg.size), sm.secs, sm.mbps())
+				logf("chunk-files   run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, bytesize.Format(cfg.size), sm.secs, sm.mbps())
 			}
 		}
 		if cfg.figures["raw-tcp"] {
@@ -325,7 +326,7 @@ func benchTransfer(ctx context.Context, cfg *config, res *results, pl *payload, 
 				return fmt.Errorf("raw-tcp run %d: %w", i, err)
 			}
 			sm := res.add("raw-tcp", cfg.size, i, d)
-			logf("raw-tcp       run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, humanBytes(cfg.size), sm.secs, sm.mbps())
+			logf("raw-tcp       run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, bytesize.Format(cfg.size), sm.secs, sm.mbps())
 		}
 		if cfg.figures["parent-fetch"] {
 			name := fmt.Sprintf("bench/parent-fetch/%d", pl.nonce+1)
@@ -355,7 +356,7 @@ func benchTransfer(ctx context.Context, cfg *config, res *results, pl *payload, 
 			res.served = append(res.served, servedRow{run: i, size: cfg.size, served: served1 - served0, fetched: fetched1 - fetched0})
 			sm := res.add("parent-fetch", cfg.size, i, d)
 			logf("parent-fetch  run %d/%d: %s in %.3fs = %.0f MB/s (root served %s)", i, cfg.runs,
-				humanBytes(cfg.size), sm.secs, sm.mbps(), humanBytes(served1-served0))
+				bytesize.Format(cfg.size), sm.secs, sm.mbps(), bytesize.Format(served1-served0))
 		}
 	}
 	return nil
@@ -385,12 +386,12 @@ func benchFit(ctx context.Context, cfg *config, res *results, pl *payload, dir s
 			}
 			d, err := timedGet(ctx, child, name, m, s)
 			if err != nil {
-				return fmt.Errorf("fit parent-fetch %s run %d: %w", humanBytes(m), i, err)
+				return fmt.Errorf("fit parent-fetch %s run %d: %w", bytesize.Format(m), i, err)
 			}
 			res.add("fit-"+seriesParent, m, i, d)
 			held[m] = name
 		}
-		logf("fit %-13s %8s: median %.6fs", seriesParent, humanBytes(m), medianSecs(res.of("fit-"+seriesParent, m)))
+		logf("fit %-13s %8s: median %.6fs", seriesParent, bytesize.Format(m), medianSecs(res.of("fit-"+seriesParent, m)))
 	}
 	for _, hit := range []struct {
 		series string
@@ -404,11 +405,11 @@ func benchFit(ctx context.Context, cfg *config, res *results, pl *payload, dir s
 			for i := 1; i <= cfg.runs; i++ {
 				d, err := timedGet(ctx, hit.d, held[m], m, s)
 				if err != nil {
-					return fmt.Errorf("fit %s %s run %d: %w", hit.series, humanBytes(m), i, err)
+					return fmt.Errorf("fit %s %s run %d: %w", hit.series, bytesize.Format(m), i, err)
 				}
 				res.add("fit-"+hit.series, m, i, d)
 			}
-			logf("fit %-13s %8s: median %.6fs", hit.series, humanBytes(m), medianSecs(res.of("fit-"+hit.series, m)))
+			logf("fit %-13s %8s: median %.6fs", hit.series, bytesize.Format(m), medianSecs(res.of("fit-"+hit.series, m)))
 		}
 	}
 	return nil
@@ -439,7 +440,7 @@ func benchPut(ctx context.Context, cfg *config, res *results, pl *payload, dir s
 			return fmt.Errorf("put-mem run %d: %w%s", i, err, logTail(d.logPath))
 		}
 		sm := res.add("put-mem", cfg.size, i, took)
-		logf("put-mem       run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, humanBytes(cfg.size), sm.secs, sm.mbps())
+		logf("put-mem       run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, bytesize.Format(cfg.size), sm.secs, sm.mbps())
 
 		name = fmt.Sprintf("bench/put-file/%d", pl.nonce+1)
 		if err := writeWarmFile(src, pl.next(cfg.size)); err != nil {
@@ -454,7 +455,7 @@ func benchPut(ctx context.Context, cfg *config, res *results, pl *payload, dir s
 			return fmt.Errorf("put-file run %d: %w%s", i, err, logTail(d.logPath))
 		}
 		sm = res.add("put-file", cfg.size, i, took)
-		logf("put-file      run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, humanBytes(cfg.size), sm.secs, sm.mbps())
+		logf("put-file      run %d/%d: %s in %.3fs = %.0f MB/s", i, cfg.runs, bytesize.Format(cfg.size), sm.secs, sm.mbps())
 	}
 	return nil
 }

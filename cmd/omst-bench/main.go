@@ -30,6 +30,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/omst-project/omst/pkg/bytesize"
 )
 
 // config holds the command-line flags.
@@ -108,17 +110,17 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
-	if cfg.size, err = parseSize(size); err != nil || cfg.size < 1 {
+	if cfg.size, err = bytesize.Parse(size); err != nil || cfg.size < 1 {
 		return nil, fmt.Errorf("-size: %v", orPositive(err))
 	}
-	if cfg.maxFit, err = parseSize(maxFit); err != nil || cfg.maxFit < 1 {
+	if cfg.maxFit, err = bytesize.Parse(maxFit); err != nil || cfg.maxFit < 1 {
 		return nil, fmt.Errorf("-max-fit: %v", orPositive(err))
 	}
-	if cfg.minFit, err = parseSize(minFit); err != nil || cfg.minFit < 1 {
+	if cfg.minFit, err = bytesize.Parse(minFit); err != nil || cfg.minFit < 1 {
 		return nil, fmt.Errorf("-min-fit: %v", orPositive(err))
 	}
 	if cacheSize != "" {
-		if cfg.cacheSize, err = parseSize(cacheSize); err != nil || cfg.cacheSize < 1 {
+		if cfg.cacheSize, err = bytesize.Parse(cacheSize); err != nil || cfg.cacheSize < 1 {
 			return nil, fmt.Errorf("-cache-size: %v", orPositive(err))
 		}
 	}

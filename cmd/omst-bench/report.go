@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/omst-project/omst/pkg/bytesize"
 )
 
 // writeCSVs (re)writes every CSV file from what has been measured so far,
@@ -153,7 +155,7 @@ func writeSummary(w io.Writer, r *results) {
 	}
 	if cfg.figures["fit"] {
 		fmt.Fprintf(w, "- t(m) = t0 + m / r_inf: least squares on relative residuals over the per-size medians (%s..%s); min..max from the same fit made run by run\n",
-			humanBytes(cfg.minFit), humanBytes(fitTop(cfg)))
+			bytesize.Format(cfg.minFit), bytesize.Format(fitTop(cfg)))
 	}
 	fmt.Fprintln(w)
 
@@ -183,11 +185,11 @@ func writeSummary(w io.Writer, r *results) {
 		}
 		lo, hi := minMax(ratios)
 		med := median(ratios)
-		rows = append(rows, row{"parent-fetch: root bytes served / blob size", humanBytes(cfg.size), ftoa(med, 3),
+		rows = append(rows, row{"parent-fetch: root bytes served / blob size", bytesize.Format(cfg.size), ftoa(med, 3),
 			ftoa(lo, 3) + ".." + ftoa(hi, 3), "≈ 1 (one blob)", ftoa(med, 2), meets(med >= 0.99 && med <= 1.5, true)})
 	}
 	for _, f := range r.fits() {
-		top := humanBytes(f.sizes[0]) + ".." + humanBytes(f.sizes[len(f.sizes)-1])
+		top := bytesize.Format(f.sizes[0]) + ".." + bytesize.Format(f.sizes[len(f.sizes)-1])
 		switch f.series {
 		case seriesParent:
 			rows = append(rows,
@@ -233,7 +235,7 @@ func writeSummary(w io.Writer, r *results) {
 		fmt.Fprintln(w, hdr)
 		fmt.Fprintln(w, sep)
 		for _, m := range fits[0].sizes {
-			line := "| " + humanBytes(m) + " |"
+			line := "| " + bytesize.Format(m) + " |"
 			for _, f := range fits {
 				i := slices.Index(f.sizes, m)
 				if i < 0 {
@@ -274,7 +276,7 @@ func mbpsOf(ss []sample) []float64 {
 
 func mbpsRow(label string, size int64, xs []float64, target, ratio, ok string) row {
 	lo, hi := minMax(xs)
-	return row{label, humanBytes(size), mbpsStr(median(xs) * 1e6), mbpsStr(lo*1e6) + ".." + mbpsStr(hi*1e6), target, ratio, ok}
+	return row{label, bytesize.Format(size), mbpsStr(median(xs) * 1e6), mbpsStr(lo*1e6) + ".." + mbpsStr(hi*1e6), target, ratio, ok}
 }
 
 // mbpsStr formats a rate in bytes per second as MB/s.

@@ -69,14 +69,3 @@ func TestPayloadBlobsDiffer(t *testing.T) {
 		}
 	}
 }
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"1G": 1 << 30, "64M": 64 << 20, "16MiB": 16 << 20, "1024": 1024, "1k": 1 << 10} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	if _, err := parseSize("lots"); err == nil {
-		t.Error("parseSize(lots): no error")
-	}
-}

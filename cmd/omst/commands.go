@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/bytesize"
 	"github.com/omst-project/omst/pkg/node"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
@@ -41,12 +42,12 @@ func daemonCmd(g *globals) *cobra.Command {
 			cfg := node.Config{Home: g.homeDir(), Listen: listen, Parent: parent, Site: site, Window: window, NoReplicate: noReplicate}
 			var err error
 			if cacheSize != "" {
-				if cfg.CacheSize, err = parseSize(cacheSize); err != nil {
+				if cfg.CacheSize, err = bytesize.Parse(cacheSize); err != nil {
 					return usageError{fmt.Errorf("--cache-size: %w", err)}
 				}
 			}
 			if chunkSize != "" {
-				cs, err := parseSize(chunkSize)
+				cs, err := bytesize.Parse(chunkSize)
 				if err != nil {
 					return usageError{fmt.Errorf("--chunk-size: %w", err)}
 				}
@@ -115,7 +116,7 @@ func putCmd(g *globals) *cobra.Command {
 			}
 			var opts rpcbridge.PutOptions
 			if chunkSize != "" {
-				cs, err := parseSize(chunkSize)
+				cs, err := bytesize.Parse(chunkSize)
 				if err != nil {
 					return usageError{fmt.Errorf("--chunk-size: %w", err)}
 				}
@@ -301,7 +302,7 @@ func statCmd(g *globals) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintf(tw, "name\t%s\nid\t%s\nsize\t%d (%s)\nchunks\t%d x %s\nput\t%s\norigin\t%s\nlocal\t%s\npinned\t%s\n",
-				in.Name, in.ID, in.Size, humanBytes(int64(in.Size)), in.Chunks, humanBytes(int64(in.ChunkSize)),
+				in.Name, in.ID, in.Size, bytesize.Format(int64(in.Size)), in.Chunks, bytesize.Format(int64(in.ChunkSize)),
 				time.Unix(0, in.Time).UTC().Format(time.RFC3339Nano), in.Origin, yesNo(in.Local), yesNo(in.Pinned))
 			return tw.Flush()
 		},
@@ -381,7 +382,7 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "  %s\tsite %s, %s\n", ch.ID, ch.Site, map[bool]string{true: "connected", false: "disconnected"}[ch.Connected])
 			}
 			fmt.Fprintf(tw, "cache\t%s used of %s (%s pinned), %d chunks\nnames\t%d\nbytes_served\t%d\nbytes_fetched\t%d\npeer_errors\t%d\n",
-				humanBytes(st.CacheUsed), humanBytes(st.CacheCap), humanBytes(st.CachePinned), st.Chunks, st.Names,
+				bytesize.Format(st.CacheUsed), bytesize.Format(st.CacheCap), bytesize.Format(st.CachePinned), st.Chunks, st.Names,
 				st.BytesServed, st.BytesFetched, st.PeerErrors)
 			fmt.Fprintf(tw, "addrs\t%s\n", strings.Join(st.Addrs, "\n\t"))
 			return tw.Flush()

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/omst-project/omst/pkg/bytesize"
 	"github.com/omst-project/omst/pkg/emugrid"
 )
 
@@ -15,7 +16,7 @@ func demoCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if size != "" {
-				s, err := parseSize(size)
+				s, err := bytesize.Parse(size)
 				if err != nil {
 					return usageError{err}
 				}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/omst-project/omst/pkg/bytesize"
 )
 
 // progress draws a one-line progress bar on a terminal while bytes move.
@@ -64,10 +66,10 @@ func (p *progress) draw() {
 				bar[i] = '#'
 			}
 		}
-		fmt.Fprintf(p.out, "\r%s [%s] %5.1f%% %s / %s  %s/s   ", p.label, bar, pct, humanBytes(n), humanBytes(p.total), humanBytes(int64(rate)))
+		fmt.Fprintf(p.out, "\r%s [%s] %5.1f%% %s / %s  %s/s   ", p.label, bar, pct, bytesize.Format(n), bytesize.Format(p.total), bytesize.Format(int64(rate)))
 		return
 	}
-	fmt.Fprintf(p.out, "\r%s %s  %s/s   ", p.label, humanBytes(n), humanBytes(int64(rate)))
+	fmt.Fprintf(p.out, "\r%s %s  %s/s   ", p.label, bytesize.Format(n), bytesize.Format(int64(rate)))
 }
 
 // finish stops the bar. Safe on a nil progress.

@@ -180,25 +180,7 @@ func (s *Store) History(name string) ([]blob.Record, error) {
 	if err := blob.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
-	var out []blob.Record
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name), PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			err := it.Item().Value(func(v []byte) error {
-				r, err := blob.DecodeRecord(v)
-				if err != nil {
-					return err
-				}
-				out = append(out, r)
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	out, err := s.scanRecords(historyPrefix(name))
 	if err != nil {
 		return nil, fmt.Errorf("history %q: %w", name, err)
 	}
@@ -216,15 +198,25 @@ func (s *Store) List(prefix string) ([]blob.Record, error) {
 	if err := blob.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
+	out, err := s.scanRecords(recordKey(prefix))
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// scanRecords decodes every record stored under the key prefix, in key
+// order. A value that does not decode is an error (the index is corrupt).
+func (s *Store) scanRecords(prefix []byte) ([]blob.Record, error) {
 	var out []blob.Record
 	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: recordKey(prefix), PrefetchValues: true})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			err := it.Item().Value(func(v []byte) error {
 				r, err := blob.DecodeRecord(v)
 				if err != nil {
-					return err
+					return fmt.Errorf("key %q: %w", it.Item().Key(), err)
 				}
 				out = append(out, r)
 				return nil
@@ -235,10 +227,7 @@ func (s *Store) List(prefix string) ([]blob.Record, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", prefix, err)
-	}
-	return out, nil
+	return out, err
 }
 
 // RemoveName drops name's current record and its history, and removes the

@@ -148,6 +148,23 @@ func readReply(fc *frameConn) (header, []byte, error) {
 	return h, body, err
 }
 
+// readInfoReply reads a reply that must be INFO (or ERROR, returned as an
+// *Error); any other frame type is a protocol error.
+func readInfoReply(fc *frameConn) (Info, error) {
+	h, rb, err := readReply(fc)
+	if err != nil {
+		return Info{}, err
+	}
+	switch h.Type {
+	case FrameInfo:
+		return decodeInfo(rb)
+	case FrameError:
+		return Info{}, replyError(rb)
+	default:
+		return Info{}, unexpected(h, "INFO")
+	}
+}
+
 // replyError decodes an ERROR body into an *Error.
 func replyError(body []byte) error {
 	e, err := decodeError(body)
@@ -380,18 +397,7 @@ func (c *Client) Put(ctx context.Context, name string, r io.Reader, opts PutOpti
 	if err := c.fc.flush(); err != nil {
 		return Info{}, c.writeFailed(ctx, w, op, err)
 	}
-	var info Info
-	h, rb, err := readReply(c.fc)
-	if err == nil {
-		switch h.Type {
-		case FrameInfo:
-			info, err = decodeInfo(rb)
-		case FrameError:
-			err = replyError(rb)
-		default:
-			err = unexpected(h, "INFO")
-		}
-	}
+	info, err := readInfoReply(c.fc)
 	if err != nil {
 		return Info{}, c.fail(ctx, w, op, err, true)
 	}
@@ -599,18 +605,7 @@ func (c *Client) GetStream(ctx context.Context, name string) (Info, io.ReadClose
 		return Info{}, nil, fmt.Errorf("%s: %w", op, err)
 	}
 	w := c.watch(ctx)
-	h, rb, err := readReply(c.fc)
-	var info Info
-	if err == nil {
-		switch h.Type {
-		case FrameInfo:
-			info, err = decodeInfo(rb)
-		case FrameError:
-			err = replyError(rb)
-		default:
-			err = unexpected(h, "INFO")
-		}
-	}
+	info, err := readInfoReply(c.fc)
 	if err != nil {
 		err = c.fail(ctx, w, op, err, true)
 		c.mu.Unlock()

@@ -1,14 +1,20 @@
-package main
+// Package bytesize parses and formats byte counts for flags and reports:
+// "512K", "64MiB", "1.5G" in, "64 MiB", "1.5 GiB" out. Units are binary
+// multiples (K = 1024).
+package bytesize
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
 
-// parseSize parses a byte count such as "1048576", "512K", "64MiB" or "1G";
-// K, M, G, T are binary multiples (the same syntax as omst's flags).
-func parseSize(s string) (int64, error) {
+// Parse parses a byte count such as "1048576", "512K", "64MiB", "10G" or
+// "1.5TB". K, M, G, T are binary multiples (KiB, MiB, ...); the "B" and
+// "iB" suffixes are optional and case does not matter. Negative, non-finite
+// and values beyond 2^62 bytes are rejected; the error quotes the input.
+func Parse(s string) (int64, error) {
 	t := strings.TrimSpace(strings.ToUpper(s))
 	t = strings.TrimSuffix(strings.TrimSuffix(t, "IB"), "B")
 	mult := int64(1)
@@ -27,15 +33,16 @@ func parseSize(s string) (int64, error) {
 			t = t[:n-1]
 		}
 	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 || v*float64(mult) > 1<<62 {
+	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) || v*float64(mult) > 1<<62 {
 		return 0, fmt.Errorf("size %q: want a number of bytes with an optional K, M, G or T suffix", s)
 	}
 	return int64(v * float64(mult)), nil
 }
 
-// humanBytes formats n bytes with a binary unit ("64 MiB", "1 KiB").
-func humanBytes(n int64) string {
+// Format formats n bytes with a binary unit: "512 B", "64 MiB", "1.5 GiB"
+// (one decimal unless the value is a whole number of units).
+func Format(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)
