@@ -208,6 +208,18 @@ func (s *Store) readFailed(h blob.Hash, err error) error {
 	return fmt.Errorf("read chunk %s: %w", h, err)
 }
 
+// DropChunk forgets the chunk h and deletes its file, as when its bytes
+// turned out damaged (why is logged); a later fetch stores it again. Pins
+// on it stay. Dropping an absent chunk does nothing.
+func (s *Store) DropChunk(h blob.Hash, why string) {
+	s.mu.Lock()
+	e, ok := s.chunks[h]
+	s.mu.Unlock()
+	if ok {
+		s.dropEntry(e, why)
+	}
+}
+
 // dropEntry forgets a chunk whose file is missing or damaged, if e is still
 // its current entry, and removes whatever file is left.
 func (s *Store) dropEntry(e *chunkEntry, why string) {

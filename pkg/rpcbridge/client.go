@@ -56,6 +56,8 @@ type Client struct {
 	// used: the connection has carried a request (a write failure on it
 	// may just mean the daemon closed it as idle: reconnect and retry).
 	used bool
+	// version is the protocol version negotiated on the connection.
+	version uint32
 
 	cmu    sync.Mutex // guards conn and closed (Close does not wait for mu)
 	conn   net.Conn
@@ -85,7 +87,8 @@ func (c *Client) connect() error {
 		return fmt.Errorf("connect to the omst daemon at %s: %w", c.path, err)
 	}
 	fc := newFrameConn(conn, 0)
-	if err := handshake(fc); err != nil {
+	version, err := handshake(fc)
+	if err != nil {
 		conn.Close()
 		var e *Error
 		if errors.As(err, &e) {
@@ -99,36 +102,38 @@ func (c *Client) connect() error {
 		conn.Close()
 		return ErrClosed
 	}
-	c.conn, c.fc, c.used = conn, fc, false
+	c.conn, c.fc, c.used, c.version = conn, fc, false, version
 	return nil
 }
 
-func handshake(fc *frameConn) error {
+// handshake exchanges HELLO and returns the version the daemon chose: at
+// most ProtocolVersion, at least MinProtocolVersion.
+func handshake(fc *frameConn) (uint32, error) {
 	fc.c.SetDeadline(time.Now().Add(helloTimeout))
 	fc.frame(FrameHello, appendHello(nil, ProtocolVersion))
 	if err := fc.flush(); err != nil {
-		return err
+		return 0, err
 	}
 	h, body, err := readReply(fc)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var v uint32
 	switch h.Type {
 	case FrameHello:
-		v, err := decodeHello(body)
-		if err != nil {
-			return err
+		if v, err = decodeHello(body); err != nil {
+			return 0, err
 		}
-		if v != ProtocolVersion {
-			return fmt.Errorf("daemon answered protocol version %d, want %d", v, ProtocolVersion)
+		if v < MinProtocolVersion || v > ProtocolVersion {
+			return 0, fmt.Errorf("daemon answered protocol version %d, want %d to %d", v, MinProtocolVersion, ProtocolVersion)
 		}
 	case FrameError:
-		return replyError(body)
+		return 0, replyError(body)
 	default:
-		return unexpected(h, "HELLO")
+		return 0, unexpected(h, "HELLO")
 	}
 	fc.c.SetDeadline(time.Time{})
-	return nil
+	return v, nil
 }
 
 // readReply reads a reply frame with its body (DATA bodies are left
@@ -143,6 +148,9 @@ func readReply(fc *frameConn) (header, []byte, error) {
 	}
 	if h.Type == FrameData {
 		return h, nil, nil
+	}
+	if (h.Type == FrameEnd || h.Type == FrameOK) && h.Len != 0 {
+		return h, nil, malformed("%v with a %d-byte body", h.Type, h.Len)
 	}
 	body, err := fc.readBody(h.Len)
 	return h, body, err

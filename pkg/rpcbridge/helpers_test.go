@@ -372,3 +372,50 @@ func (r *raw) expectClosed() {
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "connection reset")
 }
+
+// OpenExtents serves the blob from unlinked temporary files, one per
+// chunk; openFailAfter > 0 makes the iterator fail after that many extents.
+func (m *memBackend) OpenExtents(ctx context.Context, name string) (Info, ExtentIter, error) {
+	m.enter(ctx, "openextents")
+	b, err := m.lookup(name)
+	if err != nil {
+		return Info{}, nil, err
+	}
+	m.mu.Lock()
+	failAfter := m.openFailAfter
+	m.mu.Unlock()
+	return b.info, &memExtents{data: b.data, cs: int(b.info.ChunkSize), failAfter: failAfter}, nil
+}
+
+type memExtents struct {
+	data      []byte
+	cs        int
+	off       int
+	n         int
+	failAfter int
+}
+
+func (it *memExtents) Next() (Extent, error) {
+	if it.off >= len(it.data) {
+		return Extent{}, io.EOF
+	}
+	if it.failAfter > 0 && it.n >= it.failAfter {
+		return Extent{}, fmt.Errorf("fetch chunk: %w", blob.ErrUnreachable)
+	}
+	end := min(it.off+it.cs, len(it.data))
+	f, err := os.CreateTemp("", "omst-extent-*")
+	if err != nil {
+		return Extent{}, err
+	}
+	os.Remove(f.Name())
+	if _, err := f.Write(it.data[it.off:end]); err != nil {
+		f.Close()
+		return Extent{}, err
+	}
+	x := Extent{ExtentRange: ExtentRange{BlobOffset: uint64(it.off), Length: uint64(end - it.off)}, File: f}
+	it.off = end
+	it.n++
+	return x, nil
+}
+
+func (it *memExtents) Close() error { return nil }

@@ -618,10 +618,16 @@ func TestMalformedFrames(t *testing.T) {
 		r.expectClosed()
 		check()
 	})
-	t.Run("get_fd reserved", func(t *testing.T) {
-		r := rawDial(t, ts.path, true)
+	t.Run("get_fd on version 1", func(t *testing.T) {
+		r := rawDial(t, ts.path, false)
+		r.send(FrameHello, appendHello(nil, 1))
+		if typ, body := r.recv(); typ != FrameHello || !bytes.Equal(body, appendHello(nil, 1)) {
+			t.Fatalf("hello reply %v %x, want HELLO version 1", typ, body)
+		}
 		r.send(FrameGetFD, appendNameReq(nil, "x"))
-		r.expectError(CodeBadRequest)
+		if e := r.expectError(CodeBadRequest); !strings.Contains(e.Message, "version 2") {
+			t.Fatalf("message %q", e.Message)
+		}
 		r.expectClosed()
 	})
 	t.Run("data outside put", func(t *testing.T) {
@@ -666,12 +672,19 @@ func TestMalformedFrames(t *testing.T) {
 	})
 	t.Run("bad version", func(t *testing.T) {
 		r := rawDial(t, ts.path, false)
-		r.send(FrameHello, appendHello(nil, 2))
-		if e := r.expectError(CodeUnsupportedVersion); !strings.Contains(e.Message, "version 1") {
+		r.send(FrameHello, appendHello(nil, 0))
+		if e := r.expectError(CodeUnsupportedVersion); !strings.Contains(e.Message, "versions 1 to 2") {
 			t.Fatalf("message %q", e.Message)
 		}
 		r.expectClosed()
 		check()
+	})
+	t.Run("newer version negotiated down", func(t *testing.T) {
+		r := rawDial(t, ts.path, false)
+		r.send(FrameHello, appendHello(nil, 7))
+		if typ, body := r.recv(); typ != FrameHello || !bytes.Equal(body, appendHello(nil, ProtocolVersion)) {
+			t.Fatalf("hello reply %v %x, want HELLO version %d", typ, body, ProtocolVersion)
+		}
 	})
 	t.Run("bad magic", func(t *testing.T) {
 		r := rawDial(t, ts.path, false)

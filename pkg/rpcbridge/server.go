@@ -173,8 +173,9 @@ func (s *Server) Close() error {
 
 // conn is the server side of one connection.
 type conn struct {
-	s  *Server
-	fc *frameConn
+	s       *Server
+	fc      *frameConn
+	version uint32 // negotiated in HELLO
 }
 
 func (s *Server) serveConn(c net.Conn) {
@@ -257,12 +258,13 @@ func (sc *conn) hello() bool {
 	if err != nil {
 		return sc.badRequest(err)
 	}
-	if v != ProtocolVersion {
+	if v < MinProtocolVersion {
 		sc.sendError(&Error{Code: CodeUnsupportedVersion,
-			Message: fmt.Sprintf("unsupported protocol version %d; this daemon speaks version %d", v, ProtocolVersion)})
+			Message: fmt.Sprintf("unsupported protocol version %d; this daemon speaks versions %d to %d", v, MinProtocolVersion, ProtocolVersion)})
 		return false
 	}
-	sc.fc.frame(FrameHello, appendHello(nil, ProtocolVersion))
+	sc.version = min(v, ProtocolVersion)
+	sc.fc.frame(FrameHello, appendHello(nil, sc.version))
 	return sc.fc.flush() == nil
 }
 
@@ -281,7 +283,9 @@ func (sc *conn) next() bool {
 	switch h.Type {
 	case FramePut, FramePutFile, FrameGet, FrameGetFile, FrameStat, FrameList, FrameRemove, FrameStatus:
 	case FrameGetFD:
-		return sc.badRequest(malformed("GET_FD is reserved and not implemented by this daemon"))
+		if sc.version < 2 {
+			return sc.badRequest(malformed("GET_FD needs protocol version 2; this connection speaks %d", sc.version))
+		}
 	default:
 		return sc.badRequest(malformed("unexpected %v frame where a request was expected", h.Type))
 	}
@@ -306,6 +310,8 @@ func (sc *conn) next() bool {
 		return sc.putFile(ctx, body)
 	case FrameGet:
 		return sc.get(ctx, body)
+	case FrameGetFD:
+		return sc.getFD(ctx, body)
 	case FrameGetFile:
 		return sc.getFile(ctx, body)
 	case FrameStat:

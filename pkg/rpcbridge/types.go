@@ -3,6 +3,7 @@ package rpcbridge
 import (
 	"context"
 	"io"
+	"os"
 )
 
 // PutOptions tune a put.
@@ -66,6 +67,11 @@ type Backend interface {
 	// Open returns the blob's info and a reader of its verified bytes, in
 	// order; it must yield exactly Info.Size bytes.
 	Open(ctx context.Context, name string) (Info, io.ReadCloser, error)
+	// OpenExtents serves GET_FD: it makes the blob local, verifies every
+	// byte, and returns the blob's info and its extents in blob order (no
+	// gaps, lengths summing to Info.Size). The files must never change
+	// while they exist (mappings of them are handed to clients).
+	OpenExtents(ctx context.Context, name string) (Info, ExtentIter, error)
 	// GetFile writes the blob to path atomically (temporary file in the
 	// same directory, then rename).
 	GetFile(ctx context.Context, name, path string) (Info, error)
@@ -73,4 +79,20 @@ type Backend interface {
 	List(ctx context.Context, prefix string) ([]Info, error)
 	Remove(ctx context.Context, name string) error
 	Status(ctx context.Context) (Status, error)
+}
+
+// Extent is a run of blob bytes held by an open, read-only file.
+type Extent struct {
+	ExtentRange
+	File *os.File
+}
+
+// ExtentIter yields the extents of a blob in order.
+type ExtentIter interface {
+	// Next returns the next extent, whose File the caller closes; io.EOF
+	// after the last one; any other error ends the iteration.
+	Next() (Extent, error)
+	// Close releases what the iterator still holds (files of extents not
+	// yet returned, work in flight). It is safe to call at any point.
+	Close() error
 }

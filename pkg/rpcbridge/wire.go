@@ -10,9 +10,13 @@ import (
 	"fmt"
 )
 
-// ProtocolVersion is the version of the local API protocol this package
-// speaks (sent in HELLO).
-const ProtocolVersion = 1
+// ProtocolVersion is the highest version of the local API protocol this
+// package speaks: a client asks for it in HELLO, a server answers with the
+// smaller of it and the client's. Version 2 adds GET_FD and FDS.
+const ProtocolVersion = 2
+
+// MinProtocolVersion is the lowest version this package still speaks.
+const MinProtocolVersion = 1
 
 // Magic opens every HELLO body.
 const Magic = "OMST"
@@ -34,6 +38,11 @@ const (
 	maxMessageLen = 4096
 	// minInfoLen is the encoded size of an Info whose strings are empty.
 	minInfoLen = 4 + 4 + 8 + 4 + 4 + 8 + 4 + 4
+	// MaxExtentsPerFrame bounds the extents (and so the descriptors) of one
+	// FDS frame; SCM_RIGHTS allows at most 253 per message.
+	MaxExtentsPerFrame = 64
+	// extentLen is the encoded size of an Extent.
+	extentLen = 3 * 8
 )
 
 // FrameType is the type byte of a frame header.
@@ -52,11 +61,12 @@ const (
 	FrameList    FrameType = 0x15 // prefix
 	FrameRemove  FrameType = 0x16 // name
 	FrameStatus  FrameType = 0x17 // empty
-	FrameGetFD   FrameType = 0x18 // reserved: zero-copy GET passing a file descriptor (SCM_RIGHTS); not implemented
+	FrameGetFD   FrameType = 0x18 // name (version 2): zero-copy GET; reply INFO, FDS..., END
 
 	FrameData  FrameType = 0x20 // raw bytes; empty = end of a PUT upload
 	FrameAbort FrameType = 0x21 // client aborts a PUT upload; empty body
-	FrameEnd   FrameType = 0x22 // server: end of a GET or LIST stream; empty body
+	FrameEnd   FrameType = 0x22 // server: end of a GET, GET_FD or LIST stream; empty body
+	FrameFDS   FrameType = 0x23 // server (version 2): u32 count + count Extents, with count descriptors
 
 	FrameOK      FrameType = 0x30 // empty body
 	FrameInfo    FrameType = 0x31 // one Info
@@ -68,7 +78,7 @@ const (
 var frameNames = map[FrameType]string{
 	FrameHello: "HELLO", FramePut: "PUT", FramePutFile: "PUT_FILE", FrameGet: "GET", FrameGetFile: "GET_FILE",
 	FrameStat: "STAT", FrameList: "LIST", FrameRemove: "REMOVE", FrameStatus: "STATUS", FrameGetFD: "GET_FD",
-	FrameData: "DATA", FrameAbort: "ABORT", FrameEnd: "END", FrameOK: "OK", FrameInfo: "INFO",
+	FrameData: "DATA", FrameAbort: "ABORT", FrameEnd: "END", FrameFDS: "FDS", FrameOK: "OK", FrameInfo: "INFO",
 	FrameListing: "LISTING", FrameStatusJ: "STATUS_JSON", FrameError: "ERROR",
 }
 
@@ -377,4 +387,48 @@ func decodeError(b []byte) (*Error, error) {
 		return &Error{Code: CodeInternal, Message: "error code 0: " + msg}, nil
 	}
 	return &Error{Code: Code(code), Message: msg}, nil
+}
+
+// ExtentRange places bytes of a blob in a file: the blob's bytes
+// [BlobOffset, BlobOffset+Length) are the file's bytes from FileOffset.
+type ExtentRange struct {
+	BlobOffset uint64
+	Length     uint64
+	FileOffset uint64
+}
+
+// appendFDS appends an FDS body: u32 count, count extents of u64 blob
+// offset, u64 length, u64 file offset.
+func appendFDS(dst []byte, xs []ExtentRange) []byte {
+	dst = appendU32(dst, uint32(len(xs)))
+	for _, x := range xs {
+		dst = appendU64(dst, x.BlobOffset)
+		dst = appendU64(dst, x.Length)
+		dst = appendU64(dst, x.FileOffset)
+	}
+	return dst
+}
+
+// decodeFDS decodes an FDS body: a count of 1..MaxExtentsPerFrame and
+// exactly that many extents, each of at least one byte.
+func decodeFDS(b []byte) ([]ExtentRange, error) {
+	d := decoder{b: b}
+	n := d.u32("count")
+	if d.err != nil {
+		return nil, d.err
+	}
+	if n == 0 || n > MaxExtentsPerFrame {
+		return nil, malformed("FDS count %d outside 1..%d", n, MaxExtentsPerFrame)
+	}
+	if uint64(len(d.b)) != uint64(n)*extentLen {
+		return nil, malformed("FDS body holds %d bytes of extents, want %d for count %d", len(d.b), uint64(n)*extentLen, n)
+	}
+	xs := make([]ExtentRange, n)
+	for i := range xs {
+		xs[i] = ExtentRange{BlobOffset: d.u64("blob offset"), Length: d.u64("length"), FileOffset: d.u64("file offset")}
+		if xs[i].Length == 0 {
+			return nil, malformed("FDS extent %d is empty", i)
+		}
+	}
+	return xs, d.end()
 }

@@ -20,7 +20,8 @@ import (
 // chunkCall is one upstream fetch of a chunk, shared by every requester of
 // that hash on this node.
 type chunkCall struct {
-	done    chan struct{}
+	done    chan struct{} // closed when data/err are set
+	stored  chan struct{} // closed after the chunk was stored (or storing failed)
 	data    []byte
 	err     error
 	waiters int
@@ -71,7 +72,7 @@ func (t *Tree) chunkFrom(ctx context.Context, q fetchRequest, src peer.ID) ([]by
 	c := t.inflight[q.Hash]
 	if c == nil {
 		cctx, cancel := context.WithCancel(t.ctx)
-		c = &chunkCall{done: make(chan struct{}), cancel: cancel}
+		c = &chunkCall{done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
 		t.inflight[q.Hash] = c
 		t.wg.Add(1)
 		go t.runChunkCall(cctx, c, q, src)
@@ -119,6 +120,24 @@ func (t *Tree) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest, s
 		delete(t.inflight, q.Hash)
 	}
 	t.mu.Unlock()
+	close(c.stored)
+}
+
+// waitStored waits until a fetch of h in flight has stored it (or failed
+// to), so that HasChunk then tells whether it is in the store.
+func (t *Tree) waitStored(ctx context.Context, h blob.Hash) error {
+	t.mu.Lock()
+	c := t.inflight[h]
+	t.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.stored:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // retryDelay is the pause before a chunk's retry number attempt.

@@ -249,7 +249,10 @@ func (t *Tree) Open(ctx context.Context, r blob.Record) (io.ReadCloser, error) {
 	return &blobReader{bf: t.startFetch(ctx, r, m, true)}, nil
 }
 
-// Fetch makes sure every chunk of r's blob is in the local store.
+// Fetch makes sure every chunk of r's blob is in the local store: when it
+// returns nil, every chunk has been written (chunks are handed downstream
+// before they are stored, so it waits for those writes too). A chunk that
+// could not be stored (the cache is full of pinned data) is an error.
 func (t *Tree) Fetch(ctx context.Context, r blob.Record) error {
 	m, err := t.Manifest(ctx, r)
 	if err != nil {
@@ -258,12 +261,24 @@ func (t *Tree) Fetch(ctx context.Context, r blob.Record) error {
 	bf := t.startFetch(ctx, r, m, false)
 	defer bf.cancel()
 	bf.mu.Lock()
-	defer bf.mu.Unlock()
 	for !bf.sch.Complete() && bf.err == nil {
 		bf.cond.Wait()
 	}
-	if bf.sch.Complete() {
-		return nil
+	complete, ferr := bf.sch.Complete(), bf.err
+	bf.mu.Unlock()
+	if !complete {
+		return ferr
 	}
-	return bf.err
+	for i, h := range m.Chunks {
+		if t.store.HasChunk(h) {
+			continue
+		}
+		if err := t.waitStored(ctx, h); err != nil {
+			return fmt.Errorf("fetch %q: chunk %d: %w", r.Name, i, err)
+		}
+		if !t.store.HasChunk(h) {
+			return fmt.Errorf("fetch %q: chunk %d (%s) arrived but could not be stored (see the log): %w", r.Name, i, h, blob.ErrNoSpace)
+		}
+	}
+	return nil
 }
