@@ -7,7 +7,7 @@ BIN     := bin/omst
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build demo test check unit race integration fuzz bench clean deps
+.PHONY: all build demo test check unit race integration bindings ctest pytest examples fuzz bench bench-bindings clean deps
 
 all: build
 
@@ -22,7 +22,7 @@ build: deps ## build bin/omst
 demo: build ## build omst and run the in-process emulated grid demo
 	./$(BIN) demo
 
-test: deps check race integration ## everything CI runs
+test: deps check race integration bindings examples ## everything CI runs
 	@echo "make test: all passed"
 
 check: ## formatting and vet
@@ -36,6 +36,19 @@ race: ## unit tests (with fuzz seed corpora) under the race detector
 integration: ## multi-process tests: real daemons on loopback
 	$(GO) test -count=1 -timeout 15m -run 'Test' ./cmd/omst/
 
+bindings: ctest pytest ## the C library and the Python package, against real daemons
+
+ctest: build ## C library (bindings/c): build, then its tests against a real daemon
+	$(MAKE) --no-print-directory -C bindings/c test OMST_BIN=$(CURDIR)/$(BIN)
+
+pytest: build ## Python package (bindings/python), installed into .venv, tested against real daemons
+	OMST_BIN=$(CURDIR)/$(BIN) $$(scripts/pyenv.sh) -m pytest -q bindings/python/tests
+
+examples: build ## MPI, task-farm (C) and sweep (Python) examples, each against its own daemons
+	OMST_BIN=$(CURDIR)/$(BIN) examples/mpi/run.sh
+	OMST_BIN=$(CURDIR)/$(BIN) examples/taskfarm/run.sh
+	OMST_BIN=$(CURDIR)/$(BIN) PYTHON=$$(scripts/pyenv.sh) examples/sweep/run.sh
+
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
@@ -46,5 +59,9 @@ fuzz: ## run every fuzz target for FUZZTIME each
 bench: build ## benchmarks (not tests): see docs/benchmarks.md
 	./scripts/bench.sh
 
+bench-bindings: build ## C and Python client benchmarks (not tests): see docs/benchmarks.md
+	./scripts/bench-bindings.sh
+
 clean:
-	rm -rf bin
+	rm -rf bin .venv
+	$(MAKE) -C bindings/c clean

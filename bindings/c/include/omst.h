@@ -1,0 +1,158 @@
+/*
+ * omst.h: C client of the omst daemon's local API (rpcbridge protocol,
+ * docs/rpcbridge.md). C99 and libc only: the library speaks the protocol
+ * over the daemon's unix socket; there is no Go runtime in the caller.
+ *
+ * Two APIs:
+ *   - OmniStorage's calls (OmstPutData, OmstGetData, OmstPutFile,
+ *     OmstGetFile) on the default daemon, for existing RPC stubs and MPI
+ *     ranks;
+ *   - a handle API for new code: explicit connections, caller or library
+ *     buffers (zero-copy when the daemon passes file descriptors), an
+ *     asynchronous get, stat and remove.
+ *
+ * Every function returns 0 (OMST_OK) on success or a negative OMST_E* code;
+ * omst_strerror(code) describes a code, omst_errmsg() gives the daemon's or
+ * the library's message for the calling thread's last failure. A call never
+ * reports success for a partial result.
+ *
+ * The default daemon's socket is $OMST_SOCKET, else $OMST_HOME/omst.sock,
+ * else ~/.omst/omst.sock.
+ */
+#ifndef OMST_H
+#define OMST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Protocol version this library asks for (it also works with version 1
+ * daemons, without zero-copy). */
+#define OMST_PROTOCOL_VERSION 2
+
+/* Longest name in bytes (names are UTF-8, '/'-separated, see the docs). */
+#define OMST_NAME_MAX 1024
+
+/* Error codes. -1 .. -12 are the daemon's error codes (docs/rpcbridge.md
+ * section 7), negated; the others are the library's own. */
+enum omst_error {
+	OMST_OK = 0,
+	OMST_ENOTFOUND = -1,     /* no such name */
+	OMST_EINVALIDNAME = -2,  /* name breaks the naming rules (or too long) */
+	OMST_EBADREQUEST = -3,   /* the daemon refused the request as malformed */
+	OMST_EIO = -4,           /* file system or stream IO error in the daemon */
+	OMST_ENOSPACE = -5,      /* disk or cache full */
+	OMST_EUNREACHABLE = -6,  /* a peer needed for the request cannot be reached */
+	OMST_ECORRUPT = -7,      /* content does not match its hash */
+	OMST_ESIZE = -8,         /* blob size differs from the size given */
+	OMST_EVERSION = -9,      /* no common protocol version */
+	OMST_EINTERNAL = -10,    /* daemon bug */
+	OMST_EABORTED = -11,     /* request aborted (daemon shutting down) */
+	OMST_ETIMEDOUT = -12,    /* a deadline expired */
+	OMST_EINVAL = -100,      /* bad argument (NULL pointer, bad flags, ...) */
+	OMST_ENODAEMON = -101,   /* no daemon answers at the socket */
+	OMST_ECONN = -102,       /* connection lost during the call (daemon died) */
+	OMST_EPROTO = -103,      /* the daemon sent something the protocol forbids */
+	OMST_ENOMEM = -104,      /* out of memory */
+	OMST_ESYS = -105,        /* a system call failed (see errno / omst_errmsg) */
+	OMST_EMFILE = -106,      /* descriptor table full while receiving descriptors */
+	OMST_EUNKNOWN = -107     /* a daemon error code this library does not know */
+};
+
+/* A blob's description (the protocol's Info). */
+typedef struct omst_info {
+	char name[OMST_NAME_MAX + 1]; /* NUL-terminated */
+	char id[128];                 /* blob ID, a CIDv1 string */
+	uint64_t size;                /* bytes */
+	uint32_t chunk_size;          /* 0 if unknown on this node */
+	uint32_t chunks;
+	int64_t time_ns;              /* put time, unix nanoseconds */
+	char origin[128];             /* peer ID of the node where it was put */
+	uint32_t flags;               /* OMST_INFO_* */
+} omst_info_t;
+
+#define OMST_INFO_LOCAL 0x1u  /* every chunk is in this node's store */
+#define OMST_INFO_PINNED 0x2u /* pinned on this node */
+
+/* ---- OmniStorage API, on the default daemon -------------------------- */
+
+/* Store size bytes at data under name. */
+int OmstPutData(const char *name, const void *data, size_t size);
+/* Fill data with the blob named name; fails with OMST_ESIZE, filling
+ * nothing that counts, when size is not the blob's size. */
+int OmstGetData(const char *name, void *data, size_t size);
+/* Store the file at path (read by the daemon) under name. */
+int OmstPutFile(const char *name, const char *path);
+/* Write the blob to path (by the daemon, atomically). */
+int OmstGetFile(const char *name, const char *path);
+
+/* ---- Handle API ------------------------------------------------------- */
+
+/* A connection to one daemon. Thread-safe: calls from several threads on
+ * one handle are allowed. After fork() the child's first call opens its
+ * own connection (the parent's is never used by the child). */
+typedef struct omst omst_t;
+
+/* Connect to the daemon at socket_path (NULL: the default socket). No
+ * daemon: OMST_ENODAEMON at once. */
+int omst_connect(const char *socket_path, omst_t **out);
+/* Close the handle (NULL is ignored). Pending async requests must have
+ * been waited for. */
+void omst_close(omst_t *h);
+
+int omst_put(omst_t *h, const char *name, const void *data, size_t size, omst_info_t *info);
+/* chunk_size 0: the daemon's default; else 4096 .. 64 MiB. */
+int omst_put_chunked(omst_t *h, const char *name, const void *data, size_t size, uint32_t chunk_size,
+                     omst_info_t *info);
+int omst_put_file(omst_t *h, const char *name, const char *path, omst_info_t *info);
+/* Get into the caller's buffer; size must be the blob's size (OMST_ESIZE
+ * otherwise). info may be NULL. */
+int omst_get(omst_t *h, const char *name, void *buf, size_t size, omst_info_t *info);
+int omst_get_file(omst_t *h, const char *name, const char *path, omst_info_t *info);
+int omst_stat(omst_t *h, const char *name, omst_info_t *info);
+/* Forget name on this node and unpin its blob here. */
+int omst_remove(omst_t *h, const char *name);
+
+/* A buffer the library provides: mapped from the daemon's files when the
+ * daemon passes descriptors (zero-copy), else filled by copy. Read-only
+ * unless OMST_BUF_WRITABLE was given (then writes are private to the
+ * caller). Valid until omst_buf_release, also after omst_close. */
+typedef struct omst_buf omst_buf_t;
+
+#define OMST_BUF_COPY 0x1u     /* never zero-copy: receive the bytes */
+#define OMST_BUF_WRITABLE 0x2u /* the caller may write into the buffer */
+
+int omst_get_buf(omst_t *h, const char *name, unsigned flags, omst_buf_t **out);
+const void *omst_buf_data(const omst_buf_t *b);
+void *omst_buf_data_mut(omst_buf_t *b); /* NULL unless OMST_BUF_WRITABLE */
+size_t omst_buf_size(const omst_buf_t *b);
+int omst_buf_zero_copy(const omst_buf_t *b); /* 1 if mapped from the daemon's files */
+const omst_info_t *omst_buf_info(const omst_buf_t *b);
+void omst_buf_release(omst_buf_t *b); /* NULL is ignored */
+
+/* Asynchronous get into the caller's buffer, to overlap the fetch with
+ * compute: start, then test (non-blocking) or wait. The buffer must stay
+ * valid and untouched until wait returns. Every started request must be
+ * waited for exactly once; wait frees it. */
+typedef struct omst_req omst_req_t;
+
+int omst_get_start(omst_t *h, const char *name, void *buf, size_t size, omst_req_t **out);
+/* *done = 1 when the request has finished (then wait returns at once). */
+int omst_test(omst_req_t *r, int *done);
+/* Wait for the request, free it, and return its result; info may be NULL. */
+int omst_wait(omst_req_t *r, omst_info_t *info);
+
+/* A static description of code. */
+const char *omst_strerror(int code);
+/* The message of the calling thread's last failed call (the daemon's
+ * message when it sent one); "" if none. */
+const char *omst_errmsg(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OMST_H */

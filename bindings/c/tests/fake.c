@@ -1,0 +1,680 @@
+/*
+ * fake.c: fake daemons speaking (or breaking) the protocol on purpose, for
+ * what a real daemon does not do on demand: stall, cut a reply short, send
+ * bad frames, refuse version 2, close idle connections, pass odd
+ * descriptors. Each connection is served by a thread running a script.
+ */
+#include "harness.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+struct fake;
+typedef void (*script_fn)(struct fake *f, int fd, int idx);
+
+struct fake {
+	char path[256];
+	int lfd;
+	pthread_t th;
+	script_fn fn;
+	int nconn;
+	uint32_t maxv; /* highest version it speaks */
+	int refuse;    /* answer a too-high version with ERROR 9 (like a v1 daemon) */
+};
+
+struct cargs {
+	struct fake *f;
+	int fd, idx;
+};
+
+static void *conn_thread(void *arg)
+{
+	struct cargs *a = arg;
+	a->f->fn(a->f, a->fd, a->idx);
+	close(a->fd);
+	free(a);
+	return NULL;
+}
+
+static void *accept_thread(void *arg)
+{
+	struct fake *f = arg;
+	for (;;) {
+		int fd = accept(f->lfd, NULL, NULL);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return NULL;
+		}
+		struct cargs *a = malloc(sizeof *a);
+		*a = (struct cargs){f, fd, __atomic_fetch_add(&f->nconn, 1, __ATOMIC_SEQ_CST)};
+		pthread_t t;
+		pthread_create(&t, NULL, conn_thread, a);
+		pthread_detach(t);
+	}
+}
+
+static int fake_start(struct fake *f, script_fn fn, uint32_t maxv, int refuse)
+{
+	static int seq;
+	memset(f, 0, sizeof *f);
+	snprintf(f->path, sizeof f->path, "%s/fake-%d-%d.sock", t_tmp, (int)getpid(), seq++);
+	f->fn = fn;
+	f->maxv = maxv;
+	f->refuse = refuse;
+	f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, f->path);
+	unlink(f->path);
+	if (bind(f->lfd, (struct sockaddr *)&sa, sizeof sa) || listen(f->lfd, 16)) {
+		t_fail(__FILE__, __LINE__, "fake daemon: bind/listen %s: %s", f->path, strerror(errno));
+		return -1;
+	}
+	pthread_create(&f->th, NULL, accept_thread, f);
+	return 0;
+}
+
+static void fake_stop(struct fake *f)
+{
+	shutdown(f->lfd, SHUT_RDWR);
+	close(f->lfd);
+	pthread_join(f->th, NULL);
+	unlink(f->path);
+}
+
+/* ---- script helpers (blocking IO; errors end the script) --------------- */
+
+static int rd(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+	while (n > 0) {
+		ssize_t r = read(fd, b, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int wr(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (n > 0) {
+		ssize_t r = send(fd, b, n, MSG_NOSIGNAL);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* Reads a frame; body (malloc'd) returned in *body. */
+static int read_frame(int fd, uint8_t *type, uint8_t **body, uint32_t *len)
+{
+	uint8_t h[8];
+	if (rd(fd, h, 8) || w_parse_header(h, len, type))
+		return -1;
+	*body = malloc(*len + 1);
+	if (rd(fd, *body, *len)) {
+		free(*body);
+		return -1;
+	}
+	return 0;
+}
+
+static int send_frame(int fd, uint8_t type, const void *body, uint32_t len)
+{
+	uint8_t h[8];
+	w_put_header(h, type, len);
+	return wr(fd, h, 8) || wr(fd, body, len);
+}
+
+static int send_error(int fd, uint32_t code, const char *msg)
+{
+	uint8_t b[512];
+	uint32_t n = (uint32_t)strlen(msg);
+	b[0] = (uint8_t)(code >> 24), b[1] = (uint8_t)(code >> 16), b[2] = (uint8_t)(code >> 8), b[3] = (uint8_t)code;
+	b[4] = (uint8_t)(n >> 24), b[5] = (uint8_t)(n >> 16), b[6] = (uint8_t)(n >> 8), b[7] = (uint8_t)n;
+	memcpy(b + 8, msg, n);
+	return send_frame(fd, FT_ERROR, b, 8 + n);
+}
+
+static void be64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static void be32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
+/* An INFO body for name with size bytes; returns its length. */
+static uint32_t info_body(uint8_t *b, const uint8_t *name, uint32_t nlen, uint64_t size)
+{
+	uint32_t o = 0;
+	be32(b + o, nlen), o += 4;
+	memcpy(b + o, name, nlen), o += nlen;
+	be32(b + o, 6), o += 4;
+	memcpy(b + o, "bafake", 6), o += 6;
+	be64(b + o, size), o += 8;
+	be32(b + o, 1u << 20), o += 4;
+	be32(b + o, 1), o += 4;
+	be64(b + o, 1700000000000000000ull), o += 8;
+	be32(b + o, 4), o += 4;
+	memcpy(b + o, "peer", 4), o += 4;
+	be32(b + o, 1), o += 4;
+	return o;
+}
+
+static int send_info(int fd, const uint8_t *reqbody, uint64_t size)
+{
+	uint8_t b[2048];
+	uint32_t nlen = (uint32_t)reqbody[0] << 24 | (uint32_t)reqbody[1] << 16 | (uint32_t)reqbody[2] << 8 | reqbody[3];
+	if (nlen > 1024)
+		nlen = 1024;
+	return send_frame(fd, FT_INFO, b, info_body(b, reqbody + 4, nlen, size));
+}
+
+/* Answers HELLO; returns the version, or -1 (connection to close). */
+static int hello(struct fake *f, int fd)
+{
+	uint8_t type, *body;
+	uint32_t len;
+	if (read_frame(fd, &type, &body, &len))
+		return -1;
+	uint32_t v = (uint32_t)body[4] << 24 | (uint32_t)body[5] << 16 | (uint32_t)body[6] << 8 | body[7];
+	free(body);
+	if (type != FT_HELLO || len != 8)
+		return -1;
+	if (v > f->maxv && f->refuse) {
+		send_error(fd, 9, "unsupported protocol version");
+		return -1;
+	}
+	if (v > f->maxv)
+		v = f->maxv;
+	uint8_t out[16];
+	w_enc_hello(out, sizeof out, v);
+	return wr(fd, out, 16) ? -1 : (int)v;
+}
+
+static const uint8_t pattern100[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefghijklmnopqrstuvwxyz!!";
+
+/* ---- timeout ---------------------------------------------------------- */
+
+static void script_stall(struct fake *f, int fd, int idx)
+{
+	(void)idx;
+	if (hello(f, fd) < 0)
+		return;
+	uint8_t type, *body;
+	uint32_t len;
+	if (read_frame(fd, &type, &body, &len))
+		return;
+	free(body);
+	/* never answer; wait for the client to go away */
+	char c;
+	while (read(fd, &c, 1) > 0)
+		;
+}
+
+/* Reads nothing after HELLO: a PUT fills the socket and stalls. */
+static void script_deaf(struct fake *f, int fd, int idx)
+{
+	(void)idx;
+	if (hello(f, fd) < 0)
+		return;
+	struct pollfd p = {fd, POLLRDHUP, 0};
+	poll(&p, 1, 10000); /* until the client hangs up */
+}
+
+void test_fake_timeout(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_stall, 2, 0))
+		return;
+	setenv("OMST_TIMEOUT_MS", "300", 1);
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	omst_info_t info;
+	char buf[10];
+	double t0 = t_now();
+	CHECK_RC(omst_stat(h, "x", &info), OMST_ETIMEDOUT);
+	CHECK_RC(omst_get(h, "x", buf, 10, &info), OMST_ETIMEDOUT);
+	double el = t_now() - t0;
+	CHECK(el > 0.5 && el < 3.0);
+	omst_close(h);
+	fake_stop(&f);
+
+	/* a PUT to a daemon that does not read */
+	if (fake_start(&f, script_deaf, 2, 0))
+		return;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	size_t n = 16u << 20;
+	uint8_t *data = t_pattern(n, 9);
+	t0 = t_now();
+	CHECK_RC(omst_put(h, "deaf", data, n, NULL), OMST_ETIMEDOUT);
+	el = t_now() - t0;
+	CHECK(el > 0.25 && el < 3.0);
+	free(data);
+	omst_close(h);
+	fake_stop(&f);
+}
+
+/* ---- truncated and overlong GET replies --------------------------------- */
+
+static void script_truncated(struct fake *f, int fd, int idx)
+{
+	if (hello(f, fd) < 0)
+		return;
+	uint8_t type, *body;
+	uint32_t len;
+	if (read_frame(fd, &type, &body, &len))
+		return;
+	send_info(fd, body, 100);
+	free(body);
+	switch (idx) {
+	case 1: /* half the bytes, then the connection closes */
+		send_frame(fd, FT_DATA, pattern100, 50);
+		return;
+	case 2: /* END after half the bytes */
+		send_frame(fd, FT_DATA, pattern100, 50);
+		send_frame(fd, FT_END, "", 0);
+		break;
+	case 3: /* more bytes than INFO said */
+		send_frame(fd, FT_DATA, pattern100, 100);
+		send_frame(fd, FT_DATA, pattern100, 50);
+		send_frame(fd, FT_END, "", 0);
+		break;
+	case 4: /* ERROR instead of END */
+		send_frame(fd, FT_DATA, pattern100, 100);
+		send_error(fd, 7, "chunk 0 does not match its hash");
+		return; /* close: the client's pooled connection goes stale */
+	case 5: /* an empty DATA frame */
+		send_frame(fd, FT_DATA, "", 0);
+		break;
+	default: /* all good */
+		send_frame(fd, FT_DATA, pattern100, 60);
+		send_frame(fd, FT_DATA, pattern100 + 60, 40);
+		send_frame(fd, FT_END, "", 0);
+		break;
+	}
+	char c;
+	while (read(fd, &c, 1) > 0)
+		;
+}
+
+void test_fake_truncated(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_truncated, 2, 0))
+		return;
+	setenv("OMST_TIMEOUT_MS", "5000", 1);
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0); /* connection 0: idle in the pool */
+	/* each call below takes a fresh connection: the failed ones are
+	 * closed, so keep the pool empty by holding connection 0 busy */
+	struct omst_conn *hold;
+	CHECK_RC(handle_acquire(h, &hold), 0);
+	uint8_t buf[100];
+	int want[] = {0, OMST_ECONN, OMST_EPROTO, OMST_EPROTO, OMST_ECORRUPT, OMST_EPROTO};
+	for (int i = 1; i <= 5; i++) {
+		memset(buf, 0, sizeof buf);
+		int r = omst_get(h, "t", buf, 100, NULL);
+		if (r != want[i])
+			t_fail(__FILE__, __LINE__, "case %d: %d (%s: %s), want %d", i, r, omst_strerror(r), omst_errmsg(),
+			       want[i]);
+	}
+	CHECK_RC(omst_get(h, "t", buf, 100, NULL), 0);
+	CHECK(memcmp(buf, pattern100, 100) == 0);
+	handle_release(h, hold);
+	omst_close(h);
+	fake_stop(&f);
+}
+
+/* ---- a version 1 daemon ------------------------------------------------- */
+
+static void script_serve(struct fake *f, int fd, int idx)
+{
+	(void)idx;
+	int v = hello(f, fd);
+	if (v < 0)
+		return;
+	for (;;) {
+		uint8_t type, *body;
+		uint32_t len;
+		if (read_frame(fd, &type, &body, &len))
+			return;
+		if (type == FT_STAT) {
+			send_info(fd, body, 100);
+		} else if (type == FT_GET) {
+			send_info(fd, body, 100);
+			send_frame(fd, FT_DATA, pattern100, 100);
+			send_frame(fd, FT_END, "", 0);
+		} else {
+			send_error(fd, 3, "bad request");
+			free(body);
+			return;
+		}
+		free(body);
+		if (f->refuse == 2)
+			return; /* close after every request (idle close) */
+	}
+}
+
+void test_fake_version1(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_serve, 1, 1))
+		return;
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	omst_buf_t *b = NULL;
+	CHECK_RC(omst_get_buf(h, "v1", 0, &b), 0);
+	if (b) {
+		CHECK(omst_buf_zero_copy(b) == 0);
+		CHECK_EQ_U(omst_buf_size(b), 100);
+		CHECK(memcmp(omst_buf_data(b), pattern100, 100) == 0);
+		omst_buf_release(b);
+	}
+	omst_info_t info;
+	CHECK_RC(omst_stat(h, "v1", &info), 0);
+	CHECK(strcmp(info.name, "v1") == 0);
+	CHECK(strcmp(info.id, "bafake") == 0);
+	CHECK_EQ_U(info.time_ns, 1700000000000000000ull);
+	omst_close(h);
+	fake_stop(&f);
+}
+
+void test_fake_idle_close(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_serve, 2, 0))
+		return;
+	f.refuse = 2;
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	omst_info_t info;
+	uint8_t buf[100];
+	for (int i = 0; i < 10; i++) {
+		CHECK_RC(omst_stat(h, "idle", &info), 0);
+		if (i % 2)
+			usleep(20000); /* let the close arrive before the next call */
+		CHECK_RC(omst_get(h, "idle", buf, 100, NULL), 0);
+	}
+	omst_close(h);
+	fake_stop(&f);
+}
+
+/* ---- GET_FD edge cases -------------------------------------------------- */
+
+static int tmpfile_with(const void *prefix, size_t plen, const void *data, size_t n)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/fdXXXXXX", t_tmp);
+	int fd = mkstemp(path);
+	unlink(path);
+	if (plen && write(fd, prefix, plen) != (ssize_t)plen)
+		return -1;
+	if (n && write(fd, data, n) != (ssize_t)n)
+		return -1;
+	return fd;
+}
+
+/* Sends an FDS frame with count extents and nfds descriptors. */
+static int send_fds(int sock, const struct w_extent *e, uint32_t count, const int *fds, int nfds)
+{
+	uint8_t buf[8 + 4 + 24 * 64];
+	uint32_t len = 4 + 24 * count;
+	w_put_header(buf, FT_FDS, len);
+	be32(buf + 8, count);
+	for (uint32_t i = 0; i < count; i++) {
+		be64(buf + 12 + 24 * i, e[i].blob_offset);
+		be64(buf + 20 + 24 * i, e[i].length);
+		be64(buf + 28 + 24 * i, e[i].file_offset);
+	}
+	union {
+		char b[CMSG_SPACE(64 * sizeof(int))];
+		struct cmsghdr a;
+	} ctl;
+	memset(&ctl, 0, sizeof ctl);
+	struct iovec iov = {buf, 8 + len};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+	                   .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+	return sendmsg(sock, &m, MSG_NOSIGNAL) == (ssize_t)(8 + len) ? 0 : -1;
+}
+
+static uint8_t *fd_blob; /* 3 pages + 100 bytes of pattern */
+#define FD_BLOB (3 * 4096 + 100)
+
+static void script_fds(struct fake *f, int fd, int idx)
+{
+	(void)idx;
+	if (hello(f, fd) < 0)
+		return;
+	for (;;) {
+		uint8_t type, *body;
+		uint32_t len;
+		if (read_frame(fd, &type, &body, &len))
+			return;
+		int mode = body[4] - 'a'; /* names "a".."h" pick the case */
+		if (type != FT_GET_FD) {
+			free(body);
+			return;
+		}
+		send_info(fd, body, FD_BLOB);
+		free(body);
+		int f1 = tmpfile_with(NULL, 0, fd_blob, 8192);
+		int f2 = tmpfile_with("junk", 4, fd_blob + 8192, FD_BLOB - 8192);
+		int f3 = tmpfile_with(NULL, 0, fd_blob + 8192, FD_BLOB - 8192);
+		struct w_extent e[2] = {{0, 8192, 0}, {8192, FD_BLOB - 8192, 0}};
+		int fds[3] = {f1, f3, f2};
+		switch (mode) {
+		case 0: /* aligned: both mapped */
+			send_fds(fd, e, 2, fds, 2);
+			send_frame(fd, FT_END, "", 0);
+			break;
+		case 1: /* second extent at file offset 4: copied */
+			e[1].file_offset = 4;
+			fds[1] = f2;
+			send_fds(fd, e, 1, fds, 1);
+			send_fds(fd, e + 1, 1, fds + 1, 1);
+			send_frame(fd, FT_END, "", 0);
+			break;
+		case 2: /* a descriptor too many */
+			send_fds(fd, e, 2, fds, 3);
+			send_frame(fd, FT_END, "", 0);
+			break;
+		case 3: /* a descriptor too few */
+			send_fds(fd, e, 2, fds, 1);
+			send_frame(fd, FT_END, "", 0);
+			break;
+		case 4: /* ERROR after the first FDS */
+			send_fds(fd, e, 1, fds, 1);
+			send_error(fd, 6, "peer unreachable");
+			break;
+		case 5: /* file shorter than the extent */
+			close(f3);
+			f3 = tmpfile_with(NULL, 0, fd_blob + 8192, 50);
+			fds[1] = f3;
+			send_fds(fd, e, 2, fds, 2);
+			send_frame(fd, FT_END, "", 0);
+			break;
+		case 6: /* a gap */
+			e[1].blob_offset += 4096;
+			send_fds(fd, e, 2, fds, 2);
+			send_frame(fd, FT_END, "", 0);
+			break;
+		case 7: /* END before every byte */
+			send_fds(fd, e, 1, fds, 1);
+			send_frame(fd, FT_END, "", 0);
+			break;
+		}
+		close(f1);
+		close(f2);
+		close(f3);
+	}
+}
+
+void test_fake_fds(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_fds, 2, 0))
+		return;
+	fd_blob = t_pattern(FD_BLOB, 5);
+	setenv("OMST_TIMEOUT_MS", "5000", 1);
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	/* count descriptors with the handle's pool warm */
+	omst_buf_t *b = NULL;
+	CHECK_RC(omst_get_buf(h, "a", 0, &b), 0);
+	omst_buf_release(b);
+	int fds0 = t_count_fds();
+	const char *names[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+	int want[] = {0, 0, OMST_EPROTO, OMST_EPROTO, OMST_EUNREACHABLE, OMST_EPROTO, OMST_EPROTO, OMST_EPROTO};
+	int zc[] = {1, 0};
+	for (int i = 0; i < 8; i++) {
+		b = NULL;
+		int r = omst_get_buf(h, names[i], 0, &b);
+		if (r != want[i])
+			t_fail(__FILE__, __LINE__, "case %s: %d (%s: %s), want %d", names[i], r, omst_strerror(r),
+			       omst_errmsg(), want[i]);
+		if (r == 0 && b) {
+			CHECK_EQ_U(omst_buf_size(b), FD_BLOB);
+			CHECK(memcmp(omst_buf_data(b), fd_blob, FD_BLOB) == 0);
+			if (omst_buf_zero_copy(b) != zc[i])
+				t_fail(__FILE__, __LINE__, "case %s: zero_copy %d", names[i], omst_buf_zero_copy(b));
+			omst_buf_release(b);
+		} else {
+			CHECK(b == NULL);
+		}
+		/* after a failure the pool may have one connection fewer */
+		int n = t_count_fds_settled(fds0);
+		if (n > fds0)
+			t_fail(__FILE__, __LINE__, "case %s: %d descriptors open, %d before", names[i], n, fds0);
+	}
+	omst_close(h);
+	fake_stop(&f);
+	free(fd_blob);
+}
+
+/* ---- malformed replies -------------------------------------------------- */
+
+static void script_garbage(struct fake *f, int fd, int idx)
+{
+	if (idx == 1) { /* bad HELLO reply */
+		uint8_t type, *body;
+		uint32_t len;
+		if (read_frame(fd, &type, &body, &len))
+			return;
+		free(body);
+		wr(fd, "\x00\x00\x00\x08\x01\x00\x00\x00XMST\x00\x00\x00\x02", 16);
+		return;
+	}
+	if (hello(f, fd) < 0)
+		return;
+	uint8_t type, *body;
+	uint32_t len;
+	if (read_frame(fd, &type, &body, &len))
+		return;
+	uint8_t ib[2048];
+	uint32_t il = info_body(ib, (const uint8_t *)"g", 1, 5);
+	switch (idx) {
+	case 3: /* flags byte set */
+		wr(fd, "\x00\x00\x00\x00\x30\x01\x00\x00", 8);
+		break;
+	case 4: /* body over 16 MiB */
+		wr(fd, "\x01\x00\x00\x01\x31\x00\x00\x00", 8);
+		break;
+	case 5: /* unknown type */
+		wr(fd, "\x00\x00\x00\x00\x77\x00\x00\x00", 8);
+		break;
+	case 6: /* INFO with a trailing byte */
+		ib[il++] = 0;
+		send_frame(fd, FT_INFO, ib, il);
+		break;
+	case 7: /* descriptors with a plain INFO */
+	{
+		int p = open("/dev/null", O_RDONLY);
+		uint8_t fr[2048];
+		w_put_header(fr, FT_INFO, il);
+		memcpy(fr + 8, ib, il);
+		union {
+			char b[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr a;
+		} ctl;
+		memset(&ctl, 0, sizeof ctl);
+		struct iovec iov = {fr, 8 + il};
+		struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+		                   .msg_controllen = sizeof ctl.b};
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &p, sizeof p);
+		if (sendmsg(fd, &m, MSG_NOSIGNAL) < 0)
+			t_log("sendmsg: %s", strerror(errno));
+		close(p);
+		break;
+	}
+	case 8: /* ERROR code 0 */
+		wr(fd, "\x00\x00\x00\x08\x3f\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", 16);
+		break;
+	}
+	free(body);
+	char c;
+	while (read(fd, &c, 1) > 0)
+		;
+}
+
+void test_fake_garbage(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_garbage, 2, 0))
+		return;
+	setenv("OMST_TIMEOUT_MS", "5000", 1);
+	omst_t *h = NULL;
+	f.nconn = 1;
+	CHECK_RC(omst_connect(f.path, &h), OMST_EPROTO);
+	f.nconn = 2;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	if (h == NULL)
+		return;
+	struct omst_conn *hold;
+	CHECK_RC(handle_acquire(h, &hold), 0); /* keep the pool empty */
+	omst_info_t info;
+	int fds0 = t_count_fds();
+	for (int i = 3; i <= 8; i++) {
+		int r = omst_stat(h, "g", &info);
+		if (r != OMST_EPROTO)
+			t_fail(__FILE__, __LINE__, "case %d: %d (%s: %s), want OMST_EPROTO", i, r, omst_strerror(r),
+			       omst_errmsg());
+	}
+	CHECK_EQ_U(t_count_fds_settled(fds0), fds0);
+	handle_release(h, hold);
+	omst_close(h);
+	fake_stop(&f);
+}

@@ -1,0 +1,238 @@
+"""The shared test vectors, testdata/rpcbridge/frames.txt (docs/rpcbridge.md
+section 11): decode every valid vector and compare its fields, encode every
+valid vector from its fields and compare the hex, reject every invalid one.
+
+The package has decoders and encoders for every frame type (those of the
+server side too), so every valid vector is checked both ways.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+import pytest
+
+from omst import ProtocolError, _wire
+from omst._wire import Extent, FrameType
+from omst.info import Info
+
+from conftest import find_up
+
+Fields = List[Tuple[str, str]]
+
+
+@dataclass
+class Vector:
+    name: str
+    valid: bool = False
+    why: str = ""
+    hex: str = ""
+    type: int = -1
+    fields: Fields = field(default_factory=list)
+
+
+def parse_vectors(text: str) -> List[Vector]:
+    """Parse the frames.txt format: '#' comments, blank-line separated
+    vectors, 'KEY VALUE' lines (value = the rest after the first space)."""
+    out: List[Vector] = []
+    cur = None
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.startswith("#"):
+            continue
+        if line.strip() == "":
+            cur = None
+            continue
+        key, _, value = line.partition(" ")
+        if key == "vector":
+            cur = Vector(value)
+            out.append(cur)
+            continue
+        assert cur is not None, f"line {lineno}: {line!r} outside a vector"
+        if key == "valid":
+            cur.valid = True
+        elif key == "invalid":
+            cur.why = value
+        elif key == "hex":
+            cur.hex += value
+        elif key == "type":
+            cur.type = int(value)
+        else:
+            cur.fields.append((key, value))
+    return out
+
+
+VECTORS_PATH = find_up("testdata/rpcbridge/frames.txt")
+VECTORS = parse_vectors(VECTORS_PATH.read_text("utf-8")) if VECTORS_PATH else []
+VALID = [v for v in VECTORS if v.valid]
+INVALID = [v for v in VECTORS if not v.valid]
+needs_vectors = pytest.mark.skipif(VECTORS_PATH is None, reason="testdata/rpcbridge/frames.txt not found")
+
+
+# --- vector fields <-> decoded values ------------------------------------------------
+
+INFO_KEYS = ["info.name", "info.id", "info.size", "info.chunk_size", "info.chunks", "info.time", "info.origin", "info.flags"]
+EXTENT_KEYS = ["extent.blob_offset", "extent.length", "extent.file_offset"]
+
+
+def info_fields(i: Info) -> Fields:
+    vals = [i.name, i.id, i.size, i.chunk_size, i.chunks, i.time, i.origin, i.flags]
+    return [(k, str(v)) for k, v in zip(INFO_KEYS, vals)]
+
+
+class Fieldreader:
+    """Hands out a vector's fields in order, checking their keys."""
+
+    def __init__(self, fields: Fields) -> None:
+        self.fields = list(fields)
+        self.pos = 0
+
+    def get(self, key: str) -> str:
+        k, v = self.fields[self.pos]
+        assert k == key, f"field {self.pos}: got key {k!r}, want {key!r}"
+        self.pos += 1
+        return v
+
+    def int(self, key: str) -> int:
+        return int(self.get(key))
+
+    def info(self) -> Info:
+        name, cid = self.get("info.name"), self.get("info.id")
+        size, cs, n, t = (self.int(k) for k in INFO_KEYS[2:6])
+        origin, flags = self.get("info.origin"), self.int("info.flags")
+        return Info(name, cid, size, cs, n, t, origin, bool(flags & 1), bool(flags & 2))
+
+    def done(self) -> None:
+        assert self.pos == len(self.fields), f"unused fields {self.fields[self.pos:]}"
+
+
+def decode_fields(ftype: int, body: bytes) -> Fields:
+    """Decode a body of type ftype into vector fields (raises ProtocolError)."""
+    t = FrameType(ftype)
+    if t == FrameType.HELLO:
+        return [("magic", "OMST"), ("version", str(_wire.decode_hello(body)))]
+    if t == FrameType.PUT:
+        name, cs = _wire.decode_put(body)
+        return [("name", name), ("chunk_size", str(cs))]
+    if t == FrameType.PUT_FILE:
+        name, cs, path = _wire.decode_put_file(body)
+        return [("name", name), ("chunk_size", str(cs)), ("path", path.decode())]
+    if t in (FrameType.GET, FrameType.STAT, FrameType.REMOVE, FrameType.GET_FD):
+        return [("name", _wire.decode_name_request(body, t.name))]
+    if t == FrameType.LIST:
+        return [("prefix", _wire.decode_name_request(body, "LIST"))]
+    if t == FrameType.GET_FILE:
+        name, path = _wire.decode_get_file(body)
+        return [("name", name), ("path", path.decode())]
+    if t in (FrameType.STATUS, FrameType.ABORT, FrameType.END, FrameType.OK):
+        _wire.decode_empty(body, t.name)
+        return []
+    if t == FrameType.DATA:
+        return [("payload", body.hex())]
+    if t == FrameType.INFO:
+        return info_fields(_wire.decode_info(body))
+    if t == FrameType.LISTING:
+        infos = _wire.decode_listing(body)
+        return [("count", str(len(infos)))] + [f for i in infos for f in info_fields(i)]
+    if t == FrameType.STATUS_JSON:
+        doc = _wire.decode_status_json(body)
+        return [("json", json.dumps(doc, separators=(",", ":")))]
+    if t == FrameType.ERROR:
+        code, msg = _wire.decode_error(body)
+        return [("code", str(code)), ("message", msg)]
+    if t == FrameType.FDS:
+        exts = _wire.decode_fds(body)
+        out = [("count", str(len(exts)))]
+        for e in exts:
+            out += [("extent.blob_offset", str(e.blob_offset)), ("extent.length", str(e.length)), ("extent.file_offset", str(e.file_offset))]
+        return out
+    raise AssertionError(f"no decoder for {t!r}")
+
+
+def encode_from(ftype: int, fields: Fields) -> bytes:
+    """Build the whole frame of type ftype from vector fields."""
+    r = Fieldreader(fields)
+    t = FrameType(ftype)
+    enc: Dict[FrameType, Callable[[], bytes]] = {
+        FrameType.HELLO: lambda: (r.get("magic") == "OMST" or pytest.fail("magic")) and _wire.encode_hello(r.int("version")),
+        FrameType.PUT: lambda: _wire.encode_put(r.get("name").encode(), r.int("chunk_size")),
+        FrameType.PUT_FILE: lambda: _wire.encode_put_file(r.get("name").encode(), r.int("chunk_size"), r.get("path").encode()),
+        FrameType.GET_FILE: lambda: _wire.encode_get_file(r.get("name").encode(), r.get("path").encode()),
+        FrameType.LIST: lambda: _wire.encode_name_request(t, r.get("prefix").encode()),
+        FrameType.DATA: lambda: _wire.encode_data(bytes.fromhex(r.get("payload"))),
+        FrameType.INFO: lambda: _wire.encode_info(r.info()),
+        FrameType.LISTING: lambda: _wire.encode_listing([r.info() for _ in range(r.int("count"))]),
+        FrameType.STATUS_JSON: lambda: _wire.encode_status_json(r.get("json").encode()),
+        FrameType.ERROR: lambda: _wire.encode_error(r.int("code"), r.get("message")),
+        FrameType.FDS: lambda: _wire.encode_fds(
+            [Extent(*(r.int(k) for k in EXTENT_KEYS)) for _ in range(r.int("count"))]
+        ),
+    }
+    for nt in (FrameType.GET, FrameType.STAT, FrameType.REMOVE, FrameType.GET_FD):
+        enc[nt] = lambda: _wire.encode_name_request(t, r.get("name").encode())
+    for et in (FrameType.STATUS, FrameType.ABORT, FrameType.END, FrameType.OK):
+        enc[et] = lambda: _wire.encode_empty(t)
+    frame = enc[t]()
+    r.done()
+    return frame
+
+
+def decode_frame(frame: bytes) -> Tuple[int, bytes]:
+    """Header check, then type and length checks: (type, body)."""
+    ftype, n = _wire.parse_header(frame[: _wire.HEADER_SIZE])
+    _wire.check_frame(ftype, n)
+    body = frame[_wire.HEADER_SIZE :]
+    if len(body) != n:
+        raise ProtocolError(f"frame body of {len(body)} bytes, header says {n}")
+    return ftype, body
+
+
+# --- tests -----------------------------------------------------------------------------
+
+
+@needs_vectors
+def test_vectors_present() -> None:
+    assert len(VALID) >= 20 and len(INVALID) >= 10
+    assert {v.type for v in VALID} >= {int(t) for t in FrameType}, "a frame type without a valid vector"
+
+
+@needs_vectors
+@pytest.mark.parametrize("v", VALID, ids=[v.name for v in VALID])
+def test_decode_valid(v: Vector) -> None:
+    ftype, body = decode_frame(bytes.fromhex(v.hex))
+    assert ftype == v.type
+    got = decode_fields(ftype, body)
+    if ftype == FrameType.STATUS_JSON:
+        assert json.loads(got[0][1]) == json.loads(v.fields[0][1])
+    else:
+        assert got == v.fields
+
+
+@needs_vectors
+@pytest.mark.parametrize("v", VALID, ids=[v.name for v in VALID])
+def test_encode_valid(v: Vector) -> None:
+    assert encode_from(v.type, v.fields).hex() == v.hex
+
+
+@needs_vectors
+@pytest.mark.parametrize("v", INVALID, ids=[v.name for v in INVALID])
+def test_reject_invalid(v: Vector) -> None:
+    with pytest.raises(ProtocolError):
+        ftype, body = decode_frame(bytes.fromhex(v.hex))
+        decode_fields(ftype, body)
+
+
+def test_doc_worked_example() -> None:
+    # docs/rpcbridge.md section 9, independent of the file.
+    assert _wire.encode_name_request(FrameType.STAT, b"data/1").hex() == "0000000a1400000000000006646174612f31"
+    assert _wire.encode_hello(2).hex() == "00000008010000004f4d535400000002"
+    code, msg = _wire.decode_error(bytes.fromhex("000000010000001322646174612f31223a206e6f7420666f756e64"))
+    assert (code, msg) == (1, '"data/1": not found')
+
+
+def test_request_body_limit() -> None:
+    with pytest.raises(ProtocolError):
+        _wire.check_frame(FrameType.GET, (64 << 10) + 1)
+    _wire.check_frame(FrameType.DATA, 16 << 20)
