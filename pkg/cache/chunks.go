@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -128,6 +129,9 @@ func (s *Store) writeTemp(data []byte) (string, error) {
 // the next flush). A chunk whose file has vanished or changed size is dropped
 // from the index and reported as not found.
 func (s *Store) ReadChunk(h blob.Hash) ([]byte, error) {
+	if b, ok := s.small.get(h); ok && s.touch(h) {
+		return bytes.Clone(b), nil
+	}
 	f, size, err := s.OpenChunk(h)
 	if err != nil {
 		return nil, err
@@ -137,13 +141,45 @@ func (s *Store) ReadChunk(h blob.Hash) ([]byte, error) {
 	if _, err := io.ReadFull(f, buf); err != nil {
 		return nil, s.readFailed(h, err)
 	}
+	s.rememberSmall(h, buf)
 	return buf, nil
+}
+
+// Small chunks (at most smallChunkMax bytes) that were read are also kept
+// in memory, up to smallMemoBytes in all (so a file damaged or deleted
+// behind the store's back is noticed at the first read, not after it);
+// decoded manifests up to manifestMemoBytes.
+const (
+	smallChunkMax     = 64 << 10
+	smallMemoBytes    = 16 << 20
+	manifestMemoBytes = 16 << 20
+)
+
+// rememberSmall keeps a copy of a small chunk's bytes in memory.
+func (s *Store) rememberSmall(h blob.Hash, data []byte) {
+	if len(data) <= smallChunkMax {
+		s.small.put(h, bytes.Clone(data), len(data))
+	}
+}
+
+// touch marks chunk h used and reports whether it is stored.
+func (s *Store) touch(h blob.Hash) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.chunks[h]
+	if ok {
+		s.touchLocked(e)
+	}
+	return ok
 }
 
 // ReadChunkInto reads the chunk into buf and returns its length. It fails with
 // an error wrapping io.ErrShortBuffer if buf is shorter than the chunk, and
 // otherwise behaves like ReadChunk.
 func (s *Store) ReadChunkInto(h blob.Hash, buf []byte) (int, error) {
+	if b, ok := s.small.get(h); ok && len(buf) >= len(b) && s.touch(h) {
+		return copy(buf, b), nil
+	}
 	f, size, err := s.OpenChunk(h)
 	if err != nil {
 		return 0, err
@@ -238,6 +274,7 @@ func (s *Store) removeLocked(e *chunkEntry) {
 		s.log.Warn("remove chunk file", "chunk", e.hash.String(), "err", err)
 	}
 	delete(s.chunks, e.hash)
+	s.small.remove(e.hash)
 	s.used -= e.size
 	if e.elem != nil {
 		s.lru.Remove(e.elem)

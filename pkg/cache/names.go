@@ -44,7 +44,11 @@ func setManifest(txn *badger.Txn, id cid.Cid, enc []byte) error {
 
 // Manifest returns the manifest of blob id, or an error wrapping
 // blob.ErrNotFound.
+// The manifest is shared: callers must not modify it.
 func (s *Store) Manifest(id cid.Cid) (*blob.Manifest, error) {
+	if m, ok := s.manifests.get(id.KeyString()); ok {
+		return m, nil
+	}
 	var m *blob.Manifest
 	err := s.db.View(func(txn *badger.Txn) error {
 		var err error
@@ -54,7 +58,13 @@ func (s *Store) Manifest(id cid.Cid) (*blob.Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", id, err)
 	}
+	s.rememberManifest(id, m)
 	return m, nil
+}
+
+// rememberManifest keeps a decoded manifest in memory.
+func (s *Store) rememberManifest(id cid.Cid, m *blob.Manifest) {
+	s.manifests.put(id.KeyString(), m, 64+len(m.Chunks)*len(blob.Hash{}))
 }
 
 func getManifest(txn *badger.Txn, idb []byte) (*blob.Manifest, error) {

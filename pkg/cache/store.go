@@ -90,6 +90,12 @@ type Store struct {
 	dirty       map[blob.Hash]struct{} // chunk entries whose index record is stale
 	closed      bool
 
+	// small keeps the bytes of recently read or written small chunks;
+	// manifests keeps recently used decoded manifests (never modified by
+	// callers). Both are content-addressed, so never stale.
+	small     *memo[blob.Hash, []byte]
+	manifests *memo[string, *blob.Manifest]
+
 	flushMu   sync.Mutex // serializes flushes, so a later flush always wins
 	flushKick chan struct{}
 	stop      context.CancelFunc
@@ -141,6 +147,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		tmpDir:    filepath.Join(dir, "tmp"),
 		log:       log,
 		chunks:    make(map[blob.Hash]*chunkEntry),
+		small:     newMemo[blob.Hash, []byte](smallMemoBytes),
+		manifests: newMemo[string, *blob.Manifest](manifestMemoBytes),
 		lru:       list.New(),
 		pinCount:  make(map[blob.Hash]int32),
 		pins:      make(map[string]*pinnedBlob),
