@@ -23,7 +23,8 @@ import (
 func daemonCmd(g *globals) *cobra.Command {
 	var (
 		listen      []string
-		parent      string
+		parents     []string
+		relayMode   string
 		site        string
 		cacheSize   string
 		chunkSize   string
@@ -39,7 +40,17 @@ func daemonCmd(g *globals) *cobra.Command {
 			"chunks to its children and peers, and answers the local API on HOME/omst.sock.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := node.Config{Home: g.homeDir(), Listen: listen, Parent: parent, Site: site, Window: window, NoReplicate: noReplicate}
+			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate}
+			if len(parents) > 0 {
+				cfg.Parent, cfg.Fallbacks = parents[0], parents[1:]
+			}
+			switch relayMode {
+			case "cut-through":
+			case "store-forward":
+				cfg.StoreForward = true
+			default:
+				return usageError{fmt.Errorf("--relay-mode %q: want cut-through or store-forward", relayMode)}
+			}
 			var err error
 			if cacheSize != "" {
 				if cfg.CacheSize, err = bytesize.Parse(cacheSize); err != nil {
@@ -79,7 +90,10 @@ func daemonCmd(g *globals) *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringArrayVar(&listen, "listen", nil, "libp2p listen multiaddr, repeatable (default /ip4/0.0.0.0/tcp/4040 and /ip4/0.0.0.0/udp/4040/quic-v1)")
-	f.StringVar(&parent, "parent", "", "parent node's multiaddr ending in /p2p/<ID> (a line of the parent's `omst id`); none for the root")
+	f.StringArrayVar(&parents, "parent", nil, "parent node's multiaddr ending in /p2p/<ID> (a line of the parent's 'omst id' output); none for the root.\n"+
+		"Repeat it to add fallback parents, used in order when the current one cannot be reached (e.g. the root, for a worker under a head node)")
+	f.StringVar(&relayMode, "relay-mode", "cut-through", "how this node forwards a blob to its children: cut-through (each verified chunk at once)\n"+
+		"or store-forward (only after the whole blob is here; OmniStorage's original behaviour, for comparison)")
 	f.StringVar(&site, "site", "", "site (cluster) this host belongs to")
 	f.StringVar(&cacheSize, "cache-size", "", "cap on cached bytes, e.g. 20G (default 25% of the free disk)")
 	f.StringVar(&chunkSize, "chunk-size", "", "default chunk size for puts (default 1M)")

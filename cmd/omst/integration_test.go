@@ -336,6 +336,11 @@ func TestCLIBadInput(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "in use") {
 		t.Fatalf("second daemon on the same home: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// A bad relay mode is a usage error naming the flag.
+	r = omst(t, 20*time.Second, "daemon", "--home", t.TempDir(), "--listen", "/ip4/127.0.0.1/tcp/0", "--relay-mode", "teleport")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--relay-mode") {
+		t.Fatalf("bad --relay-mode: exit %d, stderr %q", r.code, r.stderr)
+	}
 	// No daemon at all.
 	r = omst(t, 10*time.Second, "--home", filepath.Join(dir, "nobody"), "stat", "x")
 	if r.code != exitUnreachable || !strings.Contains(r.stderr, "daemon") {

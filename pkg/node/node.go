@@ -27,13 +27,21 @@ const Version = "0.1.0"
 
 // Config configures a daemon.
 type Config struct {
-	Home      string   // home directory; "" = DefaultHome()
-	Listen    []string // libp2p listen multiaddrs; empty = peerhost.DefaultListen()
-	Parent    string   // parent multiaddr ending in /p2p/<ID>; "" for the root
-	Site      string   // site label (e.g. the cluster's name)
-	CacheSize int64    // cap on cached chunk bytes; 0 = cache default
-	ChunkSize int      // default chunk size for puts; 0 = blob.DefaultChunkSize
-	Window    int      // chunks in flight per fetch; 0 = tree default
+	Home   string   // home directory; "" = DefaultHome()
+	Listen []string // libp2p listen multiaddrs; empty = peerhost.DefaultListen()
+	Parent string   // parent multiaddr ending in /p2p/<ID>; "" for the root
+	// Fallbacks are further parents (same form), used in order when the
+	// current parent cannot be reached, e.g. the root for a worker whose
+	// head node may die.
+	Fallbacks []string
+	Site      string // site label (e.g. the cluster's name)
+	CacheSize int64  // cap on cached chunk bytes; 0 = cache default
+	ChunkSize int    // default chunk size for puts; 0 = blob.DefaultChunkSize
+	Window    int    // chunks in flight per fetch; 0 = tree default
+	// StoreForward makes this node, as a relay, fetch a whole blob before
+	// serving any of it to a child (for comparison with the default
+	// cut-through forwarding).
+	StoreForward bool
 	// NoReplicate turns off the background copy a relay makes of a blob put
 	// directly below it (on by default: a result is durable once its head
 	// node holds a copy).
@@ -95,6 +103,17 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			return nil, fmt.Errorf("--parent: %w", err)
 		}
 	}
+	var fallbacks []peer.AddrInfo
+	for _, f := range cfg.Fallbacks {
+		if parent == nil {
+			return nil, errors.New("fallback parents need a parent")
+		}
+		fb, err := peerhost.ParsePeerAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("--parent %s: %w", f, err)
+		}
+		fallbacks = append(fallbacks, *fb)
+	}
 	if n.lock, err = lockHome(cfg.Home); err != nil {
 		return nil, err
 	}
@@ -115,10 +134,17 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if parent != nil && parent.ID == n.host.ID() {
 		return nil, fmt.Errorf("--parent %s is this node itself", cfg.Parent)
 	}
+	for i, fb := range fallbacks {
+		if fb.ID == n.host.ID() {
+			return nil, fmt.Errorf("--parent %s is this node itself", cfg.Fallbacks[i])
+		}
+	}
 	n.tree, err = tree.New(tree.Config{
 		Host:      n.host,
 		Store:     n.store,
 		Parent:    parent,
+		Fallbacks: fallbacks,
+		Mode:      relayMode(cfg.StoreForward),
 		Site:      cfg.Site,
 		Window:    cfg.Window,
 		Replicate: !cfg.NoReplicate,
@@ -406,4 +432,11 @@ func (n *Node) info(r blob.Record, m *blob.Manifest) rpcbridge.Info {
 		in.Chunks = uint32(len(m.Chunks))
 	}
 	return in
+}
+
+func relayMode(storeForward bool) tree.Mode {
+	if storeForward {
+		return tree.ModeStoreForward
+	}
+	return tree.ModeCutThrough
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -537,7 +538,16 @@ func (t *Tree) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fe
 		sl.status, sl.body = statusOK, data
 		return
 	}
-	data, err := t.obtainChunk(ctx, q, t.sourcesForID(q.ID, p))
+	var data []byte
+	var err error
+	if t.cfg.Mode == ModeStoreForward {
+		// Store and forward: serve nothing of a blob until all of it is here.
+		if err = t.wholeBlob(ctx, q.ID, p); err == nil {
+			data, err = t.store.ReadChunk(q.Hash)
+		}
+	} else {
+		data, err = t.obtainChunk(ctx, q, t.sourcesForID(q.ID, p))
+	}
 	switch {
 	case err == nil:
 		sl.status, sl.body = statusOK, data
@@ -545,5 +555,44 @@ func (t *Tree) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fe
 		sl.status, sl.body = statusNotFound, truncMsg(fmt.Sprintf("%s: %v", t.self, err))
 	default:
 		sl.status, sl.body = statusError, truncMsg(fmt.Sprintf("%s: %v", t.self, err))
+	}
+}
+
+// wholeBlobCall is one store-and-forward fetch of a whole blob, shared by
+// every request that waits for it.
+type wholeBlobCall struct {
+	done chan struct{}
+	err  error
+}
+
+// wholeBlob fetches every chunk of blob id into the store (ModeStoreForward)
+// and returns when all are stored. Concurrent callers for the same blob
+// share one fetch, which runs until it ends even if they leave; asker (the
+// child whose request started it) is never used as a source.
+func (t *Tree) wholeBlob(ctx context.Context, id cid.Cid, asker peer.ID) error {
+	t.mu.Lock()
+	c := t.whole[id]
+	if c == nil {
+		if t.closed {
+			t.mu.Unlock()
+			return errClosed
+		}
+		c = &wholeBlobCall{done: make(chan struct{})}
+		t.whole[id] = c
+		t.wg.Go(func() {
+			r := blob.Record{ID: id, Name: "blob " + id.String()}
+			c.err = t.fetchAll(t.ctx, r, t.sourcesForID(id, asker))
+			t.mu.Lock()
+			delete(t.whole, id)
+			t.mu.Unlock()
+			close(c.done)
+		})
+	}
+	t.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -34,9 +34,24 @@ func BackoffDelay(n int, jitter float64) time.Duration {
 
 var sessionSeq atomic.Uint64
 
-// keepParent keeps one tree session to the parent alive until Close.
+// switchAfter is the number of failed sessions in a row after which the
+// keeper moves on to the next parent (when fallbacks are configured).
+const switchAfter = 2
+
+// NextParent decides the keeper's next parent index: after switchAfter
+// failures in a row on parent cur of n, the next one (wrapping around),
+// else cur. It reports whether it switched.
+func NextParent(cur, n, failures int) (int, bool) {
+	if n > 1 && failures >= switchAfter {
+		return (cur + 1) % n, true
+	}
+	return cur, false
+}
+
+// keepParent keeps one tree session to a parent alive until Close: the
+// current parent while it answers, else the next fallback (see NextParent).
 func (t *Tree) keepParent() {
-	attempt := 0
+	attempt, failures := 0, 0
 	for t.ctx.Err() == nil {
 		began := time.Now()
 		err := t.parentSession()
@@ -44,8 +59,17 @@ func (t *Tree) keepParent() {
 		if t.ctx.Err() != nil {
 			return
 		}
+		failures++
 		if time.Since(began) > 3*t.cfg.Keepalive {
-			attempt = 0 // the session was up for a while: start over
+			attempt, failures = 0, 1 // the session was up for a while: start over
+		}
+		cur := int(t.cur.Load())
+		if next, switched := NextParent(cur, len(t.parents), failures); switched {
+			t.log.Warn("parent unreachable: switching to the next parent", "from", addrOf(t.parents[cur]),
+				"to", addrOf(t.parents[next]), "err", err)
+			t.cur.Store(int32(next))
+			attempt, failures = 0, 0
+			continue
 		}
 		d := BackoffDelay(attempt, rand.Float64())
 		attempt++
@@ -68,14 +92,15 @@ func (t *Tree) setConnected(up bool) {
 func (t *Tree) parentSession() error {
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
-	if err := t.connect(ctx, t.parent); err != nil {
+	parent := t.parentID()
+	if err := t.connect(ctx, parent); err != nil {
 		return err
 	}
 	sctx, scancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
-	s, err := t.h.NewStream(sctx, t.parent, ProtoTree)
+	s, err := t.h.NewStream(sctx, parent, ProtoTree)
 	scancel()
 	if err != nil {
-		return fmt.Errorf("open tree stream to %s: %w", t.describe(t.parent), err)
+		return fmt.Errorf("open tree stream to %s: %w", t.describe(parent), err)
 	}
 	defer s.Reset()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
@@ -90,18 +115,18 @@ func (t *Tree) parentSession() error {
 	br := bufio.NewReader(s)
 	_ = s.SetDeadline(time.Now().Add(t.cfg.RequestTimeout))
 	if _, err := s.Write(appendFrame(nil, msgHello, encodeHello(hello{Site: t.cfg.Site, Addrs: addrs}))); err != nil {
-		return fmt.Errorf("hello to %s: %w", t.describe(t.parent), err)
+		return fmt.Errorf("hello to %s: %w", t.describe(parent), err)
 	}
 	typ, payload, err := readFrame(br)
 	if err != nil {
-		return fmt.Errorf("welcome from %s: %w", t.describe(t.parent), err)
+		return fmt.Errorf("welcome from %s: %w", t.describe(parent), err)
 	}
 	if typ != msgWelcome {
-		return fmt.Errorf("welcome from %s: %w", t.describe(t.parent), malformed("got type 0x%02x", typ))
+		return fmt.Errorf("welcome from %s: %w", t.describe(parent), malformed("got type 0x%02x", typ))
 	}
 	psite, err := decodeWelcome(payload)
 	if err != nil {
-		return fmt.Errorf("welcome from %s: %w", t.describe(t.parent), err)
+		return fmt.Errorf("welcome from %s: %w", t.describe(parent), err)
 	}
 	_ = s.SetDeadline(time.Time{})
 	t.setConnected(true)
@@ -133,12 +158,12 @@ func (t *Tree) parentSession() error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-readErr:
-			return fmt.Errorf("tree stream to %s: %w", t.describe(t.parent), err)
+			return fmt.Errorf("tree stream to %s: %w", t.describe(parent), err)
 		case <-tick.C:
 			seq++
 			_ = s.SetWriteDeadline(time.Now().Add(t.cfg.Keepalive))
 			if _, err := s.Write(appendFrame(nil, msgPing, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
-				return fmt.Errorf("ping %s: %w", t.describe(t.parent), err)
+				return fmt.Errorf("ping %s: %w", t.describe(parent), err)
 			}
 		}
 	}
@@ -149,8 +174,8 @@ func (t *Tree) parentSession() error {
 func (t *Tree) handleTree(s network.Stream) {
 	defer s.Reset()
 	p := s.Conn().RemotePeer()
-	if p == t.parent {
-		t.log.Warn("refusing tree stream from our own parent", "peer", p)
+	if t.parentIndex(p) >= 0 {
+		t.log.Warn("refusing tree stream from one of our own parents", "peer", p)
 		return
 	}
 	br := bufio.NewReader(s)

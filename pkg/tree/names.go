@@ -74,13 +74,13 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 	if lerr != nil && !errors.Is(lerr, blob.ErrNotFound) {
 		return blob.Record{}, fmt.Errorf("lookup %q: local store: %w", name, lerr)
 	}
-	if t.parent == "" {
+	if len(t.parents) == 0 {
 		if !haveLocal {
 			return blob.Record{}, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
 		}
 		return local, nil
 	}
-	rep, err := t.namesCall(ctx, t.parent, namesRequest{Type: msgLookup, Name: name})
+	rep, parent, err := t.lookupUp(ctx, name)
 	if err != nil {
 		if haveLocal {
 			t.log.Warn("parent unreachable: answering from the local record, which may be stale",
@@ -93,7 +93,7 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 	case msgFound:
 		r := rep.Record
 		if r.Name != name {
-			t.notePeerError(t.parent, "lookup", fmt.Errorf("asked for %q, got a record of %q", name, r.Name))
+			t.notePeerError(parent, "lookup", fmt.Errorf("asked for %q, got a record of %q", name, r.Name))
 			break
 		}
 		if haveLocal && !r.Newer(local) {
@@ -105,7 +105,7 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 		return r, nil
 	case msgNotFound:
 	default:
-		t.notePeerError(t.parent, "lookup", malformed("reply 0x%02x to LOOKUP", rep.Type))
+		t.notePeerError(parent, "lookup", malformed("reply 0x%02x to LOOKUP", rep.Type))
 	}
 	if haveLocal {
 		return local, nil
@@ -127,7 +127,7 @@ func (t *Tree) Announce(ctx context.Context, r blob.Record) error {
 // root, and when the parent is not connected now (the re-announce on
 // reconnect carries r then).
 func (t *Tree) announceUp(ctx context.Context, r blob.Record) error {
-	if t.parent == "" {
+	if len(t.parents) == 0 {
 		return nil
 	}
 	t.mu.Lock()
@@ -150,14 +150,35 @@ func (t *Tree) announceUp(ctx context.Context, r blob.Record) error {
 }
 
 func (t *Tree) announceTo(ctx context.Context, r blob.Record) error {
-	rep, err := t.namesCall(ctx, t.parent, namesRequest{Type: msgAnnounce, Record: r})
+	parent := t.parentID()
+	rep, err := t.namesCall(ctx, parent, namesRequest{Type: msgAnnounce, Record: r})
 	if err != nil {
 		return err
 	}
 	if rep.Type != msgAck {
-		return fmt.Errorf("%s: %w", t.describe(t.parent), malformed("reply 0x%02x to ANNOUNCE", rep.Type))
+		return fmt.Errorf("%s: %w", t.describe(parent), malformed("reply 0x%02x to ANNOUNCE", rep.Type))
 	}
 	return nil
+}
+
+// lookupUp asks the current parent for name and, if it cannot be reached,
+// each fallback parent in turn; it returns the reply and who gave it, or
+// the first parent's error.
+func (t *Tree) lookupUp(ctx context.Context, name string) (namesReply, peer.ID, error) {
+	var first error
+	for _, p := range t.parentIDs() {
+		rep, err := t.namesCall(ctx, p, namesRequest{Type: msgLookup, Name: name})
+		if err == nil {
+			return rep, p, nil
+		}
+		if first == nil {
+			first = err
+		}
+		if !errors.Is(err, blob.ErrUnreachable) || ctx.Err() != nil {
+			break
+		}
+	}
+	return namesReply{}, "", first
 }
 
 // reannounce sends every record that originated in this subtree (put here,
@@ -294,7 +315,7 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 		fctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout/2)
 		_ = t.announceUp(fctx, r)
 		cancel()
-		if t.cfg.Replicate && t.parent != "" && r.Origin == p.String() {
+		if t.cfg.Replicate && len(t.parents) > 0 && r.Origin == p.String() {
 			t.replicate(r)
 		}
 	}

@@ -33,7 +33,11 @@ type blobFetch struct {
 }
 
 func (t *Tree) startFetch(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool) *blobFetch {
-	bf := &blobFetch{t: t, r: r, m: m, keep: keep, sources: t.sourcesForRecord(r), ready: map[int][]byte{}}
+	return t.startFetchFrom(ctx, r, m, keep, t.sourcesForRecord(r))
+}
+
+func (t *Tree) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool, sources []peer.ID) *blobFetch {
+	bf := &blobFetch{t: t, r: r, m: m, keep: keep, sources: sources, ready: map[int][]byte{}}
 	bf.cond = sync.NewCond(&bf.mu)
 	bf.ctx, bf.cancel = context.WithCancel(ctx)
 	present := make([]bool, len(m.Chunks))
@@ -254,11 +258,19 @@ func (t *Tree) Open(ctx context.Context, r blob.Record) (io.ReadCloser, error) {
 // before they are stored, so it waits for those writes too). A chunk that
 // could not be stored (the cache is full of pinned data) is an error.
 func (t *Tree) Fetch(ctx context.Context, r blob.Record) error {
-	m, err := t.Manifest(ctx, r)
+	return t.fetchAll(ctx, r, t.sourcesForRecord(r))
+}
+
+// fetchAll is Fetch from the given sources.
+func (t *Tree) fetchAll(ctx context.Context, r blob.Record, sources []peer.ID) error {
+	m, err := t.store.Manifest(r.ID)
+	if errors.Is(err, blob.ErrNotFound) {
+		m, err = t.fetchManifest(ctx, r.ID, sources)
+	}
 	if err != nil {
 		return fmt.Errorf("fetch %q: %w", r.Name, err)
 	}
-	bf := t.startFetch(ctx, r, m, false)
+	bf := t.startFetchFrom(ctx, r, m, false, sources)
 	defer bf.cancel()
 	bf.mu.Lock()
 	for !bf.sch.Complete() && bf.err == nil {

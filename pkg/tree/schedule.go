@@ -260,12 +260,13 @@ func (s *Schedule) InFlight() int { return s.inflight }
 func (s *Schedule) SourceFailures(j int) int { return s.srcFails[j] }
 
 // SourcesFor returns, in order of preference, the peers to fetch a blob
-// from: the child it was announced through (via) first, then the parent;
-// self and exclude (the peer asking us, so a request never goes back where
-// it came from) are left out, and so are empty IDs.
-func SourcesFor(via, parent, self, exclude peer.ID) []peer.ID {
+// from: the child it was announced through (via) first, then the parents
+// (the current one first, then the fallbacks); self and exclude (the peer
+// asking us, so a request never goes back where it came from) are left out,
+// and so are empty IDs and repeats.
+func SourcesFor(via peer.ID, parents []peer.ID, self, exclude peer.ID) []peer.ID {
 	var out []peer.ID
-	for _, p := range []peer.ID{via, parent} {
+	for _, p := range append([]peer.ID{via}, parents...) {
 		if p == "" || p == self || p == exclude || slices.Contains(out, p) {
 			continue
 		}

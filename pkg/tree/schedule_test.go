@@ -169,26 +169,46 @@ func TestNoSources(t *testing.T) {
 }
 
 func TestSourcesFor(t *testing.T) {
-	a, b, self := peer.ID("A"), peer.ID("B"), peer.ID("S")
+	a, b, c, self := peer.ID("A"), peer.ID("B"), peer.ID("C"), peer.ID("S")
+	ps := func(ids ...peer.ID) []peer.ID { return ids }
 	for _, tc := range []struct {
-		name                       string
-		via, parent, self, exclude peer.ID
-		want                       []peer.ID
+		name          string
+		via           peer.ID
+		parents       []peer.ID
+		self, exclude peer.ID
+		want          []peer.ID
 	}{
-		{"via first, then parent", a, b, self, "", []peer.ID{a, b}},
-		{"no via: parent", "", b, self, "", []peer.ID{b}},
-		{"root with via", a, "", self, "", []peer.ID{a}},
-		{"never back to the asker", a, b, self, a, []peer.ID{b}},
-		{"asker is the parent", a, b, self, b, []peer.ID{a}},
-		{"via is self", self, b, self, "", []peer.ID{b}},
-		{"root, nothing", "", "", self, "", nil},
-		{"via == parent once", b, b, self, "", []peer.ID{b}},
+		{"via first, then parent", a, ps(b), self, "", ps(a, b)},
+		{"no via: parent", "", ps(b), self, "", ps(b)},
+		{"root with via", a, nil, self, "", ps(a)},
+		{"never back to the asker", a, ps(b), self, a, ps(b)},
+		{"asker is the parent", a, ps(b), self, b, ps(a)},
+		{"via is self", self, ps(b), self, "", ps(b)},
+		{"root, nothing", "", nil, self, "", nil},
+		{"via == parent once", b, ps(b), self, "", ps(b)},
+		{"fallbacks after the parent", a, ps(b, c), self, "", ps(a, b, c)},
+		{"asker is the fallback", "", ps(b, c), self, c, ps(b)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := SourcesFor(tc.via, tc.parent, tc.self, tc.exclude); !slices.Equal(got, tc.want) {
+			if got := SourcesFor(tc.via, tc.parents, tc.self, tc.exclude); !slices.Equal(got, tc.want) {
 				t.Fatalf("got %v want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestNextParent(t *testing.T) {
+	for _, tc := range []struct{ cur, n, failures, want int }{
+		{0, 1, 5, 0}, // no fallback: stay
+		{0, 2, 1, 0}, // one failure: retry the same
+		{0, 2, switchAfter, 1},
+		{1, 2, switchAfter, 0}, // wraps around to the preferred parent
+		{1, 3, switchAfter + 3, 2},
+	} {
+		got, switched := NextParent(tc.cur, tc.n, tc.failures)
+		if got != tc.want || switched != (tc.want != tc.cur) {
+			t.Errorf("NextParent(%d, %d, %d) = %d, %v; want %d", tc.cur, tc.n, tc.failures, got, switched, tc.want)
+		}
 	}
 }
 

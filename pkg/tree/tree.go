@@ -48,8 +48,9 @@ type Mode int
 const (
 	// ModeCutThrough forwards every verified chunk as soon as it arrives.
 	ModeCutThrough Mode = iota
-	// ModeStoreForward (reserved, not implemented) would make a relay wait
-	// for the whole blob before serving any chunk of it.
+	// ModeStoreForward makes a relay fetch and store the whole blob before
+	// it serves any chunk of it to a child (OmniStorage's original
+	// behaviour, kept for comparison).
 	ModeStoreForward
 )
 
@@ -67,7 +68,11 @@ type Config struct {
 	Host   host.Host      // a libp2p host built by the caller
 	Store  Store          // the local store
 	Parent *peer.AddrInfo // nil for the root
-	Site   string
+	// Fallbacks are further parents, tried in order when the current
+	// parent cannot be reached (e.g. the root, for a worker whose head
+	// node dies). They are also fetch sources of last resort.
+	Fallbacks []peer.AddrInfo
+	Site      string
 	// Window is the number of chunks in flight per blob fetch (default 16).
 	Window int
 	// Replicate makes a node with a parent fetch, in the background, every
@@ -78,7 +83,7 @@ type Config struct {
 	// Keepalive is the PING interval on the tree stream (default 5s); a
 	// peer silent for three intervals is considered gone.
 	Keepalive time.Duration
-	// Mode is the relay forwarding mode; only ModeCutThrough is implemented.
+	// Mode is the relay forwarding mode (default ModeCutThrough).
 	Mode Mode
 	// StreamsPerPeer is the number of pipelined fetch streams opened to one
 	// peer (default 2: replies are written in request order, and a second
@@ -90,12 +95,13 @@ type Config struct {
 // Tree is one node's place in the overlay tree. Its methods are safe for
 // concurrent use.
 type Tree struct {
-	cfg    Config
-	h      host.Host
-	store  Store
-	log    *slog.Logger
-	self   peer.ID
-	parent peer.ID // "" for the root
+	cfg     Config
+	h       host.Host
+	store   Store
+	log     *slog.Logger
+	self    peer.ID
+	parents []peer.AddrInfo // the parent first, then the fallbacks; empty on the root
+	cur     atomic.Int32    // index in parents of the current parent
 
 	ctx    context.Context // lives from Start to Close
 	cancel context.CancelFunc
@@ -106,8 +112,9 @@ type Tree struct {
 	via       map[cid.Cid]peer.ID // blob ID -> child it was announced through
 	inflight  map[blob.Hash]*chunkCall
 	peers     map[peer.ID]*fetchPeer
-	replicas  map[cid.Cid]bool // blobs being replicated
-	connected bool             // the parent session is up
+	replicas  map[cid.Cid]bool           // blobs being replicated
+	whole     map[cid.Cid]*wholeBlobCall // store-and-forward fetches in flight
+	connected bool                       // the parent session is up
 	started   bool
 	closed    bool
 
@@ -163,12 +170,23 @@ func New(cfg Config) (*Tree, error) {
 		inflight: map[blob.Hash]*chunkCall{},
 		peers:    map[peer.ID]*fetchPeer{},
 		replicas: map[cid.Cid]bool{},
+		whole:    map[cid.Cid]*wholeBlobCall{},
 	}
 	if cfg.Parent != nil {
-		if cfg.Parent.ID == t.self {
-			return nil, errors.New("tree: the parent is this node itself")
+		t.parents = append(t.parents, *cfg.Parent)
+		t.parents = append(t.parents, cfg.Fallbacks...)
+	} else if len(cfg.Fallbacks) > 0 {
+		return nil, errors.New("tree: fallback parents without a parent")
+	}
+	for i, p := range t.parents {
+		if p.ID == t.self {
+			return nil, errors.New("tree: a parent is this node itself")
 		}
-		t.parent = cfg.Parent.ID
+		for _, q := range t.parents[:i] {
+			if q.ID == p.ID {
+				return nil, fmt.Errorf("tree: parent %s given twice", p.ID)
+			}
+		}
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
@@ -202,9 +220,11 @@ func (t *Tree) Start(ctx context.Context) error {
 	t.h.SetStreamHandler(ProtoTree, t.handleTree)
 	t.h.SetStreamHandler(ProtoNames, t.handleNames)
 	t.h.SetStreamHandler(ProtoFetch, t.handleFetch)
-	if t.cfg.Parent != nil {
-		t.h.Peerstore().AddAddrs(t.parent, t.cfg.Parent.Addrs, peerstore.PermanentAddrTTL)
-		t.h.ConnManager().Protect(t.parent, protectTag)
+	for _, p := range t.parents {
+		t.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.PermanentAddrTTL)
+		t.h.ConnManager().Protect(p.ID, protectTag)
+	}
+	if len(t.parents) > 0 {
 		t.wg.Go(t.keepParent)
 	}
 	return nil
@@ -231,8 +251,8 @@ func (t *Tree) Close() error {
 	for _, fp := range peers {
 		fp.close(errClosed)
 	}
-	if t.parent != "" {
-		t.h.ConnManager().Unprotect(t.parent, protectTag)
+	for _, p := range t.parents {
+		t.h.ConnManager().Unprotect(p.ID, protectTag)
 	}
 	t.wg.Wait()
 	return nil
@@ -278,7 +298,7 @@ type Status struct {
 // Status returns a snapshot.
 func (t *Tree) Status() Status {
 	st := Status{
-		Parent:       t.parent,
+		Parent:       t.parentID(),
 		ParentAddr:   t.parentAddr(),
 		Site:         t.cfg.Site,
 		BytesServed:  t.bytesServed.Load(),
@@ -303,21 +323,64 @@ func (t *Tree) Status() Status {
 	return st
 }
 
-// parentAddr names the parent as multiaddr/p2p/ID (its first address).
-func (t *Tree) parentAddr() string {
-	if t.cfg.Parent == nil {
+// parentID returns the current parent, "" on the root.
+func (t *Tree) parentID() peer.ID {
+	if len(t.parents) == 0 {
 		return ""
 	}
-	if len(t.cfg.Parent.Addrs) == 0 {
-		return "/p2p/" + t.parent.String()
-	}
-	return t.cfg.Parent.Addrs[0].String() + "/p2p/" + t.parent.String()
+	return t.parents[t.cur.Load()].ID
 }
 
-// describe names a peer for error messages: its ID, and for the parent its address.
+// parentIndex returns the index of p in t.parents, or -1.
+func (t *Tree) parentIndex(p peer.ID) int {
+	if p == "" {
+		return -1
+	}
+	for i, q := range t.parents {
+		if q.ID == p {
+			return i
+		}
+	}
+	return -1
+}
+
+// parentIDs returns every configured parent, the current one first.
+func (t *Tree) parentIDs() []peer.ID {
+	if len(t.parents) == 0 {
+		return nil
+	}
+	c := int(t.cur.Load())
+	out := []peer.ID{t.parents[c].ID}
+	for i, p := range t.parents {
+		if i != c {
+			out = append(out, p.ID)
+		}
+	}
+	return out
+}
+
+// addrOf names a parent as multiaddr/p2p/ID (its first address).
+func addrOf(p peer.AddrInfo) string {
+	if len(p.Addrs) == 0 {
+		return "/p2p/" + p.ID.String()
+	}
+	return p.Addrs[0].String() + "/p2p/" + p.ID.String()
+}
+
+// parentAddr names the current parent as multiaddr/p2p/ID.
+func (t *Tree) parentAddr() string {
+	if len(t.parents) == 0 {
+		return ""
+	}
+	return addrOf(t.parents[t.cur.Load()])
+}
+
+// describe names a peer for error messages: its ID, and for a parent its address.
 func (t *Tree) describe(p peer.ID) string {
-	if p == t.parent && p != "" {
-		return "parent " + t.parentAddr()
+	if i := t.parentIndex(p); i == 0 {
+		return "parent " + addrOf(t.parents[i])
+	} else if i > 0 {
+		return "fallback parent " + addrOf(t.parents[i])
 	}
 	t.mu.Lock()
 	_, isChild := t.children[p]
@@ -350,8 +413,8 @@ func (t *Tree) connect(ctx context.Context, p peer.ID) error {
 	dctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
 	defer cancel()
 	info := peer.AddrInfo{ID: p}
-	if p == t.parent {
-		info = *t.cfg.Parent
+	if i := t.parentIndex(p); i >= 0 {
+		info = t.parents[i]
 	}
 	if err := t.h.Connect(dctx, info); err != nil {
 		return fmt.Errorf("%s: %w: %v", t.describe(p), blob.ErrUnreachable, err)
@@ -374,7 +437,7 @@ func (t *Tree) sourcesForID(id cid.Cid, exclude peer.ID) []peer.ID {
 	t.mu.Lock()
 	v := t.via[id]
 	t.mu.Unlock()
-	return SourcesFor(v, t.parent, t.self, exclude)
+	return SourcesFor(v, t.parentIDs(), t.self, exclude)
 }
 
 // sourcesForRecord returns where to fetch r's blob from.
@@ -385,5 +448,5 @@ func (t *Tree) sourcesForRecord(r blob.Record) []peer.ID {
 		v = t.via[r.ID]
 		t.mu.Unlock()
 	}
-	return SourcesFor(v, t.parent, t.self, "")
+	return SourcesFor(v, t.parentIDs(), t.self, "")
 }
