@@ -16,6 +16,9 @@ Written by cmd/omst-bench:
   fit.csv            series,size_bytes,median_seconds     (t(m) fit series)
   fit-params.csv     series,t0_ms,r_inf_mbps,...          (fitted t0 and r_inf)
   parent-served.csv  run,size_bytes,root_bytes_served,child_bytes_fetched
+Written by scripts/bench-bindings.sh:
+  bindings-c.csv     test,unit,median,min,max,size,runs     (bindings/c/bench/omst_bench.c)
+  bindings-py.csv    figure,unit,median,min,max             (bindings/python/bench_rtt.py)
 """
 
 import argparse
@@ -200,9 +203,55 @@ def plot_throughput(plt, files, out_dir):
 
 # Each plot: (name, required CSVs, optional CSVs, function). New benchmarks
 # add a line here; files of a plot that are missing make it skip.
+def plot_bindings(plt, files, out_dir):
+    """docs/bindings-local.png: client get throughput (left) and small-get round trip (right)."""
+    c_rows = read_csv(files["bindings-c.csv"])
+    py_path = files.get("bindings-py.csv", "")
+    py_rows = read_csv(py_path) if py_path and os.path.exists(py_path) else []
+    labels = {"get-copy": "C omst_get\n(caller buffer)", "zc-map+touch": "C zero-copy\n(mapped, touched)",
+              "buf-copy": "C library buffer\n(copied)", "file-read": "read() of a\npage-cached file"}
+    thr, rtt = [], []
+    for r in c_rows:
+        if r["unit"] == "MB/s" and r["test"] in labels:
+            thr.append((labels[r["test"]], float(r["median"]), float(r["min"]), float(r["max"]),
+                        "#7f7f7f" if r["test"] == "file-read" else "#1f77b4"))
+        elif r["unit"] == "us":
+            rtt.append(("C", float(r["median"]), float(r["min"]), float(r["max"]), 100))
+    for r in py_rows:
+        fig = r["figure"]
+        if r["unit"] == "MB/s" and "get_into" in fig:
+            thr.append(("Python get_into\n" + fig.split("(")[1].split(")")[0], float(r["median"]),
+                        float(r["min"]), float(r["max"]), "#ff7f0e"))
+        elif r["unit"] == "us" and "(get, GET)" in fig:
+            rtt.append(("Python", float(r["median"]), float(r["min"]), float(r["max"]), 300))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [3, 1]})
+    for i, (lab, med, lo, hi, col) in enumerate(thr):
+        ax1.bar(i, med, color=col, yerr=[[med - lo], [hi - med]], capsize=5)
+        ax1.text(i, hi, "%.0f" % med, ha="center", va="bottom", fontsize=9)
+    ax1.set_xticks(range(len(thr)))
+    ax1.set_xticklabels([t[0] for t in thr], fontsize=8)
+    ax1.axhline(2000, color="#d62728", ls=":", lw=1)
+    ax1.text(len(thr) - 0.5, 2000, "zero-copy target 2 GB/s", color="#d62728", fontsize=8, ha="right", va="bottom")
+    ax1.set_ylabel("MB/s (10^6 B/s), median with min..max")
+    ax1.set_title("Local cache-hit get, side by side in one run")
+    for i, (lab, med, lo, hi, target) in enumerate(rtt):
+        ax2.bar(i, med, color="#2ca02c", yerr=[[med - lo], [hi - med]], capsize=5)
+        ax2.text(i, hi, "%.0f us" % med, ha="center", va="bottom", fontsize=9)
+        ax2.plot([i - 0.4, i + 0.4], [target, target], color="#d62728", ls=":", lw=1)
+    ax2.set_xticks(range(len(rtt)))
+    ax2.set_xticklabels([r[0] for r in rtt])
+    ax2.set_ylabel("us per 64-byte get (median; whisker: min..p99)")
+    ax2.set_title("Small get round trip\n(dotted: targets)")
+    fig.tight_layout()
+    out = os.path.join(out_dir, "bindings-local.png")
+    fig.savefig(out, dpi=110)
+    print("plot.py: wrote", out)
+
+
 PLOTS = [
     ("fit-loopback.png", ["fit.csv"], ["fit-params.csv", "loopback-runs.csv"], plot_fit),
     ("throughput-loopback.png", ["loopback-runs.csv"], [], plot_throughput),
+    ("bindings-local.png", ["bindings-c.csv"], ["bindings-py.csv"], plot_bindings),
 ]
 
 

@@ -25,6 +25,7 @@ the end.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import statistics
 import sys
@@ -104,10 +105,11 @@ def main() -> int:
         assert out == buf, "get_into returned different bytes"
         report(label, secs)
     if args.csv:
-        with open(args.csv, "w", encoding="utf-8") as f:
-            f.write("figure,unit,median,min,max\n")
+        with open(args.csv, "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["figure", "unit", "median", "min", "max"])
             for fig, unit, m, lo, hi in rows:
-                f.write(f"{fig},{unit},{m:.3f},{lo:.3f},{hi:.3f}\n")
+                w.writerow([fig, unit, f"{m:.3f}", f"{lo:.3f}", f"{hi:.3f}"])
 
     c.rm("bench/rtt")
     c.rm("bench/big")
