@@ -1,0 +1,57 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/omst-project/omst/pkg/wanemu"
+)
+
+func cmdCleanup(args []string) int {
+	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
+	prefix := fs.String("prefix", wanemu.RunIDPrefix, "remove namespaces and /tmp directories whose names start with this")
+	force := fs.Bool("force", false, "also remove what runs that are still alive use")
+	dry := fs.Bool("n", false, "only list what would be removed")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage, "\nflags of cleanup:\n"); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if err := wanemu.Preflight(); err != nil && !*dry {
+		logf("%v", err)
+		return failCode(err)
+	}
+	if *dry {
+		ls, err := wanemu.FindLeftovers(*prefix)
+		if err != nil {
+			logf("%v", err)
+			return exitFailed
+		}
+		for _, l := range ls {
+			state := "dead run"
+			if l.Live {
+				state = fmt.Sprintf("run %d still alive: kept without -force", l.Owner)
+			}
+			fmt.Printf("%s\t(%s)\n", l.Path, state)
+		}
+		return exitOK
+	}
+	removed, err := wanemu.Cleanup(context.Background(), *prefix, *force)
+	for _, l := range removed {
+		fmt.Printf("removed %s\n", l.Path)
+	}
+	if err != nil {
+		logf("%v", err)
+		return exitFailed
+	}
+	if len(removed) == 0 {
+		fmt.Println("nothing to remove")
+	}
+	return exitOK
+}
