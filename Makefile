@@ -7,7 +7,7 @@ BIN     := bin/omst
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build demo test check unit race integration bindings ctest pytest examples fuzz bench bench-bindings clean deps
+.PHONY: all build demo test check unit race integration bindings ctest pytest examples wan-small fuzz bench bench-bindings bench-wan clean deps
 
 all: build
 
@@ -22,7 +22,7 @@ build: deps ## build bin/omst
 demo: build ## build omst and run the in-process emulated grid demo
 	./$(BIN) demo
 
-test: deps check race integration bindings examples ## everything CI runs
+test: deps check race integration bindings examples wan-small ## everything CI runs
 	@echo "make test: all passed"
 
 check: ## formatting and vet
@@ -49,6 +49,10 @@ examples: build ## MPI, task-farm (C) and sweep (Python) examples, each against 
 	OMST_BIN=$(CURDIR)/$(BIN) examples/taskfarm/run.sh
 	OMST_BIN=$(CURDIR)/$(BIN) PYTHON=$$(scripts/pyenv.sh) examples/sweep/run.sh
 
+wan-small: ## the testground plan's own tests, then its small broadcast on emulated WAN namespaces (root; skips without)
+	cd testplans/omst && $(GO) vet ./... && OMST_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
+	GO=$(GO) ./scripts/wan-small.sh
+
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
@@ -61,6 +65,9 @@ bench: build ## benchmarks (not tests): see docs/benchmarks.md
 
 bench-bindings: build ## C and Python client benchmarks (not tests): see docs/benchmarks.md
 	./scripts/bench-bindings.sh
+
+bench-wan: ## the emulated-WAN benchmark table (root; ~20 min): see docs/benchmarks.md
+	GO=$(GO) ./scripts/bench-wan.sh
 
 clean:
 	rm -rf bin .venv

@@ -19,6 +19,8 @@ Written by cmd/omst-bench:
 Written by scripts/bench-bindings.sh:
   bindings-c.csv     test,unit,median,min,max,size,runs     (bindings/c/bench/omst_bench.c)
   bindings-py.csv    figure,unit,median,min,max             (bindings/python/bench_rtt.py)
+Written by scripts/bench-wan.sh (scripts/wan_report.py):
+  wan-runs.csv       case,mode,sites,workers,size_bytes,run,time_to_last,...  (every emulated run)
 """
 
 import argparse
@@ -248,10 +250,84 @@ def plot_bindings(plt, files, out_dir):
     print("plot.py: wrote", out)
 
 
+MODE_COLORS = {"star": "#d62728", "store-forward": "#ff7f0e", "tree": "#1f77b4"}
+
+
+def wan_medians(files):
+    """(case, mode, sites, workers, size) -> median time_to_last over passing runs, from wan-runs.csv."""
+    by = defaultdict(list)
+    for r in read_csv(files["wan-runs.csv"]):
+        if r["pass"] == "True":
+            by[(r["case"], r["mode"], int(r["sites"]), int(r["workers"]), int(r["size_bytes"]))].append(
+                float(r["time_to_last"]))
+    return {k: statistics.median(v) for k, v in by.items()}
+
+
+def plot_wan(plt, files, out_dir):
+    """docs/wan-scale.png (time vs workers per site) and docs/wan-sizes.png (time vs blob size), per mode."""
+    med = wan_medians(files)
+    bc = [k for k in med if k[0] == "broadcast"]
+    if not bc:
+        print("plot.py: wan plots skipped: no broadcast runs")
+        return
+    sites = max(set(k[2] for k in bc), key=lambda x: sum(1 for k in bc if k[2] == x))
+    # The WAN rate, from the limit each run recorded (limit_s = S * 8 / B_wan for a broadcast).
+    rates = [int(r["size_bytes"]) * 8 / float(r["limit_s"]) for r in read_csv(files["wan-runs.csv"])
+             if r["case"] == "broadcast" and float(r["limit_s"]) > 0]
+    wan_bps = statistics.median(rates)
+    # Scaling: the size with the most distinct worker counts.
+    by_size = defaultdict(set)
+    for k in bc:
+        by_size[k[4]].add(k[3])
+    ssize = max(by_size, key=lambda z: len(by_size[z]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ws = sorted(by_size[ssize])
+    for mode, col in MODE_COLORS.items():
+        pts = [(w, med[("broadcast", mode, sites, w, ssize)]) for w in ws if ("broadcast", mode, sites, w, ssize) in med]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=col, label=mode)
+    lim = ssize * 8 / wan_bps
+    ax.axhline(lim, color="k", ls=":", lw=1, label="limit S/B_wan")
+    ax.set_xticks(ws)
+    ax.set_xlabel("workers per site (%d sites)" % sites)
+    ax.set_ylabel("time to the last verified worker (s), median")
+    ax.set_title("Broadcast of %d MiB on emulated WAN clusters" % (ssize >> 20))
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = os.path.join(out_dir, "wan-scale.png")
+    fig.savefig(out, dpi=110)
+    print("plot.py: wrote", out)
+    # Sizes: the worker count with the most distinct sizes.
+    by_w = defaultdict(set)
+    for k in bc:
+        by_w[k[3]].add(k[4])
+    w = max(by_w, key=lambda x: len(by_w[x]))
+    sizes = sorted(by_w[w])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for mode, col in MODE_COLORS.items():
+        pts = [(z, med[("broadcast", mode, sites, w, z)]) for z in sizes if ("broadcast", mode, sites, w, z) in med]
+        if pts:
+            ax.plot([p[0] / (1 << 20) for p in pts], [p[1] for p in pts], "o-", color=col, label=mode)
+    ax.plot([z / (1 << 20) for z in sizes], [z * 8 / wan_bps for z in sizes], "k:", label="limit S/B_wan")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("blob size (MiB)")
+    ax.set_ylabel("time to the last verified worker (s), median")
+    ax.set_title("Broadcast time vs size, %d sites x %d workers" % (sites, w))
+    ax.legend()
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    out = os.path.join(out_dir, "wan-sizes.png")
+    fig.savefig(out, dpi=110)
+    print("plot.py: wrote", out)
+
+
 PLOTS = [
     ("fit-loopback.png", ["fit.csv"], ["fit-params.csv", "loopback-runs.csv"], plot_fit),
     ("throughput-loopback.png", ["loopback-runs.csv"], [], plot_throughput),
     ("bindings-local.png", ["bindings-c.csv"], ["bindings-py.csv"], plot_bindings),
+    ("wan-scale.png, wan-sizes.png", ["wan-runs.csv"], [], plot_wan),
 ]
 
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The benchmark that judges omst on emulated WAN clusters (not a test).
+# Builds bin/omst, bin/omst-wan and the testground plan (testplans/omst),
+# then runs the plan on network-namespace topologies (cmd/omst-wan: htb per
+# link, NFQUEUE delay on WAN links) and writes docs/bench/wan-*.csv,
+# docs/bench/wan-summary.md and the plots docs/wan-*.png.
+#
+# Sections (each run RUNS times; the median is reported):
+#   broadcast  the root puts SIZE; every worker of every site gets it;
+#              modes star, store-forward and tree (omst's default) at
+#              SITES x WORKERS, then the scaling series (workers per site
+#              2, 4, 8 at SCALE_SIZE) and the size series (tree and
+#              store-forward, SIZES at SITES x WORKERS)
+#   gather     every worker puts GATHER_SIZE; the root fetches them all
+#
+# Needs root (network namespaces), ip, tc, iptables, the nfnetlink_queue
+# module, Go; about 2 GiB free in /tmp. Takes ~20 min with the defaults.
+# Environment knobs (defaults): SITES=2 WORKERS=4 SIZE=256MiB WAN_BW=100mbit
+# WAN_DELAY=20ms LAN_BW=1gbit RUNS=3 GATHER_SIZE=32MiB SCALE_SIZE=64MiB
+# SCALE_WORKERS="2 4 8" SIZES="16MiB 64MiB" SECTIONS="broadcast gather scale sizes"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SITES=${SITES:-2} WORKERS=${WORKERS:-4} SIZE=${SIZE:-256MiB}
+WAN_BW=${WAN_BW:-100mbit} WAN_DELAY=${WAN_DELAY:-20ms} LAN_BW=${LAN_BW:-1gbit}
+RUNS=${RUNS:-3} GATHER_SIZE=${GATHER_SIZE:-32MiB} SCALE_SIZE=${SCALE_SIZE:-64MiB}
+SCALE_WORKERS=${SCALE_WORKERS:-"2 4 8"} SIZES=${SIZES:-"16MiB 64MiB"}
+SECTIONS=${SECTIONS:-"broadcast gather scale sizes"}
+
+GO=${GO:-$(scripts/ensure-go.sh)}
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+"$GO" build -o bin/omst ./cmd/omst
+"$GO" build -o bin/omst-wan ./cmd/omst-wan
+(cd testplans/omst && "$GO" build -o ../../bin/omst-plan .)
+(cd testplans/sync && "$GO" build -o ../../bin/omst-sync .)
+sync_bin=$PWD/bin/omst-sync
+
+runs_dir=$(mktemp -d /tmp/omst-benchwan.XXXXXX)
+trap 'rm -rf "$runs_dir"' EXIT
+echo "bench-wan: runs in $runs_dir" >&2
+
+# one CASE MODE SITES WORKERS SIZE REP [extra params]: one emulated run; its
+# summary.json is kept as $runs_dir/CASE-MODE-SITESxWORKERS-SIZE-REP.json.
+one() {
+	local case=$1 mode=$2 s=$3 w=$4 size=$5 rep=$6 extra=${7:-}
+	local tag="$case-$mode-${s}x$w-$size-$rep" out="$runs_dir/$case-$mode-${s}x$w-$size-$rep"
+	local params="mode=$mode|omst_bin=$PWD/bin/omst|timeout=15m"
+	if [ "$case" = gather ]; then params="$params|result_size=$size"; else params="$params|blob_size=$size"; fi
+	[ -z "$extra" ] || params="$params|$extra"
+	echo "bench-wan: $tag" >&2
+	if ! bin/omst-wan run -q -sites "$s" -workers "$w" -wan-bw "$WAN_BW" -wan-delay "$WAN_DELAY" \
+		-lan-bw "$LAN_BW" -timeout 20m -out "$out" -plan omst -case "$case" -params "$params" \
+		-sync "$sync_bin" -- "$PWD/bin/omst-plan" >"$out.log" 2>&1; then
+		echo "bench-wan: $tag FAILED (log below)" >&2
+		tail -n 20 "$out.log" >&2
+	fi
+	[ -f "$out/root/summary.json" ] && cp "$out/root/summary.json" "$runs_dir/$tag.json"
+	rm -rf "$out"
+}
+
+start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+for rep in $(seq "$RUNS"); do
+	for sec in $SECTIONS; do
+		case $sec in
+		broadcast) for m in star store-forward tree; do one broadcast "$m" "$SITES" "$WORKERS" "$SIZE" "$rep"; done ;;
+		gather) for m in star tree; do one gather "$m" "$SITES" "$WORKERS" "$GATHER_SIZE" "$rep"; done ;;
+		scale) for w in $SCALE_WORKERS; do for m in star store-forward tree; do one broadcast "$m" "$SITES" "$w" "$SCALE_SIZE" "$rep"; done; done ;;
+		sizes) for sz in $SIZES; do for m in store-forward tree; do one broadcast "$m" "$SITES" "$WORKERS" "$sz" "$rep"; done; done ;;
+		esac
+	done
+done
+
+python3 scripts/wan_report.py --runs "$runs_dir" --out docs/bench --wan-bw "$WAN_BW" --wan-delay "$WAN_DELAY" \
+	--lan-bw "$LAN_BW" --sites "$SITES" --workers "$WORKERS" --size "$SIZE" --gather-size "$GATHER_SIZE" \
+	--start "$start" --command "scripts/bench-wan.sh (SITES=$SITES WORKERS=$WORKERS SIZE=$SIZE RUNS=$RUNS)"
+cat docs/bench/wan-summary.md
+python3 scripts/plot.py

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The small emulated-WAN case of the test command (make wan-small): the
+# testground plan's broadcast of 32 MiB to 1 site x 2 workers, over a WAN
+# link of 100 Mbit/s with 20 ms each way, in modes tree, store-forward and
+# star, each in real namespaces built by omst-wan; fails unless every worker
+# verified its bytes and the tree finished within 1.25 x S/B_wan + 2 s.
+# Needs root (network namespaces, tc, iptables): without it omst-wan says so
+# and this script prints SKIPPED and exits 0.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-$(scripts/ensure-go.sh)}
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+"$GO" build -o bin/omst ./cmd/omst
+"$GO" build -o bin/omst-wan ./cmd/omst-wan
+(cd testplans/omst && "$GO" build -o ../../bin/omst-plan .)
+
+# testground's sync service v0.1.0 as a plain process (testplans/sync).
+(cd testplans/sync && "$GO" build -o ../../bin/omst-sync .)
+sync_bin=$PWD/bin/omst-sync
+
+out=$(mktemp -d /tmp/omst-wansmall.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+fail=0
+for mode in tree store-forward star; do
+	rc=0
+	timeout 300 bin/omst-wan run -q -sites 1 -workers 2 -wan-bw 100mbit -wan-delay 20ms -lan-bw 1gbit \
+		-timeout 4m -out "$out/$mode" -plan omst -case broadcast \
+		-params "mode=$mode|blob_size=32MiB|omst_bin=$PWD/bin/omst" -sync "$sync_bin" -- "$PWD/bin/omst-plan" \
+		>"$out/$mode.log" 2>&1 || rc=$?
+	if [ "$rc" -eq 77 ]; then
+		echo "wan-small: SKIPPED (omst-wan cannot emulate here):" >&2
+		tail -n 3 "$out/$mode.log" >&2
+		exit 0
+	fi
+	if [ "$rc" -ne 0 ] || [ ! -f "$out/$mode/root/summary.json" ]; then
+		echo "wan-small: $mode FAILED (exit $rc)" >&2
+		tail -n 30 "$out/$mode.log" >&2
+		for f in "$out/$mode"/*/stderr.log; do echo "== $f" >&2; tail -n 10 "$f" >&2; done
+		fail=1
+		continue
+	fi
+	python3 - "$out/$mode/root/summary.json" "$mode" <<'PY' || fail=1
+import json, sys
+s = json.load(open(sys.argv[1]))
+mode = sys.argv[2]
+limit = s["bytes"] * 8 / 100e6
+ok = s["pass"] and s["verified"] == s["expected"] == 2
+line = "wan-small: %-13s %d/%d workers verified, last at %.2f s (limit S/B_wan %.2f s, x%.2f)" % (
+    mode, s["verified"], s["expected"], s["time_to_last"], limit, s["time_to_last"] / limit)
+if mode == "tree" and s["time_to_last"] > 1.25 * limit + 2:
+    ok = False
+    line += ": over 1.25 x limit + 2 s"
+print(line + ("" if ok else "  FAILED"))
+sys.exit(0 if ok else 1)
+PY
+done
+exit $fail

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Turn the summary.json files of scripts/bench-wan.sh's runs into
+docs/bench/wan-runs.csv (every run) and docs/bench/wan-summary.md (the
+tables: medians, the limit S/B_wan, each row's ratio to it, the targets).
+
+Usage: wan_report.py --runs DIR --out docs/bench --wan-bw 100mbit ... (see
+scripts/bench-wan.sh, which calls it). Standard library only.
+"""
+
+import argparse
+import csv
+import glob
+import json
+import os
+import re
+import statistics
+from collections import defaultdict
+
+UNITS = {"k": 1e3, "m": 1e6, "g": 1e9}
+
+
+def bits_per_s(s):
+    m = re.fullmatch(r"([\d.]+)\s*([kmg]?)bit", s.strip().lower())
+    if not m:
+        raise SystemExit("wan_report: bandwidth %r: want e.g. 100mbit" % s)
+    return float(m.group(1)) * UNITS.get(m.group(2), 1)
+
+
+def size_bytes(s):
+    m = re.fullmatch(r"([\d.]+)\s*([KMG]?)(i?B)?", s.strip(), re.I)
+    if not m:
+        raise SystemExit("wan_report: size %r" % s)
+    return int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()])
+
+
+def human(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return ("%g %s" % (n / div, unit))
+    return "%d B" % n
+
+
+def limit_secs(case, workers, size, wan_bps):
+    """The physical limit: every byte of a broadcast crosses each site's WAN
+    link once; a gather brings workers x size through each link (in parallel)."""
+    per_link = size if case == "broadcast" else workers * size
+    return per_link * 8 / wan_bps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for f in ("runs", "out", "wan-bw", "wan-delay", "lan-bw", "size", "gather-size", "start", "command"):
+        ap.add_argument("--" + f, required=True)
+    ap.add_argument("--sites", type=int, required=True)
+    ap.add_argument("--workers", type=int, required=True)
+    a = ap.parse_args()
+    wan = bits_per_s(a.wan_bw)
+
+    rows = []
+    for path in sorted(glob.glob(os.path.join(a.runs, "*.json"))):
+        rep = int(os.path.basename(path).rsplit("-", 1)[1].split(".")[0])
+        with open(path, encoding="utf-8") as f:
+            s = json.load(f)
+        rows.append({"case": s["case"], "mode": s["mode"], "sites": s["sites"], "workers": s["workers_per_site"],
+                     "size_bytes": s["bytes"], "run": rep, "time_to_last": s["time_to_last"],
+                     "verified": s["verified"], "expected": s["expected"], "pass": s["pass"],
+                     "root_bytes_served": s.get("root_bytes_served", 0),
+                     "limit_s": round(limit_secs(s["case"], s["workers_per_site"], s["bytes"], wan), 4)})
+    os.makedirs(a.out, exist_ok=True)
+    fields = ["case", "mode", "sites", "workers", "size_bytes", "run", "time_to_last", "verified", "expected",
+              "pass", "root_bytes_served", "limit_s"]
+    with open(os.path.join(a.out, "wan-runs.csv"), "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["case"], r["mode"], r["sites"], r["workers"], r["size_bytes"])].append(r)
+
+    def stat(case, mode, s, w, size):
+        g = groups.get((case, mode, s, w, size), [])
+        ok = [r["time_to_last"] for r in g if r["pass"]]
+        return g, ok
+
+    out = []
+    out.append("# omst on emulated WAN clusters")
+    out.append("")
+    out.append("Command (from the repository root, as root): `%s`" % a.command)
+    out.append("")
+    out.append("- date: %s; topology: %d sites x %d workers; WAN %s with %s one way per site (htb + receive-side "
+               "NFQUEUE delay), LAN %s; real `omst daemon` processes in network namespaces (cmd/omst-wan), "
+               "driven by the testground plan testplans/omst" % (a.start, a.sites, a.workers, a.wan_bw,
+                                                                 a.wan_delay, a.lan_bw))
+    out.append("- every figure: the median over the runs of the time from the start signal to the last verified "
+               "worker (min..max beside it); limit = S / B_wan (every byte must cross each site's WAN link once)")
+    out.append("")
+
+    size = size_bytes(a.size)
+    lim = limit_secs("broadcast", a.workers, size, wan)
+    out.append("## broadcast: %s to %d workers (%d sites x %d)" % (human(size), a.sites * a.workers, a.sites,
+                                                                   a.workers))
+    out.append("")
+    out.append("| mode | time to last verified worker (s) | min..max | runs ok | x limit | target | meets |")
+    out.append("|---|---:|---|---|---:|---|---|")
+    targets = {"tree": ("<= 1.25 x limit + 2 s", lambda t: t <= 1.25 * lim + 2),
+               "star": ("about n = %d x limit" % a.workers, None),
+               "store-forward": ("between tree and star", None)}
+    meds = {}
+    for mode in ("star", "store-forward", "tree"):
+        g, ok = stat("broadcast", mode, a.sites, a.workers, size)
+        if not g:
+            continue
+        med = statistics.median(ok) if ok else float("nan")
+        meds[mode] = med
+        tgt, fn = targets[mode]
+        meets = "—" if fn is None or not ok else ("yes" if fn(med) else "**no**")
+        out.append("| %s | %.2f | %s | %d/%d | %.2f | %s | %s |" % (
+            mode, med, "%.2f..%.2f" % (min(ok), max(ok)) if ok else "—", len(ok), len(g), med / lim, tgt, meets))
+    out.append("| limit S/B_wan | %.2f | | | 1.00 | | |" % lim)
+    if {"star", "store-forward", "tree"} <= meds.keys():
+        between = meds["tree"] <= meds["store-forward"] <= meds["star"]
+        out.append("")
+        out.append("store-forward between tree and star: %s; star / tree = %.2f" % (
+            "yes" if between else "**no**", meds["star"] / meds["tree"]))
+    out.append("")
+
+    gsize = size_bytes(a.gather_size)
+    glim = limit_secs("gather", a.workers, gsize, wan)
+    if any(k[0] == "gather" for k in groups):
+        out.append("## gather: the root collects %d x %s results through both WAN links" % (
+            a.sites * a.workers, human(gsize)))
+        out.append("")
+        out.append("| mode | time to last verified result (s) | min..max | runs ok | x limit | target | meets |")
+        out.append("|---|---:|---|---|---:|---|---|")
+        for mode in ("star", "store-forward", "tree"):
+            g, ok = stat("gather", mode, a.sites, a.workers, gsize)
+            if not g:
+                continue
+            med = statistics.median(ok) if ok else float("nan")
+            tgt = "<= 1.25 x limit" if mode == "tree" else "—"
+            meets = ("yes" if med <= 1.25 * glim else "**no**") if mode == "tree" and ok else "—"
+            out.append("| %s | %.2f | %s | %d/%d | %.2f | %s | %s |" % (
+                mode, med, "%.2f..%.2f" % (min(ok), max(ok)) if ok else "—", len(ok), len(g), med / glim, tgt, meets))
+        out.append("| limit (workers x R / B_wan per link) | %.2f | | | 1.00 | | |" % glim)
+        out.append("")
+
+    scale = sorted({k[3] for k in groups if k[0] == "broadcast" and k[2] == a.sites and k[3] != a.workers} |
+                   {a.workers})
+    scale_sizes = sorted({k[4] for k in groups if k[0] == "broadcast" and k[3] != a.workers})
+    for ssize in scale_sizes:
+        slim = limit_secs("broadcast", 0, ssize, wan)
+        out.append("## scaling: %s broadcast, workers per site" % human(ssize))
+        out.append("")
+        out.append("| mode | " + " | ".join("%d/site (s)" % w for w in scale) + " | growth first..last |")
+        out.append("|---|" + "---:|" * len(scale) + "---|")
+        for mode in ("star", "store-forward", "tree"):
+            vals = []
+            for w in scale:
+                _, ok = stat("broadcast", mode, a.sites, w, ssize)
+                vals.append(statistics.median(ok) if ok else None)
+            if all(v is None for v in vals):
+                continue
+            cells = ["%.2f" % v if v is not None else "—" for v in vals]
+            growth = "—"
+            if vals[0] and vals[-1]:
+                pct = (vals[-1] / vals[0] - 1) * 100
+                growth = "%+.0f%%" % pct + (" (target < +10%%: %s)" % ("yes" if pct < 10 else "**no**")
+                                            if mode == "tree" else "")
+            out.append("| %s | %s | %s |" % (mode, " | ".join(cells), growth))
+        out.append("| limit S/B_wan | " + " | ".join("%.2f" % slim for _ in scale) + " | |")
+        out.append("")
+
+    with open(os.path.join(a.out, "wan-summary.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/testground/sdk-go/runtime"
+)
+
+// Modes of distribution the plan compares.
+const (
+	modeTree         = "tree"          // omst's default: worker -> head -> root, pull-through
+	modeStar         = "star"          // every worker's parent is the root (the baseline)
+	modeStoreForward = "store-forward" // tree, with the daemons' --relay-mode store-forward
+)
+
+// Group IDs the compositions must use.
+const (
+	groupRoot    = "root"
+	groupHeads   = "heads"
+	groupWorkers = "workers"
+)
+
+// config holds the test parameters. Every parameter has a default here that
+// matches manifest.toml, so that a plan binary launched directly (without the
+// testground daemon, which fills defaults from the manifest) needs only the
+// parameters it changes.
+type config struct {
+	sites          int
+	workersPerSite int
+	blobSize       int64
+	resultSize     int64
+	chunkSize      int64
+	mode           string
+	seed           int64
+	timeout        time.Duration
+	startupTimeout time.Duration
+
+	// Shaping (applied by testground's sidecar under local:docker only).
+	wanBW      uint64 // bytes per second, 0 = unshaped
+	wanLatency time.Duration
+	lanBW      uint64
+
+	// failover
+	killSite       int // site whose head is killed; -1 = every site
+	killAfter      time.Duration
+	killAtFraction float64
+
+	// churn
+	churnLeave int // per site: workers that leave early
+	churnLate  int // per site: workers that join late
+	leaveAfter time.Duration
+	joinDelay  time.Duration
+
+	// daemon
+	omstBin   string
+	window    int
+	cacheSize string
+	logLevel  string
+	transport string // tcp or quic
+	keepHome  bool
+}
+
+// defaultBlobSize per case, as in manifest.toml.
+var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0"}
+
+func loadConfig(re *runtime.RunEnv) (*config, error) {
+	p := params{re: re}
+	c := &config{
+		sites:          p.int("sites", envInt("OMST_WAN_SITES", 2)),
+		workersPerSite: p.int("workers_per_site", envInt("OMST_WAN_WORKERS", 4)),
+		blobSize:       p.size("blob_size", defaultBlobSize[re.TestCase]),
+		resultSize:     p.size("result_size", "8MiB"),
+		chunkSize:      p.size("chunk_size", "0"),
+		mode:           p.str("mode", modeTree),
+		seed:           int64(p.int("seed", 1)),
+		timeout:        p.duration("timeout", "5m"),
+		startupTimeout: p.duration("startup_timeout", "60s"),
+		wanBW:          uint64(p.size("wan_bw", "0")),
+		wanLatency:     p.duration("wan_latency", "0s"),
+		lanBW:          uint64(p.size("lan_bw", "0")),
+		killSite:       p.int("kill_site", 0),
+		killAfter:      p.duration("kill_after", "0s"),
+		killAtFraction: p.float("kill_at_fraction", 0.3),
+		churnLeave:     p.int("churn_leave", 1),
+		churnLate:      p.int("churn_late", 1),
+		leaveAfter:     p.duration("leave_after", "200ms"),
+		joinDelay:      p.duration("join_delay", "300ms"),
+		omstBin:        p.str("omst_bin", ""),
+		window:         p.int("window", 0),
+		cacheSize:      p.str("cache_size", ""),
+		logLevel:       p.str("log_level", "warn"),
+		transport:      p.str("transport", "tcp"),
+		keepHome:       p.bool("keep_home", false),
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	switch c.mode {
+	case modeTree, modeStar, modeStoreForward:
+	default:
+		return nil, fmt.Errorf("param mode=%q: want tree, star or store-forward", c.mode)
+	}
+	switch c.transport {
+	case "tcp", "quic":
+	default:
+		return nil, fmt.Errorf("param transport=%q: want tcp or quic", c.transport)
+	}
+	if c.sites < 1 || c.workersPerSite < 0 {
+		return nil, fmt.Errorf("params sites=%d workers_per_site=%d: need sites >= 1, workers_per_site >= 0", c.sites, c.workersPerSite)
+	}
+	if c.blobSize < 0 || c.resultSize < 0 {
+		return nil, fmt.Errorf("blob_size and result_size must not be negative")
+	}
+	if c.chunkSize != 0 && (c.chunkSize < 4096 || c.chunkSize > 64<<20) {
+		return nil, fmt.Errorf("param chunk_size=%d: want 0 (daemon default) or 4KiB..64MiB", c.chunkSize)
+	}
+	// The binary: env OMST_BIN (the harnesses), else the omst_bin param, else PATH.
+	if b := os.Getenv("OMST_BIN"); b != "" {
+		c.omstBin = b
+	}
+	if c.omstBin == "" {
+		c.omstBin = "omst"
+	}
+	return c, nil
+}
+
+// envInt reads a default from the namespace harness's environment
+// (OMST_WAN_SITES, OMST_WAN_WORKERS), so that its topology flags need not be
+// repeated as parameters.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
+}
+
+// params reads instance parameters with defaults and collects the first
+// parse error (sdk-go's own helpers panic instead).
+type params struct {
+	re  *runtime.RunEnv
+	err error
+}
+
+func (p *params) raw(name string) (string, bool) {
+	v, ok := p.re.TestInstanceParams[name]
+	v = strings.TrimSpace(v)
+	return v, ok && v != ""
+}
+
+func (p *params) fail(name, v string, err error) {
+	if p.err == nil {
+		p.err = fmt.Errorf("param %s=%q: %w", name, v, err)
+	}
+}
+
+func (p *params) str(name, def string) string {
+	if v, ok := p.raw(name); ok {
+		return v
+	}
+	return def
+}
+
+func (p *params) int(name string, def int) int {
+	v, ok := p.raw(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		p.fail(name, v, err)
+	}
+	return n
+}
+
+func (p *params) float(name string, def float64) float64 {
+	v, ok := p.raw(name)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		p.fail(name, v, err)
+	}
+	return f
+}
+
+func (p *params) bool(name string, def bool) bool {
+	v, ok := p.raw(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		p.fail(name, v, err)
+	}
+	return b
+}
+
+// size parses "64MiB", "1G", "100000" (bytes) or a rate such as "100Mbit"
+// (converted to bytes per second) with go-humanize.
+func (p *params) size(name, def string) int64 {
+	v, ok := p.raw(name)
+	if !ok {
+		v = def
+	}
+	n, err := parseSize(v)
+	if err != nil {
+		p.fail(name, v, err)
+	}
+	return n
+}
+
+func parseSize(v string) (int64, error) {
+	s := strings.TrimSpace(v)
+	lower := strings.ToLower(s)
+	for _, suffix := range []string{"bit/s", "bps", "bit"} {
+		if strings.HasSuffix(lower, suffix) {
+			bits, err := humanize.ParseBytes(strings.TrimSpace(s[:len(s)-len(suffix)]))
+			if err != nil {
+				return 0, err
+			}
+			return int64(bits / 8), nil
+		}
+	}
+	n, err := humanize.ParseBytes(s)
+	return int64(n), err
+}
+
+func (p *params) duration(name, def string) time.Duration {
+	v, ok := p.raw(name)
+	if !ok {
+		v = def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		p.fail(name, v, err)
+	}
+	return d
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	gosync "sync"
+
+	"github.com/testground/sdk-go/sync"
+)
+
+// record is one line of results.jsonl: what one instance (or one of the
+// root's gather fetches) did.
+type record struct {
+	Case     string  `json:"case"`
+	Mode     string  `json:"mode"`
+	Role     string  `json:"role"`
+	Site     int     `json:"site"`
+	Index    int     `json:"index"`
+	Instance string  `json:"instance"`
+	Bytes    int64   `json:"bytes"`
+	Seconds  float64 `json:"seconds"` // from the common start signal to verified bytes
+	OK       bool    `json:"ok"`
+	Error    string  `json:"error,omitempty"`
+
+	ID       string `json:"id,omitempty"` // blob ID (CID) verified
+	Attempts int    `json:"attempts,omitempty"`
+	Churn    string `json:"churn,omitempty"` // churn case: stayer, leaver or late
+	// Seconds from the start signal to the event: the head's kill (failover),
+	// a leaver's exit or a late joiner's daemon being up (churn).
+	EventSeconds float64 `json:"event_seconds,omitempty"`
+	Note         string  `json:"note,omitempty"`
+
+	BytesServed  uint64 `json:"bytes_served,omitempty"`
+	BytesFetched uint64 `json:"bytes_fetched,omitempty"`
+	PeerErrors   uint64 `json:"peer_errors,omitempty"`
+}
+
+// summary is what the root writes to summary.json when every instance has
+// reported.
+type summary struct {
+	Case           string   `json:"case"`
+	Mode           string   `json:"mode"`
+	Run            string   `json:"run"`
+	Sites          int      `json:"sites"`
+	WorkersPerSite int      `json:"workers_per_site"`
+	Bytes          int64    `json:"bytes"` // per measured transfer
+	Expected       int      `json:"expected"`
+	Verified       int      `json:"verified"`
+	TimeToLast     float64  `json:"time_to_last"` // seconds, start signal to the last verified transfer
+	Min            float64  `json:"min"`
+	Median         float64  `json:"median"`
+	Max            float64  `json:"max"`
+	RootServed     uint64   `json:"root_bytes_served"`
+	Pass           bool     `json:"pass"`
+	Failures       []string `json:"failures,omitempty"`
+	Notes          []string `json:"notes,omitempty"`
+	Records        []record `json:"records"`
+}
+
+// resultsFile appends records as JSON lines.
+type resultsFile struct {
+	mu gosync.Mutex
+	f  *os.File
+}
+
+func openResults(dir string) (*resultsFile, error) {
+	if dir == "" {
+		dir = "."
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "results.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &resultsFile{f: f}, nil
+}
+
+func (r *resultsFile) Write(rec record) {
+	b, _ := json.Marshal(rec)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _ = r.f.Write(append(b, '\n'))
+}
+
+func (r *resultsFile) Close() error { return r.f.Close() }
+
+// collect (root only) gathers every instance's record from the results
+// topic, writes summary.json and returns an error if the case failed.
+func (in *instance) collect(ctx context.Context, own record) error {
+	re := in.re
+	ch := make(chan *record, re.TestInstanceCount)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sub, err := in.sc.Subscribe(sctx, sync.NewTopic(topicResults, &record{}), ch)
+	if err != nil {
+		return err
+	}
+	var all []record
+	var waitErr error
+	for len(all) < re.TestInstanceCount && waitErr == nil {
+		select {
+		case r := <-ch:
+			all = append(all, *r)
+		case err := <-sub.Done():
+			waitErr = fmt.Errorf("results topic closed: %v", err)
+		case <-ctx.Done():
+			waitErr = fmt.Errorf("only %d of %d instances reported: %w", len(all), re.TestInstanceCount, ctx.Err())
+		}
+	}
+	rank := map[string]int{roleRoot: 0, roleHead: 1, roleWorker: 2}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].Role != all[j].Role {
+			return rank[all[i].Role] < rank[all[j].Role]
+		}
+		if all[i].Site != all[j].Site {
+			return all[i].Site < all[j].Site
+		}
+		return all[i].Index < all[j].Index
+	})
+
+	s := summary{Case: in.c.name(), Mode: in.cfg.mode, Run: re.TestRun, Sites: in.cfg.sites,
+		WorkersPerSite: in.cfg.workersPerSite, Records: all}
+	if waitErr != nil {
+		s.Failures = append(s.Failures, waitErr.Error())
+	}
+	for _, r := range all {
+		if !r.OK {
+			s.Failures = append(s.Failures, fmt.Sprintf("%s (%s site %d #%d): %s", r.Instance, r.Role, r.Site, r.Index, r.Error))
+		}
+		if r.Role == roleRoot {
+			s.RootServed = r.BytesServed
+		}
+	}
+	measured, expected := in.c.measured(in, all, in.local)
+	s.Expected = expected
+	var secs []float64
+	for _, r := range measured {
+		if r.OK {
+			secs = append(secs, r.Seconds)
+			s.Bytes = r.Bytes
+		}
+	}
+	s.Verified = len(secs)
+	if s.Verified < s.Expected {
+		s.Failures = append(s.Failures, fmt.Sprintf("%d of %d transfers verified", s.Verified, s.Expected))
+	}
+	if len(secs) > 0 {
+		sort.Float64s(secs)
+		s.Min, s.Max, s.Median = secs[0], secs[len(secs)-1], secs[len(secs)/2]
+		s.TimeToLast = s.Max
+	}
+	s.Notes = append(s.Notes, caseNotes(in, all)...)
+	s.Pass = len(s.Failures) == 0
+
+	b, _ := json.MarshalIndent(s, "", "  ")
+	if err := os.WriteFile(filepath.Join(re.TestOutputsPath, "summary.json"), append(b, '\n'), 0o644); err != nil {
+		re.RecordMessage("write summary: %v", err)
+	}
+	re.R().RecordPoint(fmt.Sprintf("%s_time_to_last_seconds", s.Case), s.TimeToLast)
+	re.R().RecordPoint(fmt.Sprintf("%s_verified", s.Case), float64(s.Verified))
+	re.RecordMessage("SUMMARY case=%s mode=%s verified=%d/%d time_to_last=%.3fs median=%.3fs pass=%v",
+		s.Case, s.Mode, s.Verified, s.Expected, s.TimeToLast, s.Median, s.Pass)
+	for _, f := range s.Failures {
+		re.RecordMessage("failure: %s", f)
+	}
+	if !s.Pass {
+		return fmt.Errorf("%s/%s failed: %d failure(s), first: %s", s.Case, s.Mode, len(s.Failures), s.Failures[0])
+	}
+	return nil
+}
