@@ -9,22 +9,24 @@
 #   broadcast  the root puts SIZE; every worker of every site gets it;
 #              modes star, store-forward and tree (omst's default) at
 #              SITES x WORKERS, then the scaling series (workers per site
-#              2, 4, 8 at SCALE_SIZE) and the size series (tree and
-#              store-forward, SIZES at SITES x WORKERS)
+#              2, 4, 8 at SCALE_SIZE; tree and store-forward also at
+#              SIZE) and the size series (tree and store-forward, SIZES at
+#              SITES x WORKERS)
 #   gather     every worker puts GATHER_SIZE; the root fetches them all
 #
 # Needs root (network namespaces), ip, tc, iptables, the nfnetlink_queue
-# module, Go; about 2 GiB free in /tmp. Takes ~20 min with the defaults.
+# module, Go; about 2 GiB free in /tmp. Takes ~25 min with the defaults.
 # Environment knobs (defaults): SITES=2 WORKERS=4 SIZE=256MiB WAN_BW=100mbit
 # WAN_DELAY=20ms LAN_BW=1gbit RUNS=3 GATHER_SIZE=32MiB SCALE_SIZE=64MiB
-# SCALE_WORKERS="2 4 8" SIZES="16MiB 64MiB" SECTIONS="broadcast gather scale sizes"
+# SCALE_WORKERS="2 4 8" SIZES="16MiB 64MiB"
+# SECTIONS="broadcast gather scale scalebig sizes" RUNS_DIR (default: a new /tmp dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SITES=${SITES:-2} WORKERS=${WORKERS:-4} SIZE=${SIZE:-256MiB}
 WAN_BW=${WAN_BW:-100mbit} WAN_DELAY=${WAN_DELAY:-20ms} LAN_BW=${LAN_BW:-1gbit}
 RUNS=${RUNS:-3} GATHER_SIZE=${GATHER_SIZE:-32MiB} SCALE_SIZE=${SCALE_SIZE:-64MiB}
 SCALE_WORKERS=${SCALE_WORKERS:-"2 4 8"} SIZES=${SIZES:-"16MiB 64MiB"}
-SECTIONS=${SECTIONS:-"broadcast gather scale sizes"}
+SECTIONS=${SECTIONS:-"broadcast gather scale scalebig sizes"}
 
 GO=${GO:-$(scripts/ensure-go.sh)}
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
@@ -34,9 +36,11 @@ export GOFLAGS=${GOFLAGS:--buildvcs=false}
 (cd testplans/sync && "$GO" build -o ../../bin/omst-sync .)
 sync_bin=$PWD/bin/omst-sync
 
-runs_dir=$(mktemp -d /tmp/omst-benchwan.XXXXXX)
-trap 'rm -rf "$runs_dir"' EXIT
-echo "bench-wan: runs in $runs_dir" >&2
+# The runs' summaries stay in RUNS_DIR (kept, so that a report can be made
+# again: python3 scripts/wan_report.py --runs RUNS_DIR ...).
+runs_dir=${RUNS_DIR:-$(mktemp -d /tmp/omst-benchwan.XXXXXX)}
+mkdir -p "$runs_dir"
+echo "bench-wan: runs in $runs_dir (kept)" >&2
 
 # one CASE MODE SITES WORKERS SIZE REP [extra params]: one emulated run; its
 # summary.json is kept as $runs_dir/CASE-MODE-SITESxWORKERS-SIZE-REP.json.
@@ -64,6 +68,7 @@ for rep in $(seq "$RUNS"); do
 		broadcast) for m in star store-forward tree; do one broadcast "$m" "$SITES" "$WORKERS" "$SIZE" "$rep"; done ;;
 		gather) for m in star tree; do one gather "$m" "$SITES" "$WORKERS" "$GATHER_SIZE" "$rep"; done ;;
 		scale) for w in $SCALE_WORKERS; do for m in star store-forward tree; do one broadcast "$m" "$SITES" "$w" "$SCALE_SIZE" "$rep"; done; done ;;
+		scalebig) for w in $SCALE_WORKERS; do [ "$w" = "$WORKERS" ] && continue; for m in store-forward tree; do one broadcast "$m" "$SITES" "$w" "$SIZE" "$rep"; done; done ;;
 		sizes) for sz in $SIZES; do for m in store-forward tree; do one broadcast "$m" "$SITES" "$WORKERS" "$sz" "$rep"; done; done ;;
 		esac
 	done

@@ -310,6 +310,16 @@ def plot_wan(plt, files, out_dir):
         if pts:
             ax.plot([p[0] / (1 << 20) for p in pts], [p[1] for p in pts], "o-", color=col, label=mode)
     ax.plot([z / (1 << 20) for z in sizes], [z * 8 / wan_bps for z in sizes], "k:", label="limit S/B_wan")
+    tree = [(z, med[("broadcast", "tree", sites, w, z)]) for z in sizes if ("broadcast", "tree", sites, w, z) in med]
+    if len(tree) >= 2:
+        # t(m) = t0 + m / r_inf, least squares over the tree's medians.
+        xs, ys = [p[0] for p in tree], [p[1] for p in tree]
+        mx, my = statistics.mean(xs), statistics.mean(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        t0 = my - slope * mx
+        grid = [sizes[0] * (sizes[-1] / sizes[0]) ** (i / 40) for i in range(41)]
+        ax.plot([g / (1 << 20) for g in grid], [t0 + slope * g for g in grid], "-", color=MODE_COLORS["tree"],
+                alpha=0.4, lw=3, label="tree fit: t0 = %.2f s, r_inf = %.1f Mbit/s" % (t0, 8 / slope / 1e6))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("blob size (MiB)")

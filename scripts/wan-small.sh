@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The small emulated-WAN case of the test command (make wan-small): the
+# The small emulated-WAN cases of the test command (make wan-small): the
 # testground plan's broadcast of 32 MiB to 1 site x 2 workers, over a WAN
 # link of 100 Mbit/s with 20 ms each way, in modes tree, store-forward and
-# star, each in real namespaces built by omst-wan; fails unless every worker
-# verified its bytes and the tree finished within 1.25 x S/B_wan + 2 s.
+# star, then failover and churn, each in real namespaces built by omst-wan;
+# fails unless every worker verified its bytes and the tree broadcast
+# finished within 1.25 x S/B_wan + 2 s.
 # Needs root (network namespaces, tc, iptables): without it omst-wan says so
 # and this script prints SKIPPED and exits 0.
 set -euo pipefail
@@ -21,11 +22,24 @@ sync_bin=$PWD/bin/omst-sync
 out=$(mktemp -d /tmp/omst-wansmall.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 fail=0
-for mode in tree store-forward star; do
+# Runs: NAME CASE MODE WORKERS EXTRA-PARAMS. The broadcast in the three
+# modes, then failover (the head dies at 30%: its workers finish through
+# their fallback parent, the root) and churn (one worker leaves early, one
+# joins late), on the same small topology.
+runs=(
+	"tree broadcast tree 2 "
+	"store-forward broadcast store-forward 2 "
+	"star broadcast star 2 "
+	"failover failover tree 2 kill_at_fraction=0.3"
+	"churn churn tree 3 churn_leave=1|churn_late=1"
+)
+for r in "${runs[@]}"; do
+	read -r mode case m workers extra <<<"$r"
+	params="mode=$m|blob_size=32MiB|omst_bin=$PWD/bin/omst${extra:+|$extra}"
 	rc=0
-	timeout 300 bin/omst-wan run -q -sites 1 -workers 2 -wan-bw 100mbit -wan-delay 20ms -lan-bw 1gbit \
-		-timeout 4m -out "$out/$mode" -plan omst -case broadcast \
-		-params "mode=$mode|blob_size=32MiB|omst_bin=$PWD/bin/omst" -sync "$sync_bin" -- "$PWD/bin/omst-plan" \
+	timeout 300 bin/omst-wan run -q -sites 1 -workers "$workers" -wan-bw 100mbit -wan-delay 20ms -lan-bw 1gbit \
+		-timeout 4m -out "$out/$mode" -plan omst -case "$case" \
+		-params "$params" -sync "$sync_bin" -- "$PWD/bin/omst-plan" \
 		>"$out/$mode.log" 2>&1 || rc=$?
 	if [ "$rc" -eq 77 ]; then
 		echo "wan-small: SKIPPED (omst-wan cannot emulate here):" >&2
@@ -44,12 +58,14 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 mode = sys.argv[2]
 limit = s["bytes"] * 8 / 100e6
-ok = s["pass"] and s["verified"] == s["expected"] == 2
-line = "wan-small: %-13s %d/%d workers verified, last at %.2f s (limit S/B_wan %.2f s, x%.2f)" % (
+ok = s["pass"] and s["verified"] == s["expected"] > 0
+line = "wan-small: %-13s %d/%d transfers verified, last at %.2f s (limit S/B_wan %.2f s, x%.2f)" % (
     mode, s["verified"], s["expected"], s["time_to_last"], limit, s["time_to_last"] / limit)
-if mode == "tree" and s["time_to_last"] > 1.25 * limit + 2:
+if mode == "tree" and s["case"] == "broadcast" and s["time_to_last"] > 1.25 * limit + 2:
     ok = False
     line += ": over 1.25 x limit + 2 s"
+for n in s.get("notes") or []:
+    line += "\n    " + n
 print(line + ("" if ok else "  FAILED"))
 sys.exit(0 if ok else 1)
 PY

@@ -53,6 +53,8 @@ def main():
         ap.add_argument("--" + f, required=True)
     ap.add_argument("--sites", type=int, required=True)
     ap.add_argument("--workers", type=int, required=True)
+    ap.add_argument("--include", action="append", default=[],
+                    help="a wan-runs.csv of earlier runs to report together with these (repeatable)")
     a = ap.parse_args()
     wan = bits_per_s(a.wan_bw)
 
@@ -66,6 +68,15 @@ def main():
                      "verified": s["verified"], "expected": s["expected"], "pass": s["pass"],
                      "root_bytes_served": s.get("root_bytes_served", 0),
                      "limit_s": round(limit_secs(s["case"], s["workers_per_site"], s["bytes"], wan), 4)})
+    for inc in a.include:
+        with open(inc, newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                for k in ("sites", "workers", "size_bytes", "run", "verified", "expected", "root_bytes_served"):
+                    r[k] = int(r[k])
+                r["time_to_last"] = float(r["time_to_last"])
+                r["limit_s"] = float(r["limit_s"])
+                r["pass"] = r["pass"] == "True"
+                rows.append(r)
     os.makedirs(a.out, exist_ok=True)
     fields = ["case", "mode", "sites", "workers", "size_bytes", "run", "time_to_last", "verified", "expected",
               "pass", "root_bytes_served", "limit_s"]
