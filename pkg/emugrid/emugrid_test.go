@@ -38,7 +38,9 @@ func TestTreeBeatsStar(t *testing.T) {
 	if res.Star < 3*res.Limit {
 		t.Fatalf("star took %v, faster than its links allow (%v)", res.Star, 2*time.Second)
 	}
-	if res.Tree >= res.Star/2 {
+	// In theory the star takes 2x the tree here (2 workers behind each WAN
+	// link); allow for a loaded machine (-race, 2 cores) but demand a clear win.
+	if res.Tree >= res.Star*3/4 {
 		t.Fatalf("tree %v not clearly faster than star %v", res.Tree, res.Star)
 	}
 }
