@@ -13,7 +13,8 @@ import (
 
 func cmdCleanup(args []string) int {
 	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
-	prefix := fs.String("prefix", wanemu.RunIDPrefix, "remove namespaces and /tmp directories whose names start with this")
+	prefix := fs.String("prefix", wanemu.RunIDPrefix, "remove namespaces and scratch directories (in /tmp, /dev/shm and -scratch) whose names start with this")
+	scratch := fs.String("scratch", "", "also look for scratch directories in this directory (a run's -scratch)")
 	force := fs.Bool("force", false, "also remove what runs that are still alive use")
 	dry := fs.Bool("n", false, "only list what would be removed")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage, "\nflags of cleanup:\n"); fs.PrintDefaults() }
@@ -28,7 +29,7 @@ func cmdCleanup(args []string) int {
 		return failCode(err)
 	}
 	if *dry {
-		ls, err := wanemu.FindLeftovers(*prefix)
+		ls, err := wanemu.FindLeftovers(*prefix, extraRoots(*scratch)...)
 		if err != nil {
 			logf("%v", err)
 			return exitFailed
@@ -42,7 +43,7 @@ func cmdCleanup(args []string) int {
 		}
 		return exitOK
 	}
-	removed, err := wanemu.Cleanup(context.Background(), *prefix, *force)
+	removed, err := wanemu.Cleanup(context.Background(), *prefix, *force, extraRoots(*scratch)...)
 	for _, l := range removed {
 		fmt.Printf("removed %s\n", l.Path)
 	}
@@ -54,4 +55,12 @@ func cmdCleanup(args []string) int {
 		fmt.Println("nothing to remove")
 	}
 	return exitOK
+}
+
+// extraRoots is the -scratch flag as a list of extra scratch roots.
+func extraRoots(scratch string) []string {
+	if scratch == "" {
+		return nil
+	}
+	return []string{scratch}
 }

@@ -35,7 +35,7 @@ Usage:
   omst-wan run   [topology flags] [run flags] -- CMD ARGS...
   omst-wan run   [topology flags] -keep        (build, wait for SIGINT: to explore)
   omst-wan check [topology flags] [-duration 5s] [-tolerance 0.3]
-  omst-wan cleanup [-prefix omstw] [-force]
+  omst-wan cleanup [-prefix omstw] [-scratch DIR] [-force]
 
 run: builds the topology, runs CMD ARGS once per host inside the host's
 namespace, waits for all (bounded by -timeout; the first failure ends the run
@@ -52,7 +52,8 @@ runs in OUT/<host>. Its environment:
   OMST_WAN_ROOT_IP   the root's data IP (10.0.0.1)
   OMST_WAN_HEAD_IP   the site head's data IP (heads and workers)
   OMST_WAN_OUT       OUT/<host> (also TEST_OUTPUTS_PATH)
-  OMST_WAN_TMP       /tmp/<run>/<host>: short scratch dir for daemon homes
+  OMST_WAN_TMP       SCRATCH/<run>/<host> (-scratch, default /tmp): short
+                     scratch dir for daemon homes
                      (unix socket paths), removed at teardown
   OMST_WAN_SITES, OMST_WAN_WORKERS, OMST_WAN_WAN_BW (bit/s),
   OMST_WAN_WAN_DELAY (one way), OMST_WAN_LAN_BW (bit/s)

@@ -30,6 +30,7 @@ type runFlags struct {
 	syncAddr         string
 	keep, tee, quiet bool
 	failFast         bool
+	scratch          string
 }
 
 func cmdRun(args []string) int {
@@ -46,6 +47,7 @@ func cmdRun(args []string) int {
 	fs.BoolVar(&f.keep, "keep", false, "after the commands end (or with no command), keep the topology until SIGINT, to look around with: ip netns exec RUN-HOST sh")
 	fs.BoolVar(&f.tee, "tee", false, "also copy every host's output to this terminal, each line prefixed with [host]")
 	fs.BoolVar(&f.quiet, "q", false, "no progress lines")
+	fs.StringVar(&f.scratch, "scratch", wanemu.TmpRoot, "make the run's scratch directories (daemon homes: OMST_WAN_TMP) under this directory; "+wanemu.ShmRoot+" keeps the emulated hosts' stores in memory, off the one disk they would otherwise share")
 	fs.BoolVar(&f.failFast, "fail-fast", true, "when one host's command exits non-zero, kill the others at once (instances waiting at a barrier would otherwise hang until -timeout)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage, "\nflags of run:\n"); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
@@ -105,7 +107,7 @@ func runPlan(plan *wanemu.Plan, f *runFlags, argv []string) int {
 		return exitUsage
 	}
 	t0 := time.Now()
-	emu, err := wanemu.Start(ctx, plan, wanemu.Options{Logf: logf, Trace: f.topo.trace})
+	emu, err := wanemu.Start(ctx, plan, wanemu.Options{Logf: logf, Trace: f.topo.trace, ScratchRoot: f.scratch})
 	if err != nil {
 		if ctx.Err() != nil {
 			logf("building the topology: %v", ctx.Err())

@@ -43,19 +43,25 @@ func alive(pid int) bool {
 
 // Leftover is a namespace or scratch directory a run left behind.
 type Leftover struct {
-	Path  string // /run/netns/<name> or /tmp/<RunID>
+	Path  string // /run/netns/<name> or <scratch root>/<RunID>
 	Owner int    // pid of the run that made it, 0 if unknown
 	Live  bool   // the owner is still running
 }
 
-// FindLeftovers lists namespaces and scratch directories whose names start
-// with prefix (RunIDPrefix if empty).
-func FindLeftovers(prefix string) ([]Leftover, error) {
+// FindLeftovers lists namespaces and scratch directories (in ScratchRoots
+// and the extra roots) whose names start with prefix (RunIDPrefix if empty).
+func FindLeftovers(prefix string, extraRoots ...string) ([]Leftover, error) {
 	if prefix == "" {
 		prefix = RunIDPrefix
 	}
 	var out []Leftover
-	for _, dir := range []string{NetnsDir, TmpRoot} {
+	seen := map[string]bool{}
+	for _, dir := range append(append([]string{NetnsDir}, ScratchRoots...), extraRoots...) {
+		dir = filepath.Clean(dir)
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			if os.IsNotExist(err) {
@@ -67,7 +73,7 @@ func FindLeftovers(prefix string) ([]Leftover, error) {
 			if !strings.HasPrefix(e.Name(), prefix) {
 				continue
 			}
-			if dir == TmpRoot && !e.IsDir() {
+			if dir != NetnsDir && !e.IsDir() {
 				continue
 			}
 			l := Leftover{Path: filepath.Join(dir, e.Name()), Owner: runOwner(e.Name())}
@@ -82,8 +88,8 @@ func FindLeftovers(prefix string) ([]Leftover, error) {
 // deletes the namespace and removes scratch directories. Leftovers of runs
 // whose process still lives are kept unless force is set. It returns what
 // it removed.
-func Cleanup(ctx context.Context, prefix string, force bool) ([]Leftover, error) {
-	ls, err := FindLeftovers(prefix)
+func Cleanup(ctx context.Context, prefix string, force bool, extraRoots ...string) ([]Leftover, error) {
+	ls, err := FindLeftovers(prefix, extraRoots...)
 	if err != nil {
 		return nil, err
 	}

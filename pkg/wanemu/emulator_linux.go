@@ -21,9 +21,22 @@ import (
 var ErrUnsupported = errors.New("cannot emulate a WAN here")
 
 // TmpRoot is where runs keep short per-host scratch directories
-// (/tmp/<RunID>/<host>): short, because unix socket paths must stay under
-// about 100 bytes.
+// (/tmp/<RunID>/<host>) by default: short, because unix socket paths must
+// stay under about 100 bytes.
 const TmpRoot = "/tmp"
+
+// ShmRoot is the usual tmpfs. With it as Options.ScratchRoot the daemons'
+// stores live in memory, so that the emulated hosts do not contend for the
+// one disk of the machine that emulates them (see docs/benchmarks.md).
+const ShmRoot = "/dev/shm"
+
+// ScratchRoots are where Cleanup looks for scratch directories that crashed
+// runs left (besides any roots its caller names).
+var ScratchRoots = []string{TmpRoot, ShmRoot}
+
+// maxScratchRoot bounds the length of Options.ScratchRoot, so that a daemon
+// home below <root>/<RunID>/<host>/ still holds a unix socket.
+const maxScratchRoot = 40
 
 // Options tune an Emulator.
 type Options struct {
@@ -34,6 +47,11 @@ type Options struct {
 	// KillGrace is how long processes get between SIGTERM and SIGKILL at
 	// teardown (default 3s).
 	KillGrace time.Duration
+	// ScratchRoot is the existing directory under which the run's scratch
+	// directory <ScratchRoot>/<RunID> is made (default TmpRoot): an absolute
+	// path of at most 40 bytes. Roots other than ScratchRoots must be named
+	// to Cleanup.
+	ScratchRoot string
 }
 
 // Emulator is a topology built on this machine. Close tears it down; it is
@@ -84,7 +102,13 @@ func Start(ctx context.Context, p *Plan, o Options) (*Emulator, error) {
 	if o.KillGrace == 0 {
 		o.KillGrace = 3 * time.Second
 	}
-	e := &Emulator{Plan: p, opts: o, tmpDir: filepath.Join(TmpRoot, p.Config.RunID)}
+	if o.ScratchRoot == "" {
+		o.ScratchRoot = TmpRoot
+	}
+	if err := checkScratchRoot(o.ScratchRoot); err != nil {
+		return nil, err
+	}
+	e := &Emulator{Plan: p, opts: o, tmpDir: filepath.Join(o.ScratchRoot, p.Config.RunID)}
 	if err := e.build(ctx); err != nil {
 		e.Close()
 		return nil, err
@@ -164,10 +188,25 @@ func looksUnsupported(msg string) bool {
 	return false
 }
 
-// TmpDir is host h's scratch directory, /tmp/<RunID>/<host>, removed at Close.
+// checkScratchRoot reports why dir cannot hold a run's scratch directory.
+func checkScratchRoot(dir string) error {
+	if !filepath.IsAbs(dir) || len(dir) > maxScratchRoot {
+		return fmt.Errorf("scratch root %q: want an absolute path of at most %d bytes (unix socket paths below it must stay short)", dir, maxScratchRoot)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("scratch root: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("scratch root %q is not a directory", dir)
+	}
+	return nil
+}
+
+// TmpDir is host h's scratch directory, <ScratchRoot>/<RunID>/<host>, removed at Close.
 func (e *Emulator) TmpDir(h Host) string { return filepath.Join(e.tmpDir, h.Name) }
 
-// TmpDirRoot is the run's scratch directory, /tmp/<RunID>, removed at Close.
+// TmpDirRoot is the run's scratch directory, <ScratchRoot>/<RunID>, removed at Close.
 func (e *Emulator) TmpDirRoot() string { return e.tmpDir }
 
 // Proc is a process the emulator started inside a namespace, in its own

@@ -231,3 +231,64 @@ func TestCleanup(t *testing.T) {
 		_ = cmd.Process.Kill()
 	}
 }
+
+func TestCheckScratchRoot(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/f"
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if len(dir) <= maxScratchRoot {
+		if err := checkScratchRoot(dir); err != nil {
+			t.Errorf("checkScratchRoot(%q) = %v, want nil", dir, err)
+		}
+	}
+	for _, bad := range []string{"", "tmp", "/no/such/omst/dir", file, "/" + strings.Repeat("x", maxScratchRoot)} {
+		if err := checkScratchRoot(bad); err == nil {
+			t.Errorf("checkScratchRoot(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+// TestCleanupScratchRoots finds and removes a dead run's scratch directory
+// in a root the caller names, and keeps a live run's.
+func TestCleanupScratchRoots(t *testing.T) {
+	root := t.TempDir()
+	dead := root + "/" + RunIDPrefix + "999999999"
+	live := root + "/" + RunIDPrefix + "1x7" // pid 1 lives
+	for _, d := range []string{dead + "/a-w1", live + "/a-w1"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := FindLeftovers(RunIDPrefix, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, l := range ls {
+		if strings.HasPrefix(l.Path, root) {
+			found[l.Path] = l.Live
+		}
+	}
+	if live, ok := found[dead]; !ok || live {
+		t.Errorf("leftovers %+v: want %s as a dead run", ls, dead)
+	}
+	if isLive, ok := found[live]; !ok || !isLive {
+		t.Errorf("leftovers %+v: want %s as a live run", ls, live)
+	}
+	// Only the dead run's directory, by prefix: no namespaces match it.
+	removed, err := Cleanup(context.Background(), RunIDPrefix+"999999999", false, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0].Path != dead {
+		t.Errorf("removed %+v, want %s", removed, dead)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("%s still there after Cleanup (%v)", dead, err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("live run's %s removed: %v", live, err)
+	}
+}
