@@ -13,20 +13,31 @@
 #              SIZE) and the size series (tree and store-forward, SIZES at
 #              SITES x WORKERS)
 #   gather     every worker puts GATHER_SIZE; the root fetches them all
+#   light      the tree's scaling series at a quarter of the load: WAN
+#              LIGHT_WAN_BW (a quarter of WAN_BW) and LIGHT_SIZE (a quarter
+#              of SIZE), so the same limit as SIZE at WAN_BW and a quarter
+#              of the bytes per second for the one machine that emulates
+#              every host
+#
+# The daemons' stores are under SCRATCH (default /dev/shm: in memory, so
+# that the emulated hosts do not contend for this machine's one disk, as
+# real hosts with disks of their own do not; SCRATCH=/tmp puts them on disk).
 #
 # Needs root (network namespaces), ip, tc, iptables, the nfnetlink_queue
-# module, Go; about 2 GiB free in /tmp. Takes ~25 min with the defaults.
+# module, Go; about 6 GiB free in SCRATCH. Takes ~35 min with the defaults.
 # Environment knobs (defaults): SITES=2 WORKERS=4 SIZE=256MiB WAN_BW=100mbit
 # WAN_DELAY=20ms LAN_BW=1gbit RUNS=3 GATHER_SIZE=32MiB SCALE_SIZE=64MiB
-# SCALE_WORKERS="2 4 8" SIZES="16MiB 64MiB"
-# SECTIONS="broadcast gather scale scalebig sizes" RUNS_DIR (default: a new /tmp dir)
+# SCALE_WORKERS="2 4 8" SIZES="16MiB 64MiB" LIGHT_WAN_BW=25mbit LIGHT_SIZE=64MiB
+# SCRATCH=/dev/shm SECTIONS="broadcast gather scale scalebig sizes light"
+# RUNS_DIR (default: a new /tmp dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SITES=${SITES:-2} WORKERS=${WORKERS:-4} SIZE=${SIZE:-256MiB}
 WAN_BW=${WAN_BW:-100mbit} WAN_DELAY=${WAN_DELAY:-20ms} LAN_BW=${LAN_BW:-1gbit}
 RUNS=${RUNS:-3} GATHER_SIZE=${GATHER_SIZE:-32MiB} SCALE_SIZE=${SCALE_SIZE:-64MiB}
 SCALE_WORKERS=${SCALE_WORKERS:-"2 4 8"} SIZES=${SIZES:-"16MiB 64MiB"}
-SECTIONS=${SECTIONS:-"broadcast gather scale scalebig sizes"}
+LIGHT_WAN_BW=${LIGHT_WAN_BW:-25mbit} LIGHT_SIZE=${LIGHT_SIZE:-64MiB} SCRATCH=${SCRATCH:-/dev/shm}
+SECTIONS=${SECTIONS:-"broadcast gather scale scalebig sizes light"}
 
 GO=${GO:-$(scripts/ensure-go.sh)}
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
@@ -39,28 +50,31 @@ sync_bin=$PWD/bin/omst-sync
 # The runs' summaries stay in RUNS_DIR (kept, so that a report can be made
 # again: python3 scripts/wan_report.py --runs RUNS_DIR ...).
 runs_dir=${RUNS_DIR:-$(mktemp -d /tmp/omst-benchwan.XXXXXX)}
-mkdir -p "$runs_dir"
+mkdir -p "$runs_dir" "$runs_dir/light"
 echo "bench-wan: runs in $runs_dir (kept)" >&2
 
-# one CASE MODE SITES WORKERS SIZE REP [extra params]: one emulated run; its
-# summary.json is kept as $runs_dir/CASE-MODE-SITESxWORKERS-SIZE-REP.json.
+# one CASE MODE SITES WORKERS SIZE REP [extra params]: one emulated run at
+# WAN_BW; its summary.json is kept as RUNS/CASE-MODE-SITESxWORKERS-SIZE-REP.json,
+# RUNS being $runs_dir ($runs_dir/light when WAN_BW is LIGHT_WAN_BW).
 one() {
-	local case=$1 mode=$2 s=$3 w=$4 size=$5 rep=$6 extra=${7:-}
-	local tag="$case-$mode-${s}x$w-$size-$rep" out="$runs_dir/$case-$mode-${s}x$w-$size-$rep"
+	local case=$1 mode=$2 s=$3 w=$4 size=$5 rep=$6 extra=${7:-} dir=$runs_dir
+	[ "$WAN_BW" = "$main_wan_bw" ] || dir=$runs_dir/light
+	local tag="$case-$mode-${s}x$w-$size-$rep" out="$dir/$case-$mode-${s}x$w-$size-$rep"
 	local params="mode=$mode|omst_bin=$PWD/bin/omst|timeout=15m"
 	if [ "$case" = gather ]; then params="$params|result_size=$size"; else params="$params|blob_size=$size"; fi
 	[ -z "$extra" ] || params="$params|$extra"
 	echo "bench-wan: $tag" >&2
 	if ! bin/omst-wan run -q -sites "$s" -workers "$w" -wan-bw "$WAN_BW" -wan-delay "$WAN_DELAY" \
-		-lan-bw "$LAN_BW" -timeout 20m -out "$out" -plan omst -case "$case" -params "$params" \
+		-lan-bw "$LAN_BW" -scratch "$SCRATCH" -timeout 20m -out "$out" -plan omst -case "$case" -params "$params" \
 		-sync "$sync_bin" -- "$PWD/bin/omst-plan" >"$out.log" 2>&1; then
 		echo "bench-wan: $tag FAILED (log below)" >&2
 		tail -n 20 "$out.log" >&2
 	fi
-	[ -f "$out/root/summary.json" ] && cp "$out/root/summary.json" "$runs_dir/$tag.json"
+	[ -f "$out/root/summary.json" ] && cp "$out/root/summary.json" "$dir/$tag.json"
 	rm -rf "$out"
 }
 
+main_wan_bw=$WAN_BW
 start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 for rep in $(seq "$RUNS"); do
 	for sec in $SECTIONS; do
@@ -70,12 +84,14 @@ for rep in $(seq "$RUNS"); do
 		scale) for w in $SCALE_WORKERS; do for m in star store-forward tree; do one broadcast "$m" "$SITES" "$w" "$SCALE_SIZE" "$rep"; done; done ;;
 		scalebig) for w in $SCALE_WORKERS; do [ "$w" = "$WORKERS" ] && continue; for m in store-forward tree; do one broadcast "$m" "$SITES" "$w" "$SIZE" "$rep"; done; done ;;
 		sizes) for sz in $SIZES; do for m in store-forward tree; do one broadcast "$m" "$SITES" "$WORKERS" "$sz" "$rep"; done; done ;;
+		light) WAN_BW=$LIGHT_WAN_BW; for w in $SCALE_WORKERS; do one broadcast tree "$SITES" "$w" "$LIGHT_SIZE" "$rep"; done; WAN_BW=$main_wan_bw ;;
 		esac
 	done
 done
 
 python3 scripts/wan_report.py --runs "$runs_dir" --out docs/bench --wan-bw "$WAN_BW" --wan-delay "$WAN_DELAY" \
 	--lan-bw "$LAN_BW" --sites "$SITES" --workers "$WORKERS" --size "$SIZE" --gather-size "$GATHER_SIZE" \
-	--start "$start" --command "scripts/bench-wan.sh (SITES=$SITES WORKERS=$WORKERS SIZE=$SIZE RUNS=$RUNS)"
+	--light-runs "$runs_dir/light" --light-wan-bw "$LIGHT_WAN_BW" --scratch "$SCRATCH" \
+	--start "$start" --command "scripts/bench-wan.sh (SITES=$SITES WORKERS=$WORKERS SIZE=$SIZE RUNS=$RUNS SCRATCH=$SCRATCH)"
 cat docs/bench/wan-summary.md
 python3 scripts/plot.py

@@ -47,6 +47,22 @@ def limit_secs(case, workers, size, wan_bps):
     return per_link * 8 / wan_bps
 
 
+def read_runs(runs_dir, wan):
+    """The runs' summaries (CASE-MODE-SxW-SIZE-REP.json) in runs_dir, made
+    with WAN links of wan bit/s, as CSV rows."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(runs_dir, "*.json"))):
+        rep = int(os.path.basename(path).rsplit("-", 1)[1].split(".")[0])
+        with open(path, encoding="utf-8") as f:
+            s = json.load(f)
+        rows.append({"case": s["case"], "mode": s["mode"], "sites": s["sites"], "workers": s["workers_per_site"],
+                     "size_bytes": s["bytes"], "wan_bps": int(wan), "run": rep, "time_to_last": s["time_to_last"],
+                     "verified": s["verified"], "expected": s["expected"], "pass": s["pass"],
+                     "root_bytes_served": s.get("root_bytes_served", 0),
+                     "limit_s": round(limit_secs(s["case"], s["workers_per_site"], s["bytes"], wan), 4)})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     for f in ("runs", "out", "wan-bw", "wan-delay", "lan-bw", "size", "gather-size", "start", "command"):
@@ -55,19 +71,15 @@ def main():
     ap.add_argument("--workers", type=int, required=True)
     ap.add_argument("--include", action="append", default=[],
                     help="a wan-runs.csv of earlier runs to report together with these (repeatable)")
+    ap.add_argument("--light-runs", help="runs of the light-load scaling series (made at --light-wan-bw)")
+    ap.add_argument("--light-wan-bw", help="the WAN bandwidth of the light-load runs")
+    ap.add_argument("--scratch", default="/tmp", help="where the daemons' stores were (for the header)")
     a = ap.parse_args()
     wan = bits_per_s(a.wan_bw)
 
-    rows = []
-    for path in sorted(glob.glob(os.path.join(a.runs, "*.json"))):
-        rep = int(os.path.basename(path).rsplit("-", 1)[1].split(".")[0])
-        with open(path, encoding="utf-8") as f:
-            s = json.load(f)
-        rows.append({"case": s["case"], "mode": s["mode"], "sites": s["sites"], "workers": s["workers_per_site"],
-                     "size_bytes": s["bytes"], "run": rep, "time_to_last": s["time_to_last"],
-                     "verified": s["verified"], "expected": s["expected"], "pass": s["pass"],
-                     "root_bytes_served": s.get("root_bytes_served", 0),
-                     "limit_s": round(limit_secs(s["case"], s["workers_per_site"], s["bytes"], wan), 4)})
+    rows = read_runs(a.runs, wan)
+    if a.light_runs:
+        rows += read_runs(a.light_runs, bits_per_s(a.light_wan_bw))
     for inc in a.include:
         with open(inc, newline="", encoding="utf-8") as f:
             for r in csv.DictReader(f):
@@ -76,10 +88,11 @@ def main():
                 r["time_to_last"] = float(r["time_to_last"])
                 r["limit_s"] = float(r["limit_s"])
                 r["pass"] = r["pass"] == "True"
+                r["wan_bps"] = int(r.get("wan_bps") or wan)
                 rows.append(r)
     os.makedirs(a.out, exist_ok=True)
-    fields = ["case", "mode", "sites", "workers", "size_bytes", "run", "time_to_last", "verified", "expected",
-              "pass", "root_bytes_served", "limit_s"]
+    fields = ["case", "mode", "sites", "workers", "size_bytes", "wan_bps", "run", "time_to_last", "verified",
+              "expected", "pass", "root_bytes_served", "limit_s"]
     with open(os.path.join(a.out, "wan-runs.csv"), "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -88,10 +101,10 @@ def main():
 
     groups = defaultdict(list)
     for r in rows:
-        groups[(r["case"], r["mode"], r["sites"], r["workers"], r["size_bytes"])].append(r)
+        groups[(r["case"], r["mode"], r["sites"], r["workers"], r["size_bytes"], r["wan_bps"])].append(r)
 
-    def stat(case, mode, s, w, size):
-        g = groups.get((case, mode, s, w, size), [])
+    def stat(case, mode, s, w, size, bw=wan):
+        g = groups.get((case, mode, s, w, size, int(bw)), [])
         ok = [r["time_to_last"] for r in g if r["pass"]]
         return g, ok
 
@@ -102,8 +115,8 @@ def main():
     out.append("")
     out.append("- date: %s; topology: %d sites x %d workers; WAN %s with %s one way per site (htb + receive-side "
                "NFQUEUE delay), LAN %s; real `omst daemon` processes in network namespaces (cmd/omst-wan), "
-               "driven by the testground plan testplans/omst" % (a.start, a.sites, a.workers, a.wan_bw,
-                                                                 a.wan_delay, a.lan_bw))
+               "driven by the testground plan testplans/omst; daemon stores under %s" % (
+                   a.start, a.sites, a.workers, a.wan_bw, a.wan_delay, a.lan_bw, a.scratch))
     out.append("- every figure: the median over the runs of the time from the start signal to the last verified "
                "worker (min..max beside it); limit = S / B_wan (every byte must cross each site's WAN link once)")
     out.append("")
@@ -157,31 +170,39 @@ def main():
         out.append("| limit (workers x R / B_wan per link) | %.2f | | | 1.00 | | |" % glim)
         out.append("")
 
-    scale = sorted({k[3] for k in groups if k[0] == "broadcast" and k[2] == a.sites and k[3] != a.workers} |
-                   {a.workers})
-    scale_sizes = sorted({k[4] for k in groups if k[0] == "broadcast" and k[3] != a.workers})
-    for ssize in scale_sizes:
-        slim = limit_secs("broadcast", 0, ssize, wan)
-        out.append("## scaling: %s broadcast, workers per site" % human(ssize))
-        out.append("")
-        out.append("| mode | " + " | ".join("%d/site (s)" % w for w in scale) + " | growth first..last |")
-        out.append("|---|" + "---:|" * len(scale) + "---|")
-        for mode in ("star", "store-forward", "tree"):
-            vals = []
-            for w in scale:
-                _, ok = stat("broadcast", mode, a.sites, w, ssize)
-                vals.append(statistics.median(ok) if ok else None)
-            if all(v is None for v in vals):
-                continue
-            cells = ["%.2f" % v if v is not None else "—" for v in vals]
-            growth = "—"
-            if vals[0] and vals[-1]:
-                pct = (vals[-1] / vals[0] - 1) * 100
-                growth = "%+.0f%%" % pct + (" (target < +10%%: %s)" % ("yes" if pct < 10 else "**no**")
-                                            if mode == "tree" else "")
-            out.append("| %s | %s | %s |" % (mode, " | ".join(cells), growth))
-        out.append("| limit S/B_wan | " + " | ".join("%.2f" % slim for _ in scale) + " | |")
-        out.append("")
+    def scaling(title, bw):
+        """Tables of broadcast time against workers per site, one per size,
+        of the runs made at bw."""
+        keys = [k for k in groups if k[0] == "broadcast" and k[2] == a.sites and k[5] == int(bw)]
+        scale = sorted({k[3] for k in keys})
+        sizes = sorted({k[4] for k in keys if k[3] != a.workers})
+        for ssize in sizes:
+            slim = limit_secs("broadcast", 0, ssize, bw)
+            out.append("## %s: %s broadcast, workers per site" % (title, human(ssize)))
+            out.append("")
+            out.append("| mode | " + " | ".join("%d/site (s)" % w for w in scale) + " | growth first..last |")
+            out.append("|---|" + "---:|" * len(scale) + "---|")
+            for mode in ("star", "store-forward", "tree"):
+                vals = []
+                for w in scale:
+                    _, ok = stat("broadcast", mode, a.sites, w, ssize, bw)
+                    vals.append(statistics.median(ok) if ok else None)
+                if all(v is None for v in vals):
+                    continue
+                cells = ["%.2f" % v if v is not None else "—" for v in vals]
+                growth = "—"
+                if vals[0] and vals[-1]:
+                    pct = (vals[-1] / vals[0] - 1) * 100
+                    growth = "%+.0f%%" % pct + (" (target < +10%%: %s)" % ("yes" if pct < 10 else "**no**")
+                                                if mode == "tree" else "")
+                out.append("| %s | %s | %s |" % (mode, " | ".join(cells), growth))
+            out.append("| limit S/B_wan | " + " | ".join("%.2f" % slim for _ in scale) + " | |")
+            out.append("")
+
+    scaling("scaling", wan)
+    if a.light_runs:
+        scaling("scaling at light load (WAN %s: the same limit for a quarter of the size, a quarter of the "
+                "bytes per second for the emulating machine)" % a.light_wan_bw, bits_per_s(a.light_wan_bw))
 
     with open(os.path.join(a.out, "wan-summary.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(out) + "\n")
