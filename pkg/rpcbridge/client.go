@@ -300,7 +300,12 @@ func (c *Client) fail(ctx context.Context, w *ctxWatch, op string, err error, ke
 	var e *Error
 	switch {
 	case errors.As(err, &e) && !errors.Is(err, errMalformed):
-		// A reply: the connection is still in step.
+		// A reply: the connection is still in step, but the daemon may
+		// close it after BAD_REQUEST or INTERNAL (its state after a bug
+		// is unknown): reconnect for the next request.
+		if e.Code == CodeBadRequest || e.Code == CodeInternal {
+			keep = false
+		}
 	case ctx.Err() != nil:
 		err = fmt.Errorf("%s: %w", op, ctx.Err())
 		keep = false

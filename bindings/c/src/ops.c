@@ -53,8 +53,8 @@ static int error_reply(struct omst_conn *c, const uint8_t *body, size_t len)
 		omst_fail(e, "daemon error code %u: %.*s", (unsigned)code, (int)msg.n, (const char *)msg.p);
 	else
 		omst_fail_msg(e, (const char *)msg.p, msg.n);
-	if (e == OMST_EBADREQUEST)
-		c->broken = 1; /* the daemon closes the connection */
+	if (e == OMST_EBADREQUEST || e == OMST_EINTERNAL)
+		c->broken = 1; /* the daemon may close the connection: reconnect next time */
 	return e;
 }
 

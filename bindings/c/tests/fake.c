@@ -678,3 +678,49 @@ void test_fake_garbage(void)
 	omst_close(h);
 	fake_stop(&f);
 }
+
+/* ---- INTERNAL / BAD_REQUEST: the next call reconnects --------------------- */
+
+/* The first connection answers its first request with ERROR f->refuse
+ * (10 INTERNAL or 3 BAD_REQUEST) and then only reads: a client that reused
+ * it would wait for an answer that never comes. Later connections serve. */
+static void script_error_then_serve(struct fake *f, int fd, int idx)
+{
+	if (idx > 0) {
+		script_serve(f, fd, idx);
+		return;
+	}
+	if (hello(f, fd) < 0)
+		return;
+	uint8_t type, *body;
+	uint32_t len;
+	if (read_frame(fd, &type, &body, &len))
+		return;
+	free(body);
+	send_error(fd, (uint32_t)f->refuse, "daemon bug");
+	/* Read (never answer) until the client closes. */
+	while (read_frame(fd, &type, &body, &len) == 0)
+		free(body);
+}
+
+void test_fake_error_reconnects(void)
+{
+	const int codes[] = {10, 3};
+	const int want[] = {OMST_EINTERNAL, OMST_EBADREQUEST};
+	for (int i = 0; i < 2; i++) {
+		struct fake f;
+		if (fake_start(&f, script_error_then_serve, 2, 0))
+			return;
+		f.refuse = codes[i];
+		setenv("OMST_TIMEOUT_MS", "1000", 1);
+		omst_t *h;
+		CHECK_RC(omst_connect(f.path, &h), 0);
+		omst_info_t info;
+		CHECK_RC(omst_stat(h, "e", &info), want[i]);
+		CHECK_RC(omst_stat(h, "e", &info), 0);
+		CHECK_EQ_U(f.nconn, 2);
+		omst_close(h);
+		unsetenv("OMST_TIMEOUT_MS");
+		fake_stop(&f);
+	}
+}

@@ -1086,6 +1086,7 @@ void test_fake_version1(void);
 void test_fake_idle_close(void);
 void test_fake_fds(void);
 void test_fake_garbage(void);
+void test_fake_error_reconnects(void);
 
 static const struct test tests[] = {
 	{"vectors", test_vectors, 0},
@@ -1114,6 +1115,7 @@ static const struct test tests[] = {
 	{"fake_idle_close", test_fake_idle_close, 0},
 	{"fake_fds", test_fake_fds, 0},
 	{"fake_garbage", test_fake_garbage, 0},
+	{"fake_error_reconnects", test_fake_error_reconnects, 0},
 	{"kill_mid_get", test_kill_mid_get, 180},
 };
 

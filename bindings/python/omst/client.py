@@ -23,9 +23,11 @@ from . import _wire
 from ._conn import Buffer, Connection
 from ._wire import DATA_FRAME_SIZE, FrameType
 from .errors import (
+    BadRequest,
     ClientClosed,
     ConnectionLost,
     Corrupt,
+    InternalError,
     OmstError,
     ProtocolError,
     SizeMismatch,
@@ -236,6 +238,11 @@ class Client:
                     self._drop()
                     if retry_ok and conn.sent == 0:
                         continue
+                    raise
+                except (BadRequest, InternalError):
+                    # The daemon may close the connection after these
+                    # (docs/rpcbridge.md section 7): reconnect next time.
+                    self._drop()
                     raise
                 except BaseException:
                     if conn.busy:

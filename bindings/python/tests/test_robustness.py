@@ -228,3 +228,34 @@ def test_put_daemon_errors_and_closes(fake_daemon: Callable[..., FakeDaemon]) ->
     with pytest.raises(omst.Aborted):
         c.put("x", bytes(64 << 20))
     assert c._conn is None
+
+
+@pytest.mark.parametrize("code, exc", [(10, omst.InternalError), (3, omst.BadRequest)])
+def test_reconnects_after_internal_or_bad_request(
+    fake_daemon: Callable[..., FakeDaemon], code: int, exc: type
+) -> None:
+    # After INTERNAL or BAD_REQUEST the daemon may close the connection
+    # (docs/rpcbridge.md section 7): the client must not reuse it, even when
+    # the close has not reached it yet.
+    info = omst.Info("x", "bafy", 0, 1 << 20, 0, 0, "peer", True, True)
+    conns: List[int] = []
+
+    def handler(c: socket.socket) -> None:
+        conns.append(1)
+        first = len(conns) == 1
+        recv_frame(c)
+        c.sendall(_wire.encode_hello(1))
+        t, _ = recv_frame(c)
+        if first:
+            c.sendall(_wire.encode_error(code, "daemon bug"))
+            recv_frame(c)  # a reused connection would send here, then never get an answer
+            return
+        while t is not None:
+            c.sendall(_wire.encode_info(info))
+            t, _ = recv_frame(c)
+
+    c = omst.Client(fake_daemon(handler).sock, timeout=2)
+    with pytest.raises(exc):
+        c.stat("x")
+    assert c.stat("x").name == "x"
+    assert len(conns) == 2
