@@ -18,6 +18,7 @@ import (
 	"github.com/omst-project/omst/pkg/bytesize"
 	"github.com/omst-project/omst/pkg/node"
 	"github.com/omst-project/omst/pkg/rpcbridge"
+	"github.com/omst-project/omst/pkg/tree"
 )
 
 func daemonCmd(g *globals) *cobra.Command {
@@ -32,6 +33,7 @@ func daemonCmd(g *globals) *cobra.Command {
 		noReplicate bool
 		logLevel    string
 		cpuProfile  string
+		parentRetry time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -43,6 +45,14 @@ func daemonCmd(g *globals) *cobra.Command {
 			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate}
 			if len(parents) > 0 {
 				cfg.Parent, cfg.Fallbacks = parents[0], parents[1:]
+			}
+			switch {
+			case parentRetry < 0:
+				return usageError{fmt.Errorf("--parent-retry %s: want a positive duration, or 0 for never", parentRetry)}
+			case parentRetry == 0:
+				cfg.RetryPreferred = -1
+			default:
+				cfg.RetryPreferred = parentRetry
 			}
 			switch relayMode {
 			case "cut-through":
@@ -92,6 +102,7 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&listen, "listen", nil, "libp2p listen multiaddr, repeatable (default /ip4/0.0.0.0/tcp/4040 and /ip4/0.0.0.0/udp/4040/quic-v1)")
 	f.StringArrayVar(&parents, "parent", nil, "parent node's multiaddr ending in /p2p/<ID> (a line of the parent's 'omst id' output); none for the root.\n"+
 		"Repeat it to add fallback parents, used in order when the current one cannot be reached (e.g. the root, for a worker under a head node)")
+	f.DurationVar(&parentRetry, "parent-retry", tree.DefaultRetryPreferred, "on a fallback parent, how often to check whether an earlier --parent is reachable again and go back to it (0: never)")
 	f.StringVar(&relayMode, "relay-mode", "cut-through", "how this node forwards a blob to its children: cut-through (each verified chunk at once)\n"+
 		"or store-forward (only after the whole blob is here; OmniStorage's original behaviour, for comparison)")
 	f.StringVar(&site, "site", "", "site (cluster) this host belongs to")

@@ -341,6 +341,11 @@ func TestCLIBadInput(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--relay-mode") {
 		t.Fatalf("bad --relay-mode: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// So is a negative --parent-retry.
+	r = omst(t, 20*time.Second, "daemon", "--home", t.TempDir(), "--listen", "/ip4/127.0.0.1/tcp/0", "--parent-retry", "-5s")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--parent-retry") {
+		t.Fatalf("negative --parent-retry: exit %d, stderr %q", r.code, r.stderr)
+	}
 	// No daemon at all.
 	r = omst(t, 10*time.Second, "--home", filepath.Join(dir, "nobody"), "stat", "x")
 	if r.code != exitUnreachable || !strings.Contains(r.stderr, "daemon") {

@@ -34,10 +34,14 @@ type Config struct {
 	// current parent cannot be reached, e.g. the root for a worker whose
 	// head node may die.
 	Fallbacks []string
-	Site      string // site label (e.g. the cluster's name)
-	CacheSize int64  // cap on cached chunk bytes; 0 = cache default
-	ChunkSize int    // default chunk size for puts; 0 = blob.DefaultChunkSize
-	Window    int    // chunks in flight per fetch; 0 = tree default
+	// RetryPreferred is how often a node on a fallback parent checks
+	// whether an earlier parent is back (0: the tree's default, 30s;
+	// negative: never).
+	RetryPreferred time.Duration
+	Site           string // site label (e.g. the cluster's name)
+	CacheSize      int64  // cap on cached chunk bytes; 0 = cache default
+	ChunkSize      int    // default chunk size for puts; 0 = blob.DefaultChunkSize
+	Window         int    // chunks in flight per fetch; 0 = tree default
 	// StoreForward makes this node, as a relay, fetch a whole blob before
 	// serving any of it to a child (for comparison with the default
 	// cut-through forwarding).
@@ -140,15 +144,16 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 	}
 	n.tree, err = tree.New(tree.Config{
-		Host:      n.host,
-		Store:     n.store,
-		Parent:    parent,
-		Fallbacks: fallbacks,
-		Mode:      relayMode(cfg.StoreForward),
-		Site:      cfg.Site,
-		Window:    cfg.Window,
-		Replicate: !cfg.NoReplicate,
-		Logger:    cfg.Logger,
+		Host:           n.host,
+		Store:          n.store,
+		Parent:         parent,
+		Fallbacks:      fallbacks,
+		RetryPreferred: cfg.RetryPreferred,
+		Mode:           relayMode(cfg.StoreForward),
+		Site:           cfg.Site,
+		Window:         cfg.Window,
+		Replicate:      !cfg.NoReplicate,
+		Logger:         cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tree: %w", err)

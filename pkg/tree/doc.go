@@ -48,7 +48,11 @@
 //   - Transfer decisions (which chunk next, from which source, retry or
 //     give up; reconnect backoff) are plain code in schedule.go and
 //     keeper.go's BackoffDelay, with no sockets or clocks.
+//   - With fallback parents, the keeper moves to the next parent after
+//     two failed sessions in a row (NextParent), and from a fallback
+//     returns to an earlier parent once it can be reached again
+//     (Config.RetryPreferred).
 //
-// Not implemented: ModeStoreForward (reserved), in-site peer exchange
-// between workers (pkg/dht), parent choice among several candidates.
+// Not implemented: in-site peer exchange between workers (pkg/dht), parent
+// choice among several candidates by measurement.
 package tree

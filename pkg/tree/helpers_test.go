@@ -21,6 +21,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -119,20 +120,21 @@ func (s *memStore) List(prefix string) ([]blob.Record, error) {
 	return out, nil
 }
 
-func newTestHost(t testing.TB) host.Host {
+func newTestHost(t testing.TB, extra ...libp2p.Option) host.Host {
 	t.Helper()
 	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(rcmgr.InfiniteLimits))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := libp2p.New(
+	opts := []libp2p.Option{
 		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Security(libp2ptls.ID, libp2ptls.New),
 		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
 		libp2p.DisableRelay(),
 		libp2p.ResourceManager(rm),
-	)
+	}
+	h, err := libp2p.New(append(opts, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +147,7 @@ type testNode struct {
 	tree  *Tree
 	store Store
 	mem   *memStore
+	addrs []ma.Multiaddr // listen addresses, kept by stop for restart
 }
 
 func (n *testNode) info() *peer.AddrInfo {
@@ -152,6 +155,7 @@ func (n *testNode) info() *peer.AddrInfo {
 }
 
 func (n *testNode) stop() {
+	n.addrs = n.h.Addrs()
 	n.tree.Close()
 	n.h.Close()
 }
@@ -169,7 +173,20 @@ func testLogger(t testing.TB) *slog.Logger {
 // nil, wraps the node's memStore.
 func newNode(t testing.TB, parent *testNode, site string, wrap func(*memStore) Store, opts ...nodeOpt) *testNode {
 	t.Helper()
-	h := newTestHost(t)
+	return newNodeOn(t, newTestHost(t), parent, site, wrap, opts...)
+}
+
+// restart starts a node again with n's identity and listen address (after
+// n.stop), under parent, with an empty store.
+func (n *testNode) restart(t testing.TB, parent *testNode, site string) *testNode {
+	t.Helper()
+	h := newTestHost(t, libp2p.Identity(n.h.Peerstore().PrivKey(n.h.ID())), libp2p.ListenAddrs(n.addrs...))
+	return newNodeOn(t, h, parent, site, nil)
+}
+
+// newNodeOn is newNode on the host h.
+func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap func(*memStore) Store, opts ...nodeOpt) *testNode {
+	t.Helper()
 	mem := newMemStore()
 	var st Store = mem
 	if wrap != nil {

@@ -48,8 +48,18 @@ func NextParent(cur, n, failures int) (int, bool) {
 	return cur, false
 }
 
+// backToPreferred ends a session on a fallback parent because parent
+// index, earlier in the list, can be reached again.
+type backToPreferred struct{ index int }
+
+func (b backToPreferred) Error() string {
+	return fmt.Sprintf("parent %d of the list is reachable again", b.index)
+}
+
 // keepParent keeps one tree session to a parent alive until Close: the
-// current parent while it answers, else the next fallback (see NextParent).
+// current parent while it answers, else the next fallback (see NextParent);
+// on a fallback, it goes back to an earlier parent once that one can be
+// reached again (see Config.RetryPreferred).
 func (t *Tree) keepParent() {
 	attempt, failures := 0, 0
 	for t.ctx.Err() == nil {
@@ -58,6 +68,13 @@ func (t *Tree) keepParent() {
 		t.setConnected(false)
 		if t.ctx.Err() != nil {
 			return
+		}
+		if back, ok := errors.AsType[backToPreferred](err); ok {
+			t.log.Info("earlier parent reachable again: going back to it", "from", t.parentAddr(),
+				"to", addrOf(t.parents[back.index]))
+			t.cur.Store(int32(back.index))
+			attempt, failures = 0, 0
+			continue
 		}
 		failures++
 		if time.Since(began) > 3*t.cfg.Keepalive {
@@ -93,7 +110,9 @@ func (t *Tree) parentSession() error {
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
 	parent := t.parentID()
-	if err := t.connect(ctx, parent); err != nil {
+	// The keeper paces its own attempts (BackoffDelay): past the swarm's
+	// dial backoff, which grows to minutes for a peer that was down long.
+	if err := t.connect(network.WithForceDirectDial(ctx, "omst: parent keeper"), parent); err != nil {
 		return err
 	}
 	sctx, scancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
@@ -152,6 +171,15 @@ func (t *Tree) parentSession() error {
 	}()
 	tick := time.NewTicker(t.cfg.Keepalive)
 	defer tick.Stop()
+	// On a fallback, probe the earlier parents now and then.
+	var probeTick <-chan time.Time
+	probed := make(chan int, 1)
+	probing := false
+	if cur := int(t.cur.Load()); cur > 0 && t.cfg.RetryPreferred > 0 {
+		pt := time.NewTicker(t.cfg.RetryPreferred)
+		defer pt.Stop()
+		probeTick = pt.C
+	}
 	var seq uint64
 	for {
 		select {
@@ -159,6 +187,17 @@ func (t *Tree) parentSession() error {
 			return ctx.Err()
 		case err := <-readErr:
 			return fmt.Errorf("tree stream to %s: %w", t.describe(parent), err)
+		case <-probeTick:
+			if !probing {
+				probing = true
+				cur := int(t.cur.Load())
+				t.wg.Go(func() { probed <- t.firstReachable(ctx, cur) })
+			}
+		case i := <-probed:
+			probing = false
+			if i >= 0 {
+				return backToPreferred{index: i}
+			}
 		case <-tick.C:
 			seq++
 			_ = s.SetWriteDeadline(time.Now().Add(t.cfg.Keepalive))
@@ -167,6 +206,20 @@ func (t *Tree) parentSession() error {
 			}
 		}
 	}
+}
+
+// firstReachable returns the index of the first of parents[:n] that a
+// connection can be made to now, or -1.
+func (t *Tree) firstReachable(ctx context.Context, n int) int {
+	for i := range n {
+		if ctx.Err() != nil {
+			return -1
+		}
+		if err := t.connect(network.WithForceDirectDial(ctx, "omst: earlier parent back?"), t.parents[i].ID); err == nil {
+			return i
+		}
+	}
+	return -1
 }
 
 // handleTree serves a child's tree stream: it lists the child while the

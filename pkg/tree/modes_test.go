@@ -92,6 +92,72 @@ func TestFallbackParent(t *testing.T) {
 	})
 }
 
+// TestFallbackReturnsToPreferred: a worker that moved to its fallback (the
+// root) when its head died goes back to the head once the head is back, so
+// that its fetches stop funnelling through the root.
+func TestFallbackReturnsToPreferred(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "a", nil)
+	w := newNode(t, head, "a", nil, func(c *Config) {
+		c.Fallbacks = []peer.AddrInfo{*root.info()}
+		c.Keepalive = 200 * time.Millisecond
+		c.RetryPreferred = 300 * time.Millisecond
+	})
+	waitConnected(t, head, w)
+	headID := head.h.ID()
+	head.stop()
+	waitFor(t, "switch to the fallback parent", 15*time.Second, func() bool {
+		st := w.tree.Status()
+		return st.Parent == root.h.ID() && st.ParentConnected
+	})
+	head2 := head.restart(t, root, "a")
+	waitFor(t, "back to the head", 15*time.Second, func() bool {
+		st := w.tree.Status()
+		return st.Parent == headID && st.ParentConnected
+	})
+	// A fetch goes through the head again: the head caches what it relays.
+	data := randBlob(512<<10, 11)
+	rec := put(t, root, "back/x", data, 64<<10)
+	if !bytes.Equal(readAll(t, w, "back/x"), data) {
+		t.Fatal("bytes differ after going back to the head")
+	}
+	m, err := w.store.Manifest(rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the head caching the relayed chunks", 10*time.Second, func() bool {
+		for _, h := range m.Chunks {
+			if !head2.mem.HasChunk(h) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestFallbackStaysWithoutRetry: with RetryPreferred negative the worker
+// stays on its fallback after the head is back.
+func TestFallbackStaysWithoutRetry(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "a", nil)
+	w := newNode(t, head, "a", nil, func(c *Config) {
+		c.Fallbacks = []peer.AddrInfo{*root.info()}
+		c.Keepalive = 200 * time.Millisecond
+		c.RetryPreferred = -1
+	})
+	waitConnected(t, head, w)
+	head.stop()
+	waitFor(t, "switch to the fallback parent", 15*time.Second, func() bool {
+		st := w.tree.Status()
+		return st.Parent == root.h.ID() && st.ParentConnected
+	})
+	head.restart(t, root, "a")
+	time.Sleep(time.Second)
+	if st := w.tree.Status(); st.Parent != root.h.ID() {
+		t.Fatalf("parent %s, want still the root %s", st.Parent, root.h.ID())
+	}
+}
+
 func TestFallbackConfigRejected(t *testing.T) {
 	h := newTestHost(t)
 	if _, err := New(Config{Host: h, Store: newMemStore(), Fallbacks: []peer.AddrInfo{{ID: "x"}}}); err == nil {

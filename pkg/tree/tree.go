@@ -61,6 +61,7 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultKeepalive      = 5 * time.Second
 	DefaultStreamsPerPeer = 2
+	DefaultRetryPreferred = 30 * time.Second
 )
 
 // Config configures New.
@@ -72,7 +73,12 @@ type Config struct {
 	// parent cannot be reached (e.g. the root, for a worker whose head
 	// node dies). They are also fetch sources of last resort.
 	Fallbacks []peer.AddrInfo
-	Site      string
+	// RetryPreferred is how often a node on a fallback checks whether a
+	// parent earlier in the list (the head that died) can be reached
+	// again, and goes back to it when it can (default 30s; negative:
+	// never, the node stays where it is until that parent fails too).
+	RetryPreferred time.Duration
+	Site           string
 	// Window is the number of chunks in flight per blob fetch (default 16).
 	Window int
 	// Replicate makes a node with a parent fetch, in the background, every
@@ -152,6 +158,9 @@ func New(cfg Config) (*Tree, error) {
 	}
 	if cfg.StreamsPerPeer <= 0 {
 		cfg.StreamsPerPeer = DefaultStreamsPerPeer
+	}
+	if cfg.RetryPreferred == 0 {
+		cfg.RetryPreferred = DefaultRetryPreferred
 	}
 	if len(cfg.Site) > maxSite {
 		return nil, fmt.Errorf("tree: site name of %d bytes exceeds %d", len(cfg.Site), maxSite)
