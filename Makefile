@@ -38,8 +38,9 @@ integration: ## multi-process tests: real daemons on loopback
 
 bindings: ctest pytest ## the C library and the Python package, against real daemons
 
-ctest: build ## C library (bindings/c): build, then its tests against a real daemon
+ctest: build ## C library (bindings/c): build, then its tests against a real daemon, also under ASan+UBSan
 	$(MAKE) --no-print-directory -C bindings/c test OMST_BIN=$(CURDIR)/$(BIN)
+	$(MAKE) --no-print-directory -C bindings/c test-asan OMST_BIN=$(CURDIR)/$(BIN)
 
 pytest: build ## Python package (bindings/python), installed into .venv, tested against real daemons
 	OMST_BIN=$(CURDIR)/$(BIN) $$(scripts/pyenv.sh) -m pytest -q bindings/python/tests
