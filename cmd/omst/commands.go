@@ -31,6 +31,7 @@ func daemonCmd(g *globals) *cobra.Command {
 		chunkSize   string
 		window      int
 		noReplicate bool
+		syncPuts    bool
 		logLevel    string
 		cpuProfile  string
 		parentRetry time.Duration
@@ -42,7 +43,7 @@ func daemonCmd(g *globals) *cobra.Command {
 			"chunks to its children and peers, and answers the local API on HOME/omst.sock.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate}
+			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate, Sync: syncPuts}
 			if len(parents) > 0 {
 				cfg.Parent, cfg.Fallbacks = parents[0], parents[1:]
 			}
@@ -109,6 +110,7 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&cacheSize, "cache-size", "", "cap on cached bytes, e.g. 20G (default 25% of the free disk)")
 	f.StringVar(&chunkSize, "chunk-size", "", "default chunk size for puts (default 1M)")
 	f.IntVar(&window, "window", 0, "chunks in flight per fetch (default 16; raise for long fat WAN links)")
+	f.BoolVar(&syncPuts, "sync", false, "make every put durable before acknowledging it (syncfs of the cache's file system, then the index): survives a power loss, at the disk's write speed")
 	f.BoolVar(&noReplicate, "no-replicate", false, "do not copy blobs put by children (results are then only on the worker that made them)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (for `go tool pprof`)")

@@ -14,6 +14,10 @@ import (
 	"github.com/omst-project/omst/pkg/blob"
 )
 
+// syncFS makes the chunk files under a store's directory durable (a
+// variable so that tests can observe the calls).
+var syncFS = syncFileSystem
+
 // Ingest pipeline sizing: chunk buffers in flight are bounded by
 // ingestMemory (at least minIngestBuffers), written by ingestWriters
 // goroutines while the calling goroutine reads and hashes.
@@ -231,6 +235,12 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 	s := ig.s
 	enc := m.Encode()
 	id := blob.ManifestCID(enc)
+	if s.sync {
+		// The chunks before the record that names them.
+		if err := syncFS(s.dir); err != nil {
+			return blob.Record{}, fmt.Errorf("sync chunk files: %w", noSpace(err))
+		}
+	}
 	s.metaMu.Lock()
 	defer s.metaMu.Unlock()
 	var rec blob.Record
@@ -256,6 +266,9 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 		_, err = putRecord(txn, rec)
 		return err
 	})
+	if err == nil && s.sync {
+		err = s.db.Sync()
+	}
 	if err != nil {
 		return blob.Record{}, fmt.Errorf("commit %s: %w", id, noSpace(err))
 	}

@@ -307,3 +307,61 @@ func TestOpenReconcilesFiles(t *testing.T) {
 		t.Fatal("debris left after Open")
 	}
 }
+
+// TestIngestSync: with Options.Sync, Ingest syncs the file system once all
+// its chunk files exist and before its record does; a failing sync fails
+// the ingest and leaves no name; without Sync there is no sync.
+func TestIngestSync(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{MaxBytes: 1 << 30, Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	data := randBytes(3<<20+5, 21)
+	chunks := blob.NumChunks(uint64(len(data)), 1<<20)
+	var calls int
+	var syncErr error
+	wantFiles, wantAbsent := chunks, "synced"
+	old := syncFS
+	defer func() { syncFS = old }()
+	syncFS = func(d string) error {
+		calls++
+		if d != dir {
+			t.Errorf("synced %s, want the store's directory %s", d, dir)
+		}
+		if n := countFiles(t, filepath.Join(dir, "chunks")); n != wantFiles {
+			t.Errorf("sync with %d chunk files in place, want all %d", n, wantFiles)
+		}
+		if _, err := s.Record(wantAbsent); !errors.Is(err, blob.ErrNotFound) {
+			t.Errorf("record visible before the sync: %v", err)
+		}
+		if syncErr != nil {
+			return syncErr
+		}
+		return old(d)
+	}
+	if _, err := s.Ingest(ctx, "synced", bytes.NewReader(data), 1<<20, "me"); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Fatalf("%d syncs for one ingest, want 1", calls)
+	}
+	syncErr = errors.New("I/O error")
+	wantFiles, wantAbsent = chunks+1, "unsynced"
+	if _, err := s.Ingest(ctx, "unsynced", bytes.NewReader(randBytes(1000, 22)), 1<<20, "me"); !errors.Is(err, syncErr) {
+		t.Fatalf("ingest with a failing sync: %v, want the sync's error", err)
+	}
+	if _, err := s.Record("unsynced"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("name after a failed sync: %v", err)
+	}
+
+	// Without Sync: no call.
+	plain := openStore(t, t.TempDir(), 1<<30)
+	calls = 0
+	syncFS = func(string) error { calls++; return nil }
+	if _, err := plain.Ingest(ctx, "x", bytes.NewReader(data), 1<<20, "me"); err != nil || calls != 0 {
+		t.Fatalf("ingest without Sync: err %v, %d syncs", err, calls)
+	}
+}

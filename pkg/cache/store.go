@@ -49,6 +49,14 @@ type Options struct {
 	MaxBytes int64
 	// Logger receives the store's warnings (and Badger's). nil discards them.
 	Logger *slog.Logger
+	// Sync makes Ingest durable before it returns: the chunk files it wrote
+	// and their directory entries reach the disk (syncfs of the store's
+	// file system) before the record is committed, and the commit is synced
+	// after, so a put that returned survives a power loss. Without it a
+	// crash of the machine (not of the process) can lose the most recent
+	// puts: Open then finds them absent, or their missing chunks dropped.
+	// Chunks fetched from peers are never synced: they can be fetched again.
+	Sync bool
 }
 
 // Usage is a snapshot of the store's space accounting. Byte counts are
@@ -66,6 +74,7 @@ type Usage struct {
 // are bounded by a size cap; the least recently used unpinned chunks are
 // evicted to make room. All methods are safe for concurrent use.
 type Store struct {
+	sync     bool // Options.Sync
 	dir      string
 	chunkDir string
 	tmpDir   string
@@ -142,6 +151,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
+		sync:      opts.Sync,
 		dir:       dir,
 		chunkDir:  filepath.Join(dir, "chunks"),
 		tmpDir:    filepath.Join(dir, "tmp"),

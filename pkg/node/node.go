@@ -50,7 +50,10 @@ type Config struct {
 	// directly below it (on by default: a result is durable once its head
 	// node holds a copy).
 	NoReplicate bool
-	Logger      *slog.Logger
+	// Sync makes every put durable before it is acknowledged (see
+	// cache.Options.Sync).
+	Sync   bool
+	Logger *slog.Logger
 	// Host, when non-nil, is used instead of starting a libp2p host from
 	// Listen (for in-process emulated networks); Node closes it.
 	Host host.Host
@@ -121,7 +124,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.lock, err = lockHome(cfg.Home); err != nil {
 		return nil, err
 	}
-	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger}); err != nil {
+	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger, Sync: cfg.Sync}); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	if cfg.Host != nil {
