@@ -13,6 +13,8 @@
 #              SIZE) and the size series (tree and store-forward, SIZES at
 #              SITES x WORKERS)
 #   gather     every worker puts GATHER_SIZE; the root fetches them all
+#   single     single fetches: one site of one worker gets SINGLE_SIZES
+#              through its head (tree), for the fit t(m) = t0 + m / r_inf
 #   light      the tree's scaling series at a quarter of the load: WAN
 #              LIGHT_WAN_BW (a quarter of WAN_BW) and LIGHT_SIZE (a quarter
 #              of SIZE), so the same limit as SIZE at WAN_BW and a quarter
@@ -28,7 +30,8 @@
 # Environment knobs (defaults): SITES=2 WORKERS=4 SIZE=256MiB WAN_BW=100mbit
 # WAN_DELAY=20ms LAN_BW=1gbit RUNS=3 GATHER_SIZE=32MiB SCALE_SIZE=64MiB
 # SCALE_WORKERS="2 4 8" SIZES="16MiB 64MiB" LIGHT_WAN_BW=25mbit LIGHT_SIZE=64MiB
-# SCRATCH=/dev/shm SECTIONS="broadcast gather scale scalebig sizes light"
+# SINGLE_SIZES="1MiB 4MiB 16MiB 64MiB" SCRATCH=/dev/shm
+# SECTIONS="broadcast gather scale scalebig sizes single light"
 # RUNS_DIR (default: a new /tmp dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +40,9 @@ WAN_BW=${WAN_BW:-100mbit} WAN_DELAY=${WAN_DELAY:-20ms} LAN_BW=${LAN_BW:-1gbit}
 RUNS=${RUNS:-3} GATHER_SIZE=${GATHER_SIZE:-32MiB} SCALE_SIZE=${SCALE_SIZE:-64MiB}
 SCALE_WORKERS=${SCALE_WORKERS:-"2 4 8"} SIZES=${SIZES:-"16MiB 64MiB"}
 LIGHT_WAN_BW=${LIGHT_WAN_BW:-25mbit} LIGHT_SIZE=${LIGHT_SIZE:-64MiB} SCRATCH=${SCRATCH:-/dev/shm}
-SECTIONS=${SECTIONS:-"broadcast gather scale scalebig sizes light"}
+SINGLE_SIZES=${SINGLE_SIZES:-"1MiB 4MiB 16MiB 64MiB"}
+all_sections="broadcast gather scale scalebig sizes single light"
+SECTIONS=${SECTIONS:-$all_sections}
 
 GO=${GO:-$(scripts/ensure-go.sh)}
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
@@ -84,6 +89,7 @@ for rep in $(seq "$RUNS"); do
 		scale) for w in $SCALE_WORKERS; do for m in star store-forward tree; do one broadcast "$m" "$SITES" "$w" "$SCALE_SIZE" "$rep"; done; done ;;
 		scalebig) for w in $SCALE_WORKERS; do [ "$w" = "$WORKERS" ] && continue; for m in store-forward tree; do one broadcast "$m" "$SITES" "$w" "$SIZE" "$rep"; done; done ;;
 		sizes) for sz in $SIZES; do for m in store-forward tree; do one broadcast "$m" "$SITES" "$WORKERS" "$sz" "$rep"; done; done ;;
+		single) for sz in $SINGLE_SIZES; do one broadcast tree 1 1 "$sz" "$rep"; done ;;
 		light) WAN_BW=$LIGHT_WAN_BW; for w in $SCALE_WORKERS; do one broadcast tree "$SITES" "$w" "$LIGHT_SIZE" "$rep"; done; WAN_BW=$main_wan_bw ;;
 		esac
 	done
@@ -92,6 +98,6 @@ done
 python3 scripts/wan_report.py --runs "$runs_dir" --out docs/bench --wan-bw "$WAN_BW" --wan-delay "$WAN_DELAY" \
 	--lan-bw "$LAN_BW" --sites "$SITES" --workers "$WORKERS" --size "$SIZE" --gather-size "$GATHER_SIZE" \
 	--light-runs "$runs_dir/light" --light-wan-bw "$LIGHT_WAN_BW" --scratch "$SCRATCH" \
-	--start "$start" --command "scripts/bench-wan.sh (SITES=$SITES WORKERS=$WORKERS SIZE=$SIZE RUNS=$RUNS SCRATCH=$SCRATCH)"
+	--start "$start" --command "scripts/bench-wan.sh (SITES=$SITES WORKERS=$WORKERS SIZE=$SIZE RUNS=$RUNS SCRATCH=$SCRATCH$([ "$SECTIONS" = "$all_sections" ] || echo " SECTIONS=\"$SECTIONS\"" ))"
 cat docs/bench/wan-summary.md
 python3 scripts/plot.py

@@ -253,6 +253,14 @@ def plot_bindings(plt, files, out_dir):
 MODE_COLORS = {"star": "#d62728", "store-forward": "#ff7f0e", "tree": "#1f77b4"}
 
 
+def fit_line(pts):
+    """Least squares y = a + b x over (x, y) points; returns (a, b)."""
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
 def wan_bps_of(r):
     """A run's WAN rate: its wan_bps column, else from its limit (S * 8 / B_wan for a broadcast)."""
     if r.get("wan_bps"):
@@ -327,10 +335,11 @@ def plot_wan(plt, files, out_dir):
     out = os.path.join(out_dir, "wan-scale.png")
     fig.savefig(out, dpi=110)
     print("plot.py: wrote", out)
-    # Sizes: the worker count with the most distinct sizes.
+    # Sizes: the worker count with the most distinct sizes (at the main site count).
     by_w = defaultdict(set)
     for k in bc:
-        by_w[k[3]].add(k[4])
+        if k[2] == sites:
+            by_w[k[3]].add(k[4])
     w = max(by_w, key=lambda x: len(by_w[x]))
     sizes = sorted(by_w[w])
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -338,14 +347,22 @@ def plot_wan(plt, files, out_dir):
         pts = [(z, med[("broadcast", mode, sites, w, z)]) for z in sizes if ("broadcast", mode, sites, w, z) in med]
         if pts:
             ax.plot([p[0] / (1 << 20) for p in pts], [p[1] for p in pts], "o-", color=col, label=mode)
-    ax.plot([z / (1 << 20) for z in sizes], [z * 8 / wan_bps for z in sizes], "k:", label="limit S/B_wan")
+    single = sorted((k[4], v) for k, v in med.items() if k[:4] == ("broadcast", "tree", 1, 1))
+    all_sizes = sorted(set(sizes) | {p[0] for p in single})
+    ax.plot([z / (1 << 20) for z in all_sizes], [z * 8 / wan_bps for z in all_sizes], "k:", label="limit S/B_wan")
+    if len(single) >= 2:
+        # Single fetches (1 site x 1 worker) and their fit t(m) = t0 + m / r_inf.
+        t0, slope = fit_line(single)
+        ax.plot([p[0] / (1 << 20) for p in single], [p[1] for p in single], "^", color="#2ca02c",
+                label="single fetch (1 x 1), median")
+        lo, hi = min(single[0][0], sizes[0]), max(single[-1][0], sizes[-1])
+        grid = [lo * (hi / lo) ** (i / 40) for i in range(41)]
+        ax.plot([g / (1 << 20) for g in grid], [t0 + slope * g for g in grid], "-", color="#2ca02c", alpha=0.5,
+                lw=2, label="single-fetch fit: t0 = %.2f s, r_inf = %.1f Mbit/s" % (t0, 8 / slope / 1e6))
     tree = [(z, med[("broadcast", "tree", sites, w, z)]) for z in sizes if ("broadcast", "tree", sites, w, z) in med]
     if len(tree) >= 2:
         # t(m) = t0 + m / r_inf, least squares over the tree's medians.
-        xs, ys = [p[0] for p in tree], [p[1] for p in tree]
-        mx, my = statistics.mean(xs), statistics.mean(ys)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-        t0 = my - slope * mx
+        t0, slope = fit_line(tree)
         grid = [sizes[0] * (sizes[-1] / sizes[0]) ** (i / 40) for i in range(41)]
         ax.plot([g / (1 << 20) for g in grid], [t0 + slope * g for g in grid], "-", color=MODE_COLORS["tree"],
                 alpha=0.4, lw=3, label="tree fit: t0 = %.2f s, r_inf = %.1f Mbit/s" % (t0, 8 / slope / 1e6))
@@ -353,7 +370,7 @@ def plot_wan(plt, files, out_dir):
     ax.set_yscale("log")
     ax.set_xlabel("blob size (MiB)")
     ax.set_ylabel("time to the last verified worker (s), median")
-    ax.set_title("Broadcast time vs size, %d sites x %d workers" % (sites, w))
+    ax.set_title("Broadcast (%d sites x %d workers) and single-fetch time vs size" % (sites, w))
     ax.legend()
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
@@ -388,7 +405,7 @@ def main():
         missing = [f for f in req if f not in present]
         if missing:
             print("plot.py: %s skipped: %s not in %s (figure not run yet)" % (name, ", ".join(missing), args.bench_dir))
-    known = {f for p in PLOTS for f in p[1] + p[2]} | {"parent-served.csv"}
+    known = {f for p in PLOTS for f in p[1] + p[2]} | {"parent-served.csv", "wan-runs-disk.csv"}
     for f in sorted(present - known):
         print("plot.py: %s has no plot yet (add one to PLOTS in scripts/plot.py)" % f)
     if not todo:

@@ -47,6 +47,15 @@ def limit_secs(case, workers, size, wan_bps):
     return per_link * 8 / wan_bps
 
 
+def fit_tm(pts):
+    """Least-squares fit of t = t0 + m / r_inf to (m bytes, t seconds)
+    points; returns (t0 s, r_inf bytes/s)."""
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, 1 / slope
+
+
 def read_runs(runs_dir, wan):
     """The runs' summaries (CASE-MODE-SxW-SIZE-REP.json) in runs_dir, made
     with WAN links of wan bit/s, as CSV rows."""
@@ -198,6 +207,30 @@ def main():
                 out.append("| %s | %s | %s |" % (mode, " | ".join(cells), growth))
             out.append("| limit S/B_wan | " + " | ".join("%.2f" % slim for _ in scale) + " | |")
             out.append("")
+
+    single = sorted({k[4] for k in groups if k[:4] == ("broadcast", "tree", 1, 1) and k[5] == int(wan)})
+    if single:
+        out.append("## single fetches: one worker gets a blob through its head (1 site x 1 worker, tree)")
+        out.append("")
+        out.append("| size | time to the verified blob (s) | min..max | runs ok | limit S/B_wan (s) | x limit |")
+        out.append("|---|---:|---|---|---:|---:|")
+        pts = []
+        for z in single:
+            g, ok = stat("broadcast", "tree", 1, 1, z)
+            if not ok:
+                out.append("| %s | — | — | 0/%d | | |" % (human(z), len(g)))
+                continue
+            med = statistics.median(ok)
+            pts.append((z, med))
+            zl = limit_secs("broadcast", 1, z, wan)
+            out.append("| %s | %.2f | %.2f..%.2f | %d/%d | %.2f | %.2f |" % (
+                human(z), med, min(ok), max(ok), len(ok), len(g), zl, med / zl))
+        if len(pts) >= 2:
+            t0, r_inf = fit_tm(pts)
+            out.append("")
+            out.append("Fit t(m) = t0 + m / r_inf (least squares over the medians): t0 = %.3f s, r_inf = %.1f Mbit/s "
+                       "(%.0f%% of the WAN's %s)" % (t0, r_inf * 8 / 1e6, 100 * r_inf * 8 / wan, a.wan_bw))
+        out.append("")
 
     scaling("scaling", wan)
     if a.light_runs:
