@@ -25,10 +25,13 @@ demo: build ## build omst and run the in-process emulated grid demo
 test: deps check race integration bindings examples wan-small ## everything CI runs
 	@echo "make test: all passed"
 
-check: ## formatting and vet
+check: ## formatting, vet, and go.mod/go.sum tidy (main module and the test plans)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
+	cd testplans/omst && $(GO) mod tidy -diff
+	cd testplans/sync && $(GO) mod tidy -diff
 
 race: ## unit tests (with fuzz seed corpora) under the race detector
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list $(PKGS) | grep -v '/cmd/omst$$')
