@@ -32,6 +32,8 @@ import subprocess
 import sys
 from collections import defaultdict
 
+from wan_report import fit_line  # scripts/wan_report.py: the one least-squares line fit
+
 
 def ensure_matplotlib():
     try:
@@ -253,19 +255,9 @@ def plot_bindings(plt, files, out_dir):
 MODE_COLORS = {"star": "#d62728", "store-forward": "#ff7f0e", "tree": "#1f77b4"}
 
 
-def fit_line(pts):
-    """Least squares y = a + b x over (x, y) points; returns (a, b)."""
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    mx, my = statistics.mean(xs), statistics.mean(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
-
-
 def wan_bps_of(r):
-    """A run's WAN rate: its wan_bps column, else from its limit (S * 8 / B_wan for a broadcast)."""
-    if r.get("wan_bps"):
-        return int(r["wan_bps"])
-    return round(int(r["size_bytes"]) * 8 / float(r["limit_s"]))
+    """A run's WAN rate (bit/s)."""
+    return int(r["wan_bps"])
 
 
 def wan_medians(files, wan_bps):

@@ -47,13 +47,13 @@ def limit_secs(case, workers, size, wan_bps):
     return per_link * 8 / wan_bps
 
 
-def fit_tm(pts):
-    """Least-squares fit of t = t0 + m / r_inf to (m bytes, t seconds)
-    points; returns (t0 s, r_inf bytes/s)."""
+def fit_line(pts):
+    """Least squares y = a + b x over (x, y) points; returns (a, b). For
+    t(m) = t0 + m / r_inf over (bytes, seconds): t0 = a, r_inf = 1 / b."""
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.mean(xs), statistics.mean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, 1 / slope
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
 
 
 def read_runs(runs_dir, wan):
@@ -78,8 +78,6 @@ def main():
         ap.add_argument("--" + f, required=True)
     ap.add_argument("--sites", type=int, required=True)
     ap.add_argument("--workers", type=int, required=True)
-    ap.add_argument("--include", action="append", default=[],
-                    help="a wan-runs.csv of earlier runs to report together with these (repeatable)")
     ap.add_argument("--light-runs", help="runs of the light-load scaling series (made at --light-wan-bw)")
     ap.add_argument("--light-wan-bw", help="the WAN bandwidth of the light-load runs")
     ap.add_argument("--scratch", default="/tmp", help="where the daemons' stores were (for the header)")
@@ -89,16 +87,6 @@ def main():
     rows = read_runs(a.runs, wan)
     if a.light_runs:
         rows += read_runs(a.light_runs, bits_per_s(a.light_wan_bw))
-    for inc in a.include:
-        with open(inc, newline="", encoding="utf-8") as f:
-            for r in csv.DictReader(f):
-                for k in ("sites", "workers", "size_bytes", "run", "verified", "expected", "root_bytes_served"):
-                    r[k] = int(r[k])
-                r["time_to_last"] = float(r["time_to_last"])
-                r["limit_s"] = float(r["limit_s"])
-                r["pass"] = r["pass"] == "True"
-                r["wan_bps"] = int(r.get("wan_bps") or wan)
-                rows.append(r)
     os.makedirs(a.out, exist_ok=True)
     fields = ["case", "mode", "sites", "workers", "size_bytes", "wan_bps", "run", "time_to_last", "verified",
               "expected", "pass", "root_bytes_served", "limit_s"]
@@ -226,7 +214,8 @@ def main():
             out.append("| %s | %.2f | %.2f..%.2f | %d/%d | %.2f | %.2f |" % (
                 human(z), med, min(ok), max(ok), len(ok), len(g), zl, med / zl))
         if len(pts) >= 2:
-            t0, r_inf = fit_tm(pts)
+            t0, slope = fit_line(pts)
+            r_inf = 1 / slope
             out.append("")
             out.append("Fit t(m) = t0 + m / r_inf (least squares over the medians): t0 = %.3f s, r_inf = %.1f Mbit/s "
                        "(%.0f%% of the WAN's %s)" % (t0, r_inf * 8 / 1e6, 100 * r_inf * 8 / wan, a.wan_bw))

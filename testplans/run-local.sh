@@ -79,11 +79,10 @@ wait_port() { # PORT PID SECONDS
 ensure_tools() {
 	TG_BIN=$CACHE/bin/testground-$TG_VERSION
 	SYNC_BIN=$CACHE/bin/sync-service-$SYNC_VERSION
-	OMST_SYNC_BIN=$CACHE/bin/omst-sync-$SYNC_VERSION
-	if [ -x "$TG_BIN" ] && [ -x "$SYNC_BIN" ] && [ -x "$OMST_SYNC_BIN" ]; then return; fi
+	if [ -x "$TG_BIN" ] && [ -x "$SYNC_BIN" ]; then return; fi
 	log "building testground $TG_VERSION and sync-service $SYNC_VERSION into $CACHE (a few minutes, once)"
 	local src=$CACHE/src
-	mkdir -p "$src/omst-sync" "$CACHE/bin"
+	mkdir -p "$src" "$CACHE/bin"
 	[ -f "$src/go.mod" ] || printf 'module omst-testground-tools\n\ngo 1.26.0\n' >"$src/go.mod"
 	cat >"$src/tools.go" <<-'EOF'
 	//go:build tools
@@ -95,59 +94,21 @@ ensure_tools() {
 		_ "github.com/testground/testground"
 	)
 	EOF
-	# The stock sync service listens on :5050 only; this one takes -port so
-	# that direct runs do not collide with another sync service.
-	cat >"$src/omst-sync/main.go" <<-'EOF'
-	// Command omst-sync is testground's sync service (github.com/testground/sync-service)
-	// on a port of one's choice.
-	package main
-
-	import (
-		"context"
-		"flag"
-		"log"
-		"net/http"
-		"os"
-		"os/signal"
-		"syscall"
-
-		sync "github.com/testground/sync-service"
-		"go.uber.org/zap"
-	)
-
-	func main() {
-		port := flag.Int("port", 5050, "TCP port (all interfaces)")
-		flag.Parse()
-		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer cancel()
-		zl, _ := zap.NewProduction()
-		service, err := sync.NewDefaultService(ctx, zl.Sugar())
-		if err != nil {
-			log.Fatal(err)
-		}
-		srv, err := sync.NewServer(service, *port)
-		if err != nil {
-			log.Fatal(err)
-		}
-		go func() {
-			<-ctx.Done()
-			_ = service.Close()
-			_ = srv.Shutdown(context.Background())
-		}()
-		log.Printf("sync service listening on %s", srv.Addr())
-		if err := srv.Serve(); err != nil && err != http.ErrServerClosed {
-			log.Fatal(err)
-		}
-	}
-	EOF
 	(
 		cd "$src"
 		"$GO" get "github.com/testground/testground@$TG_VERSION" "github.com/testground/sync-service@$SYNC_VERSION"
 		"$GO" mod tidy
 		"$GO" build -o "$TG_BIN" github.com/testground/testground
 		"$GO" build -o "$SYNC_BIN" github.com/testground/sync-service/cmd
-		"$GO" build -o "$OMST_SYNC_BIN" ./omst-sync
 	) >&2 || die "building the testground tools failed"
+}
+
+# The stock sync service listens on :5050 only; testplans/sync (the same
+# sync-service version, pinned in its go.mod) takes -port, so that direct
+# runs do not collide with another sync service.
+build_omst_sync() {
+	OMST_SYNC_BIN=$WORK/omst-sync
+	(cd "$REPO/testplans/sync" && "$GO" build -o "$OMST_SYNC_BIN" .) >&2 || die "building testplans/sync failed"
 }
 
 # ---- (2) the omst binary and the plan binary ----
@@ -355,7 +316,7 @@ resolve_comp() {
 }
 
 case $cmd in
-tools) ensure_tools; log "tools: $TG_BIN $SYNC_BIN $OMST_SYNC_BIN"; exit 0 ;;
+tools) ensure_tools; log "tools: $TG_BIN $SYNC_BIN"; exit 0 ;;
 table) print_table "${COMPS[@]}"; exit 0 ;;
 small) cmd=direct; COMPS=("$PLAN_DIR/_compositions/broadcast-small.toml"); [ -n "$MODES" ] || MODES="tree star" ;;
 direct | testground) [ ${#COMPS[@]} -gt 0 ] || die "usage: $0 $cmd COMPOSITION... [--modes m1,m2] [-p k=v]" ;;
@@ -366,12 +327,12 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d /tmp/omst-run-local.XXXXXX)
 TMPDIRS+=("$WORK")
-ensure_tools
 ensure_omst
 RESULT_DIRS=()
 status=0
 if [ "$cmd" = direct ]; then
 	build_plan
+	build_omst_sync
 	SYNC_PORT=${OMST_SYNC_PORT:-$(free_port)}
 	start_sync "$SYNC_PORT" "$OMST_SYNC_BIN" -port "$SYNC_PORT"
 	for c in "${COMPS[@]}"; do
@@ -380,6 +341,7 @@ if [ "$cmd" = direct ]; then
 		[ -n "$MODES" ] || run_direct "$c" "" || status=1
 	done
 else
+	ensure_tools
 	for c in "${COMPS[@]}"; do
 		c=$(resolve_comp "$c")
 		for m in $MODES; do run_testground "$c" "$m" || status=1; done
