@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -31,26 +30,34 @@ func (s *Store) PutChunk(h blob.Hash, data []byte) error {
 	if err := h.Verify(data); err != nil {
 		return fmt.Errorf("put chunk: %w", err)
 	}
-	return s.PutVerifiedChunk(h, data)
+	if _, _, err := s.storeChunk(h, data, false); err != nil {
+		return fmt.Errorf("put chunk %s: %w", h, err)
+	}
+	return nil
 }
 
 // PutVerifiedChunk is PutChunk without the hash check, for a caller that has
 // just verified data against h itself (the tree verifies every chunk on
 // arrival, before forwarding it), so that a chunk is hashed once per hop.
+// data is retained as the chunk's verified bytes (ReadChunk may return it
+// without reading the file): the caller must never modify it afterwards.
 // Passing bytes that do not hash to h poisons the store: it then serves
-// them under h until a reader's verification drops them.
+// them under h until the verification of a later read from disk drops them.
 func (s *Store) PutVerifiedChunk(h blob.Hash, data []byte) error {
-	if _, _, err := s.storeChunk(h, data); err != nil {
+	if _, _, err := s.storeChunk(h, data, false); err != nil {
 		return fmt.Errorf("put chunk %s: %w", h, err)
 	}
+	s.verified.put(h, data, len(data))
 	return nil
 }
 
 // storeChunk stores data, already verified to hash to h. If it wrote a new
 // file it returns the new entry and its initial last use (so a caller can
 // tell later whether anyone used the chunk since); if the chunk was already
-// present it returns nil.
-func (s *Store) storeChunk(h blob.Hash, data []byte) (*chunkEntry, int64, error) {
+// present it returns nil. orphan marks a new chunk as referenced by no
+// stored manifest yet (an ingest's, until its commit); storing a present
+// chunk with orphan false clears the mark.
+func (s *Store) storeChunk(h blob.Hash, data []byte, orphan bool) (*chunkEntry, int64, error) {
 	n := int64(len(data))
 	if n == 0 {
 		return nil, 0, fmt.Errorf("empty chunk")
@@ -58,6 +65,9 @@ func (s *Store) storeChunk(h blob.Hash, data []byte) (*chunkEntry, int64, error)
 	s.mu.Lock()
 	if e, ok := s.chunks[h]; ok {
 		s.touchLocked(e)
+		if !orphan {
+			s.adoptLocked(e)
+		}
 		s.mu.Unlock()
 		return nil, 0, nil
 	}
@@ -78,6 +88,9 @@ func (s *Store) storeChunk(h blob.Hash, data []byte) (*chunkEntry, int64, error)
 	if e, ok := s.chunks[h]; ok { // a concurrent put of the same chunk won
 		os.Remove(tmp)
 		s.touchLocked(e)
+		if !orphan {
+			s.adoptLocked(e)
+		}
 		return nil, 0, nil
 	}
 	// Rename under s.mu: a chunk file exists exactly when s.chunks has it,
@@ -96,6 +109,10 @@ func (s *Store) storeChunk(h blob.Hash, data []byte) (*chunkEntry, int64, error)
 	e := &chunkEntry{hash: h, size: n, lastUse: time.Now().UnixNano()}
 	s.chunks[h] = e
 	s.used += n
+	if orphan {
+		e.orphan = true
+		s.orphanBytes += n
+	}
 	if s.pinCount[h] > 0 {
 		s.pinnedBytes += n
 	} else {
@@ -103,6 +120,14 @@ func (s *Store) storeChunk(h blob.Hash, data []byte) (*chunkEntry, int64, error)
 	}
 	s.markDirtyLocked(h)
 	return e, e.lastUse, nil
+}
+
+// adoptLocked clears e's orphan mark: a stored manifest lists it.
+func (s *Store) adoptLocked(e *chunkEntry) {
+	if e.orphan {
+		e.orphan = false
+		s.orphanBytes -= e.size
+	}
 }
 
 // writeTemp writes data to a new file in the temp directory and returns its
@@ -124,13 +149,19 @@ func (s *Store) writeTemp(data []byte) (string, error) {
 	return f.Name(), nil
 }
 
-// ReadChunk returns the chunk's bytes, or an error wrapping blob.ErrNotFound
-// if it is absent. It marks the chunk used (in memory; the index learns it at
-// the next flush). A chunk whose file has vanished or changed size is dropped
-// from the index and reported as not found.
+// ReadChunk returns the chunk's bytes, verified against h since they were
+// last read from the disk: from the memory of recently verified chunks, or
+// read from the chunk's file and verified. The bytes are shared with that
+// memory: the caller must not modify them. It returns an error wrapping
+// blob.ErrNotFound if the chunk is absent, and one wrapping blob.ErrCorrupt
+// if the file's bytes do not match h: the chunk is then dropped from the
+// store (counted in Usage.DamagedChunks and logged), so a later fetch stores
+// it again. A chunk whose file has vanished or changed size is dropped the
+// same way and reported as not found. A read marks the chunk used (in
+// memory; the index learns it at the next flush).
 func (s *Store) ReadChunk(h blob.Hash) ([]byte, error) {
-	if b, ok := s.small.get(h); ok && s.touch(h) {
-		return bytes.Clone(b), nil
+	if b, ok := s.verified.get(h); ok && s.touch(h) {
+		return b, nil
 	}
 	f, size, err := s.OpenChunk(h)
 	if err != nil {
@@ -141,25 +172,30 @@ func (s *Store) ReadChunk(h blob.Hash) ([]byte, error) {
 	if _, err := io.ReadFull(f, buf); err != nil {
 		return nil, s.readFailed(h, err)
 	}
-	s.rememberSmall(h, buf)
+	if err := s.checkRead(h, buf); err != nil {
+		return nil, err
+	}
+	s.verified.put(h, buf, len(buf))
 	return buf, nil
 }
 
-// Small chunks (at most smallChunkMax bytes) that were read are also kept
-// in memory, up to smallMemoBytes in all (so a file damaged or deleted
-// behind the store's back is noticed at the first read, not after it);
-// decoded manifests up to manifestMemoBytes.
-const (
-	smallChunkMax     = 64 << 10
-	smallMemoBytes    = 16 << 20
-	manifestMemoBytes = 16 << 20
-)
+// DefaultVerifiedMemoBytes is the default bound of the memory of recently
+// verified chunk bytes (Options.VerifiedMemoBytes): room for the chunks that
+// the children of a relay ask for at about the same time, so that a chunk
+// read from disk is verified once, not once per child.
+const DefaultVerifiedMemoBytes = 64 << 20
 
-// rememberSmall keeps a copy of a small chunk's bytes in memory.
-func (s *Store) rememberSmall(h blob.Hash, data []byte) {
-	if len(data) <= smallChunkMax {
-		s.small.put(h, bytes.Clone(data), len(data))
+// manifestMemoBytes bounds the memory of decoded manifests.
+const manifestMemoBytes = 16 << 20
+
+// checkRead verifies bytes just read from h's file; on a mismatch it drops
+// the chunk and returns an error wrapping blob.ErrCorrupt.
+func (s *Store) checkRead(h blob.Hash, data []byte) error {
+	if err := h.Verify(data); err != nil {
+		s.DropChunk(h, "content does not match its hash")
+		return fmt.Errorf("chunk %s read from disk: %w (dropped from the store)", h, err)
 	}
+	return nil
 }
 
 // touch marks chunk h used and reports whether it is stored.
@@ -173,11 +209,12 @@ func (s *Store) touch(h blob.Hash) bool {
 	return ok
 }
 
-// ReadChunkInto reads the chunk into buf and returns its length. It fails with
-// an error wrapping io.ErrShortBuffer if buf is shorter than the chunk, and
-// otherwise behaves like ReadChunk.
+// ReadChunkInto reads the chunk's verified bytes into buf and returns their
+// length. It fails with an error wrapping io.ErrShortBuffer if buf is
+// shorter than the chunk, and otherwise behaves like ReadChunk (buf is not
+// retained).
 func (s *Store) ReadChunkInto(h blob.Hash, buf []byte) (int, error) {
-	if b, ok := s.small.get(h); ok && len(buf) >= len(b) && s.touch(h) {
+	if b, ok := s.verified.get(h); ok && len(buf) >= len(b) && s.touch(h) {
 		return copy(buf, b), nil
 	}
 	f, size, err := s.OpenChunk(h)
@@ -192,7 +229,42 @@ func (s *Store) ReadChunkInto(h blob.Hash, buf []byte) (int, error) {
 	if err != nil {
 		return 0, s.readFailed(h, err)
 	}
+	if err := s.checkRead(h, buf[:n]); err != nil {
+		return 0, err
+	}
 	return n, nil
+}
+
+// RecheckChunk forgets any verified copy of chunk h held in memory, reads
+// its file again and verifies it, as when a peer reports that the bytes it
+// received from this node did not match h. A damaged chunk is dropped (as
+// by ReadChunk) and RecheckChunk reports true; an intact or absent chunk
+// reports false. Errors other than damage (e.g. EIO) are returned.
+func (s *Store) RecheckChunk(h blob.Hash) (damaged bool, err error) {
+	s.verified.remove(h)
+	present := s.HasChunk(h)
+	f, size, err := s.OpenChunk(h)
+	switch {
+	case errors.Is(err, blob.ErrNotFound):
+		// Absent, or just dropped by OpenChunk for a missing or resized file.
+		return present, nil
+	case err != nil:
+		return false, err
+	}
+	defer f.Close()
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(f, buf); err != nil {
+		err = s.readFailed(h, err)
+		if errors.Is(err, blob.ErrNotFound) {
+			return true, nil
+		}
+		return false, err
+	}
+	if err := s.checkRead(h, buf); err != nil {
+		return true, nil
+	}
+	s.verified.put(h, buf, len(buf))
+	return false, nil
 }
 
 // OpenChunk opens the chunk's file for reading (e.g. to serve it with
@@ -257,13 +329,15 @@ func (s *Store) DropChunk(h blob.Hash, why string) {
 }
 
 // dropEntry forgets a chunk whose file is missing or damaged, if e is still
-// its current entry, and removes whatever file is left.
+// its current entry, and removes whatever file is left. It counts the chunk
+// in Usage.DamagedChunks and logs it (once: the entry is gone afterwards).
 func (s *Store) dropEntry(e *chunkEntry, why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.chunks[e.hash] != e {
 		return
 	}
+	s.damaged++
 	s.log.Warn("dropping damaged chunk from the store", "chunk", e.hash.String(), "why", why)
 	s.removeLocked(e)
 }
@@ -274,8 +348,11 @@ func (s *Store) removeLocked(e *chunkEntry) {
 		s.log.Warn("remove chunk file", "chunk", e.hash.String(), "err", err)
 	}
 	delete(s.chunks, e.hash)
-	s.small.remove(e.hash)
+	s.verified.remove(e.hash)
 	s.used -= e.size
+	if e.orphan {
+		s.orphanBytes -= e.size
+	}
 	if e.elem != nil {
 		s.lru.Remove(e.elem)
 		e.elem = nil
@@ -328,7 +405,8 @@ func (s *Store) pinChunkLocked(h blob.Hash) {
 }
 
 // unpinChunkLocked drops one pin reference to h; a present chunk whose last
-// reference goes becomes evictable again, as the most recently used.
+// reference goes becomes evictable again, as the most recently used (an
+// orphan as the least recently used).
 func (s *Store) unpinChunkLocked(h blob.Hash) {
 	c := s.pinCount[h]
 	if c <= 0 {
@@ -341,6 +419,10 @@ func (s *Store) unpinChunkLocked(h blob.Hash) {
 	delete(s.pinCount, h)
 	if e, ok := s.chunks[h]; ok {
 		s.pinnedBytes -= e.size
-		e.elem = s.lru.PushFront(e)
+		if e.orphan {
+			e.elem = s.lru.PushBack(e) // evicted first
+		} else {
+			e.elem = s.lru.PushFront(e)
+		}
 	}
 }

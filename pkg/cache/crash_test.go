@@ -170,6 +170,9 @@ wait:
 	if u.UsedBytes <= crashDoneSize || u.Chunks != countFiles(t, filepath.Join(dir, "chunks")) {
 		t.Fatalf("usage %+v does not account for the adopted chunk files", u)
 	}
+	if u.OrphanedBytes != u.UsedBytes-crashDoneSize {
+		t.Fatalf("orphaned %d bytes after crash, want the interrupted ingest's %d", u.OrphanedBytes, u.UsedBytes-crashDoneSize)
+	}
 	if n := countFiles(t, filepath.Join(dir, "tmp")); n != 0 {
 		t.Fatalf("%d temp files left after reopen", n)
 	}

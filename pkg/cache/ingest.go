@@ -125,7 +125,7 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 		wg.Go(func() {
 			for j := range jobs {
 				if ctx.Err() == nil {
-					e, at, err := s.storeChunk(j.h, j.buf[:j.n])
+					e, at, err := s.storeChunk(j.h, j.buf[:j.n], true)
 					if err != nil {
 						cancel(fmt.Errorf("store chunk %d: %w", j.i, err))
 					} else if e != nil {
@@ -273,6 +273,7 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 		return blob.Record{}, fmt.Errorf("commit %s: %w", id, noSpace(err))
 	}
 	s.mu.Lock()
+	s.adoptChunksLocked(m.Chunks)
 	s.addOwnerMem(id, name, m)
 	s.dropOwnerMem(name, id.KeyString(), moved)
 	ig.releaseLocked()

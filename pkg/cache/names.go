@@ -29,7 +29,23 @@ func (s *Store) PutManifest(m *blob.Manifest) (cid.Cid, error) {
 	if err != nil {
 		return cid.Undef, fmt.Errorf("put manifest %s: %w", id, noSpace(err))
 	}
+	s.mu.Lock()
+	s.adoptChunksLocked(m.Chunks)
+	s.mu.Unlock()
 	return id, nil
+}
+
+// adoptChunksLocked clears the orphan mark of the stored chunks among hs,
+// which a manifest just stored lists.
+func (s *Store) adoptChunksLocked(hs []blob.Hash) {
+	if s.orphanBytes == 0 {
+		return
+	}
+	for _, h := range hs {
+		if e := s.chunks[h]; e != nil {
+			s.adoptLocked(e)
+		}
+	}
 }
 
 func setManifest(txn *badger.Txn, id cid.Cid, enc []byte) error {

@@ -57,15 +57,28 @@ type Options struct {
 	// puts: Open then finds them absent, or their missing chunks dropped.
 	// Chunks fetched from peers are never synced: they can be fetched again.
 	Sync bool
+	// VerifiedMemoBytes bounds the memory that keeps the bytes of recently
+	// verified chunks (read from disk and verified, or arrived verified
+	// from a peer), so that a chunk served to several readers is read and
+	// verified once. 0 selects DefaultVerifiedMemoBytes; negative keeps
+	// none (every read goes to the disk and is verified).
+	VerifiedMemoBytes int
 }
 
-// Usage is a snapshot of the store's space accounting. Byte counts are
-// chunk payload bytes (file sizes), not disk blocks.
+// Usage is a snapshot of the store's accounting. Byte counts are chunk
+// payload bytes (file sizes), not disk blocks.
 type Usage struct {
 	UsedBytes   int64 // bytes of all stored chunks
 	CapBytes    int64 // the size cap
 	PinnedBytes int64 // bytes of stored chunks that cannot be evicted (pinned, or held by an ingest in progress)
-	Chunks      int   // number of stored chunks
+	// OrphanedBytes are bytes of stored chunks that no stored manifest
+	// lists: left by uploads that never completed (a crash, a cut
+	// connection). They are never pinned and are evicted first.
+	OrphanedBytes int64
+	Chunks        int // number of stored chunks
+	// DamagedChunks counts the chunks found damaged (bytes not matching
+	// their hash, a file truncated or missing) and dropped since Open.
+	DamagedChunks uint64
 }
 
 // Store is the node-local blob store: chunk bytes in content-addressed files
@@ -95,14 +108,16 @@ type Store struct {
 	used        int64
 	reserved    int64 // bytes of chunk writes in progress
 	pinnedBytes int64
+	orphanBytes int64 // bytes of entries marked orphan
+	damaged     uint64
 	capBytes    int64
 	dirty       map[blob.Hash]struct{} // chunk entries whose index record is stale
 	closed      bool
 
-	// small keeps the bytes of recently read or written small chunks;
-	// manifests keeps recently used decoded manifests (never modified by
-	// callers). Both are content-addressed, so never stale.
-	small     *memo[blob.Hash, []byte]
+	// verified keeps the bytes of recently verified chunks (never modified
+	// by anyone); manifests keeps recently used decoded manifests (never
+	// modified by callers). Both are content-addressed, so never stale.
+	verified  *memo[blob.Hash, []byte]
 	manifests *memo[string, *blob.Manifest]
 
 	flushMu   sync.Mutex // serializes flushes, so a later flush always wins
@@ -117,6 +132,7 @@ type chunkEntry struct {
 	size    int64
 	lastUse int64         // unix nanoseconds
 	elem    *list.Element // in Store.lru; nil while pinned or held
+	orphan  bool          // no stored manifest lists it (see Usage.OrphanedBytes)
 }
 
 // pinnedBlob is the in-memory state of one pinned blob.
@@ -157,7 +173,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		tmpDir:    filepath.Join(dir, "tmp"),
 		log:       log,
 		chunks:    make(map[blob.Hash]*chunkEntry),
-		small:     newMemo[blob.Hash, []byte](smallMemoBytes),
+		verified:  newMemo[blob.Hash, []byte](verifiedMemoBytes(opts.VerifiedMemoBytes)),
 		manifests: newMemo[string, *blob.Manifest](manifestMemoBytes),
 		lru:       list.New(),
 		pinCount:  make(map[blob.Hash]int32),
@@ -312,6 +328,9 @@ func (s *Store) load() error {
 			dropped++
 		}
 	}
+	// An indexed chunk's file was renamed into place before its entry was
+	// written, so a missing file is damage (deleted behind our back).
+	s.damaged += uint64(dropped)
 	if adopted+dropped > 0 {
 		s.log.Warn("chunk index reconciled with files", "adopted", adopted, "dropped", dropped)
 	}
@@ -341,21 +360,78 @@ func (s *Store) load() error {
 			s.pinCount[h]++
 		}
 	}
-	// Totals and the LRU list, oldest at the back.
+	if err := s.markOrphans(); err != nil {
+		return fmt.Errorf("find orphaned chunks: %w", err)
+	}
+	// Totals and the LRU list: orphans at the back (evicted first), then
+	// the rest, oldest at the back.
 	free := make([]*chunkEntry, 0, len(s.chunks))
 	for h, e := range s.chunks {
 		s.used += e.size
+		if e.orphan {
+			s.orphanBytes += e.size
+		}
 		if s.pinCount[h] > 0 {
 			s.pinnedBytes += e.size
 		} else {
 			free = append(free, e)
 		}
 	}
-	sort.Slice(free, func(i, j int) bool { return free[i].lastUse < free[j].lastUse })
+	sort.Slice(free, func(i, j int) bool {
+		if free[i].orphan != free[j].orphan {
+			return free[i].orphan
+		}
+		return free[i].lastUse < free[j].lastUse
+	})
 	for _, e := range free {
 		e.elem = s.lru.PushFront(e)
 	}
+	if s.orphanBytes > 0 {
+		s.log.Warn("store holds chunks that no manifest lists (left by uploads that did not complete); they are evicted first",
+			"bytes", s.orphanBytes)
+	}
 	return nil
+}
+
+// markOrphans marks every chunk entry that no stored manifest lists.
+func (s *Store) markOrphans() error {
+	for _, e := range s.chunks {
+		e.orphan = true
+	}
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(keyManifest), PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			err := it.Item().Value(func(v []byte) error {
+				m, err := blob.DecodeManifest(v)
+				if err != nil {
+					s.log.Warn("undecodable manifest in the index", "key", fmt.Sprintf("%x", it.Item().Key()), "err", err)
+					return nil
+				}
+				for _, h := range m.Chunks {
+					if e := s.chunks[h]; e != nil {
+						e.orphan = false
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// verifiedMemoBytes turns Options.VerifiedMemoBytes into the memo's bound.
+func verifiedMemoBytes(n int) int {
+	switch {
+	case n == 0:
+		return DefaultVerifiedMemoBytes
+	case n < 0:
+		return 0
+	}
+	return n
 }
 
 func (s *Store) checkVersion() error {
@@ -406,7 +482,8 @@ func (s *Store) Close() error {
 func (s *Store) Usage() Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Usage{UsedBytes: s.used, CapBytes: s.capBytes, PinnedBytes: s.pinnedBytes, Chunks: len(s.chunks)}
+	return Usage{UsedBytes: s.used, CapBytes: s.capBytes, PinnedBytes: s.pinnedBytes, OrphanedBytes: s.orphanBytes,
+		Chunks: len(s.chunks), DamagedChunks: s.damaged}
 }
 
 // Dir returns the directory the store lives in.
