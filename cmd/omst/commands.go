@@ -408,9 +408,11 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, ch := range st.Children {
 				fmt.Fprintf(tw, "  %s\tsite %s, %s\n", ch.ID, ch.Site, map[bool]string{true: "connected", false: "disconnected"}[ch.Connected])
 			}
-			fmt.Fprintf(tw, "cache\t%s used of %s (%s pinned), %d chunks\nnames\t%d\nbytes_served\t%d\nbytes_fetched\t%d\npeer_errors\t%d\n",
-				bytesize.Format(st.CacheUsed), bytesize.Format(st.CacheCap), bytesize.Format(st.CachePinned), st.Chunks, st.Names,
-				st.BytesServed, st.BytesFetched, st.PeerErrors)
+			fmt.Fprintf(tw, "cache\t%s used of %s (%s pinned, %s orphaned), %d chunks\nnames\t%d\nbytes_served\t%d\nbytes_fetched\t%d\npeer_errors\t%d\n",
+				bytesize.Format(st.CacheUsed), bytesize.Format(st.CacheCap), bytesize.Format(st.CachePinned), bytesize.Format(st.CacheOrphaned),
+				st.Chunks, st.Names, st.BytesServed, st.BytesFetched, st.PeerErrors)
+			fmt.Fprintf(tw, "chunks_damaged\t%d (found damaged in this node's store and dropped)\ncorrupt_received\t%d (from peers)\ncorrupt_reports\t%d (peers told us they received a corrupt chunk)\n",
+				st.ChunksDamaged, st.CorruptReceived, st.CorruptReports)
 			fmt.Fprintf(tw, "addrs\t%s\n", strings.Join(st.Addrs, "\n\t"))
 			return tw.Flush()
 		},

@@ -411,6 +411,10 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		BytesServed:     ts.BytesServed,
 		BytesFetched:    ts.BytesFetched,
 		PeerErrors:      ts.PeerErrors,
+		CacheOrphaned:   u.OrphanedBytes,
+		ChunksDamaged:   u.DamagedChunks,
+		CorruptReceived: ts.CorruptReceived,
+		CorruptReports:  ts.CorruptReports,
 		Version:         Version,
 	}
 	if ts.Parent != "" {

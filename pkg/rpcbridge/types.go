@@ -48,8 +48,20 @@ type Status struct {
 	BytesServed     uint64   `json:"bytes_served"`
 	BytesFetched    uint64   `json:"bytes_fetched"`
 	PeerErrors      uint64   `json:"peer_errors"`
-	Names           int      `json:"names"`
-	Version         string   `json:"version"`
+	// CacheOrphaned is the bytes of stored chunks that no manifest lists
+	// (left by uploads that never completed); evicted first.
+	CacheOrphaned int64 `json:"cache_orphaned"`
+	// ChunksDamaged counts chunks this node found damaged in its store
+	// (bytes not matching their hash, files cut short or missing) and
+	// dropped, since the daemon started.
+	ChunksDamaged uint64 `json:"chunks_damaged"`
+	// CorruptReceived counts chunks received from peers that did not
+	// match their hash; CorruptReports counts peers' reports that a chunk
+	// this node sent them did not.
+	CorruptReceived uint64 `json:"corrupt_received"`
+	CorruptReports  uint64 `json:"corrupt_reports"`
+	Names           int    `json:"names"`
+	Version         string `json:"version"`
 }
 
 // Backend is what the server serves: the node implements it. Names reach

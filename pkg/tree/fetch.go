@@ -61,7 +61,9 @@ func failKind(err error) FailKind {
 // cancelled when its last waiter leaves.
 func (t *Tree) chunkFrom(ctx context.Context, q fetchRequest, src peer.ID) ([]byte, error) {
 	if t.store.HasChunk(q.Hash) {
-		if data, err := t.store.ReadChunk(q.Hash); err == nil && q.Hash.Verify(data) == nil {
+		// Verified by the store; a damaged copy is dropped there and
+		// fetched again below.
+		if data, err := t.store.ReadChunk(q.Hash); err == nil {
 			return data, nil
 		}
 	}
@@ -102,6 +104,8 @@ func (t *Tree) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest, s
 		if verr := q.Hash.Verify(data); verr != nil {
 			err = &peerError{peer: t.describe(src), kind: FailCorrupt, err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
 			data = nil
+			t.corruptReceived.Add(1)
+			t.goTracked(func() { t.reportCorrupt(src, q) })
 		}
 	}
 	if err != nil {
@@ -185,6 +189,25 @@ func (t *Tree) obtainChunk(ctx context.Context, q fetchRequest, sources []peer.I
 		if a := sch.Failed(0, failKind(err)); a == GiveUp {
 			return nil, err
 		}
+	}
+}
+
+// reportCorrupt tells src that the bytes it sent for chunk q did not match
+// the chunk's hash, so that a node serving from a damaged disk learns it
+// (it re-reads and re-verifies its copy, and drops it if damaged). Best
+// effort: a failure is only logged.
+func (t *Tree) reportCorrupt(src peer.ID, q fetchRequest) {
+	q.Report = true
+	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.RequestTimeout)
+	defer cancel()
+	body, err := t.requestChunk(ctx, src, q)
+	switch {
+	case err != nil:
+		t.log.Info("could not report a corrupt chunk to its sender", "peer", t.describe(src), "blob", q.ID, "chunk", q.Index, "err", err)
+	case len(body) == 1 && body[0] == reportDamaged:
+		t.log.Info("sender found its copy of a chunk damaged and dropped it", "peer", t.describe(src), "blob", q.ID, "chunk", q.Index)
+	default:
+		t.log.Info("sender found its copy of a chunk intact", "peer", t.describe(src), "blob", q.ID, "chunk", q.Index)
 	}
 }
 
@@ -468,7 +491,11 @@ func (t *Tree) handleFetch(s network.Stream) {
 		if err != nil {
 			break
 		}
-		go t.serveChunk(ctx, p, q, sl)
+		if q.Report {
+			go t.serveReport(p, q, sl)
+		} else {
+			go t.serveChunk(ctx, p, q, sl)
+		}
 	}
 	if errors.Is(err, errMalformed) {
 		t.notePeerError(p, "fetch request", err)
@@ -555,6 +582,28 @@ func (t *Tree) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fe
 		sl.status, sl.body = statusNotFound, truncMsg(fmt.Sprintf("%s: %v", t.self, err))
 	default:
 		sl.status, sl.body = statusError, truncMsg(fmt.Sprintf("%s: %v", t.self, err))
+	}
+}
+
+// Bodies of the OK reply to a REPORT.
+const (
+	reportIntact  byte = 0 // the reported chunk was absent or verified intact
+	reportDamaged byte = 1 // it was damaged and has been dropped
+)
+
+// serveReport handles a peer's report that the bytes this node sent for
+// chunk q did not match its hash: the local copy is read again from disk
+// and verified, and dropped if damaged, so that the peer's next request is
+// served from a fresh copy (pulled from this node's own sources).
+func (t *Tree) serveReport(p peer.ID, q fetchRequest, sl *fetchSlot) {
+	defer close(sl.done)
+	t.reportsReceived.Add(1)
+	damaged, err := t.store.RecheckChunk(q.Hash)
+	t.log.Warn("peer reports that a chunk it received from us does not match its hash",
+		"peer", t.describe(p), "blob", q.ID, "chunk", q.Index, "hash", q.Hash, "our_copy_damaged", damaged, "err", err)
+	sl.status, sl.body = statusOK, []byte{reportIntact}
+	if damaged {
+		sl.body[0] = reportDamaged
 	}
 }
 

@@ -55,6 +55,18 @@ func (s *memStore) ReadChunk(h blob.Hash) ([]byte, error) {
 	return b, nil
 }
 
+// RecheckChunk verifies the held bytes and drops them if they are damaged.
+func (s *memStore) RecheckChunk(h blob.Hash) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.chunks[h]
+	if !ok || h.Verify(b) == nil {
+		return false, nil
+	}
+	delete(s.chunks, h)
+	return true, nil
+}
+
 func (s *memStore) PutChunk(h blob.Hash, data []byte) error {
 	if err := h.Verify(data); err != nil {
 		return err

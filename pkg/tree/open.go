@@ -140,17 +140,14 @@ func (bf *blobFetch) wait(i int) ([]byte, error) {
 		}
 		if bf.sch.IsDone(i) { // present in the store before we started
 			bf.mu.Unlock()
-			data, err := bf.t.store.ReadChunk(h)
-			if err == nil {
-				err = h.Verify(data)
-			}
+			data, err := bf.t.store.ReadChunk(h) // verified; a damaged copy is dropped
 			bf.mu.Lock()
 			if err == nil {
 				bf.sch.Deliver(i)
 				bf.pump()
 				return data, nil
 			}
-			bf.t.log.Warn("local chunk unusable, fetching it again", "blob", bf.r.ID, "chunk", i, "err", err)
+			bf.t.log.Info("local chunk unusable, fetching it again", "blob", bf.r.ID, "chunk", i, "err", err)
 			if len(bf.sources) == 0 {
 				bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
 				return nil, bf.err

@@ -23,9 +23,17 @@ import (
 type Store interface {
 	// HasChunk reports whether the chunk is stored.
 	HasChunk(h blob.Hash) bool
-	// ReadChunk returns the chunk's bytes, or an error wrapping
-	// blob.ErrNotFound if it is absent.
+	// ReadChunk returns the chunk's bytes, verified against h since they
+	// were last read from disk (the tree serves them without hashing them
+	// again), or an error wrapping blob.ErrNotFound if it is absent. A
+	// stored copy found damaged is dropped from the store and reported with
+	// an error (wrapping blob.ErrCorrupt), so that the tree fetches it
+	// again. The bytes are shared: the tree never modifies them.
 	ReadChunk(h blob.Hash) ([]byte, error)
+	// RecheckChunk reads the stored chunk again from disk and verifies it,
+	// forgetting any verified copy in memory; a damaged one is dropped and
+	// reported as damaged. An absent chunk is not damaged.
+	RecheckChunk(h blob.Hash) (damaged bool, err error)
 	// PutVerifiedChunk stores data, which the tree has verified against h;
 	// blob.ErrNoSpace on failure. The tree never modifies data afterwards.
 	PutVerifiedChunk(h blob.Hash, data []byte) error
@@ -124,9 +132,11 @@ type Tree struct {
 	started   bool
 	closed    bool
 
-	bytesServed  atomic.Uint64
-	bytesFetched atomic.Uint64
-	peerErrors   atomic.Uint64
+	bytesServed     atomic.Uint64
+	bytesFetched    atomic.Uint64
+	peerErrors      atomic.Uint64
+	corruptReceived atomic.Uint64
+	reportsReceived atomic.Uint64
 }
 
 type childInfo struct {
@@ -302,6 +312,12 @@ type Status struct {
 	// PeerErrors counts failed requests blamed on a peer (corrupt data,
 	// broken streams, error replies).
 	PeerErrors uint64
+	// CorruptReceived counts chunks received from peers that did not match
+	// their hash (each was reported to its sender and fetched again).
+	CorruptReceived uint64
+	// CorruptReports counts peers' reports that a chunk this node sent them
+	// did not match its hash.
+	CorruptReports uint64
 }
 
 // Status returns a snapshot.
@@ -313,6 +329,9 @@ func (t *Tree) Status() Status {
 		BytesServed:  t.bytesServed.Load(),
 		BytesFetched: t.bytesFetched.Load(),
 		PeerErrors:   t.peerErrors.Load(),
+
+		CorruptReceived: t.corruptReceived.Load(),
+		CorruptReports:  t.reportsReceived.Load(),
 	}
 	t.mu.Lock()
 	st.ParentConnected = t.connected

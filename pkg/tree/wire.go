@@ -56,9 +56,10 @@ const (
 	msgError      byte = 0x9F
 )
 
-// Fetch protocol request type and reply statuses.
+// Fetch protocol request types and reply statuses.
 const (
-	msgGet byte = 0x20
+	msgGet    byte = 0x20
+	msgReport byte = 0x21 // the chunk received for this request did not match its hash
 
 	statusOK       byte = 0
 	statusNotFound byte = 1
@@ -414,30 +415,40 @@ func remoteError(who string, rep namesReply) error {
 
 // ---- /omst/fetch/1.0.0 ----
 
-// fetchRequest asks for chunk Index (hash Hash) of blob ID.
+// fetchRequest asks for chunk Index (hash Hash) of blob ID, or with Report
+// tells the server that the bytes it sent for that chunk did not match Hash.
 type fetchRequest struct {
-	ID    cid.Cid
-	Index uint32
-	Hash  blob.Hash
+	ID     cid.Cid
+	Index  uint32
+	Hash   blob.Hash
+	Report bool
 }
 
 func appendFetchRequest(b []byte, q fetchRequest) []byte {
 	idb := q.ID.Bytes()
-	b = append(b, msgGet)
+	typ := msgGet
+	if q.Report {
+		typ = msgReport
+	}
+	b = append(b, typ)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(idb)))
 	b = append(b, idb...)
 	b = binary.BigEndian.AppendUint32(b, q.Index)
 	return append(b, q.Hash[:]...)
 }
 
-// readFetchRequest reads one GET request.
+// readFetchRequest reads one GET or REPORT request.
 func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	var q fetchRequest
 	var hdr [3]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return q, err
 	}
-	if hdr[0] != msgGet {
+	switch hdr[0] {
+	case msgGet:
+	case msgReport:
+		q.Report = true
+	default:
 		return q, malformed("unknown fetch request 0x%02x", hdr[0])
 	}
 	n := int(binary.BigEndian.Uint16(hdr[1:]))
@@ -462,7 +473,7 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	return q, nil
 }
 
-// decodeFetchRequest parses one whole GET request held in b.
+// decodeFetchRequest parses one whole GET or REPORT request held in b.
 func decodeFetchRequest(b []byte) (fetchRequest, error) {
 	r := bufio.NewReaderSize(byteReader(b), 16)
 	q, err := readFetchRequest(r)

@@ -1,0 +1,180 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ipfs/go-cid"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/rpcbridge"
+)
+
+// chunkFile is where a node keeps chunk h (the cache's layout).
+func chunkFile(home string, h blob.Hash) string {
+	x := h.String()
+	return filepath.Join(home, "cache", "chunks", x[:2], x)
+}
+
+// flip4 flips four bytes in the middle of the file at path.
+func flip4(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		b[len(b)/2+i] ^= 0xa5
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dial(t *testing.T, home string) *rpcbridge.Client {
+	t.Helper()
+	c, err := rpcbridge.Dial(SocketPath(home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func getBytes(t *testing.T, ctx context.Context, c *rpcbridge.Client, name string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if _, err := c.Get(ctx, name, &b); err != nil {
+		t.Fatalf("get %q: %v", name, err)
+	}
+	return b.Bytes()
+}
+
+// checkChunkFiles fails unless every chunk of m is stored at home, intact.
+func checkChunkFiles(t *testing.T, home string, m *blob.Manifest) {
+	t.Helper()
+	for i, h := range m.Chunks {
+		b, err := os.ReadFile(chunkFile(home, h))
+		if err != nil {
+			t.Fatalf("chunk %d at %s: %v", i, home, err)
+		}
+		if err := h.Verify(b); err != nil {
+			t.Fatalf("chunk %d at %s still damaged on disk: %v", i, home, err)
+		}
+	}
+}
+
+// TestDamagedHeadServesFreshCopy: chunk files of a head node damaged on
+// disk (bit flips, truncation, deletion) are found when the head reads
+// them, dropped, fetched again from the root, and the worker asking gets
+// the fresh copy, not an error; the head's files are repaired and its
+// status counts the damage. A get at the head itself does the same.
+func TestDamagedHeadServesFreshCopy(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rootHome, headHome := filepath.Join(dir, "root"), filepath.Join(dir, "head")
+	root := startNode(t, rootHome, "", "")
+	head := startNode(t, headHome, root.Addrs()[0], "a")
+	startNode(t, filepath.Join(dir, "w1"), head.Addrs()[0], "a")
+
+	data := make([]byte, 8<<20+5)
+	rand.Read(data)
+	info, err := dial(t, rootHome).Put(ctx, "shared/init", bytes.NewReader(data), rpcbridge.PutOptions{ChunkSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(getBytes(t, ctx, dial(t, filepath.Join(dir, "w1")), "shared/init"), data) {
+		t.Fatal("w1 got wrong bytes")
+	}
+	id, err := cid.Decode(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := root.store.Manifest(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkChunkFiles(t, headHome, m) // the head holds the whole blob
+
+	// Damage six chunk files while the head is down (so that no verified
+	// copy is left in its memory), then start it again.
+	head.Close()
+	flip4(t, chunkFile(headHome, m.Chunks[1]))
+	flip4(t, chunkFile(headHome, m.Chunks[6]))
+	if err := os.Truncate(chunkFile(headHome, m.Chunks[11]), 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(chunkFile(headHome, m.Chunks[16]), 0); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(chunkFile(headHome, m.Chunks[21]))
+	os.Remove(chunkFile(headHome, m.Chunks[32]))
+	head = startNode(t, headHome, root.Addrs()[0], "a")
+	w2Home := filepath.Join(dir, "w2")
+	w2 := startNode(t, w2Home, head.Addrs()[0], "a")
+
+	if !bytes.Equal(getBytes(t, ctx, dial(t, w2Home), "shared/init"), data) {
+		t.Fatal("w2 got wrong bytes")
+	}
+	hs, err := dial(t, headHome).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs.ChunksDamaged != 6 {
+		t.Fatalf("head counted %d damaged chunks, want 6", hs.ChunksDamaged)
+	}
+	ws, _ := dial(t, w2Home).Status(ctx)
+	if ws.PeerErrors != 0 || ws.CorruptReceived != 0 {
+		t.Fatalf("w2 saw errors from its head (peer_errors %d, corrupt_received %d): the head must answer from a fresh copy",
+			ws.PeerErrors, ws.CorruptReceived)
+	}
+	checkChunkFiles(t, headHome, m)
+	checkChunkFiles(t, w2Home, m)
+
+	// A get at the head itself (GET, GET_FD, GET_FILE) repairs its files too.
+	for _, get := range []string{"get", "getfd", "getfile"} {
+		head.Close()
+		flip4(t, chunkFile(headHome, m.Chunks[2]))
+		flip4(t, chunkFile(headHome, m.Chunks[30]))
+		head = startNode(t, headHome, root.Addrs()[0], "a")
+		hc := dial(t, headHome)
+		var got []byte
+		switch get {
+		case "get":
+			got = getBytes(t, ctx, hc, "shared/init")
+		case "getfd":
+			_, xs, err := hc.GetFD(ctx, "shared/init")
+			if err != nil {
+				t.Fatalf("GET_FD at the head: %v", err)
+			}
+			for _, x := range xs {
+				b := make([]byte, x.Length)
+				if _, err := x.File.ReadAt(b, int64(x.FileOffset)); err != nil {
+					t.Fatal(err)
+				}
+				x.File.Close()
+				got = append(got, b...)
+			}
+		case "getfile":
+			out := filepath.Join(dir, "copy.bin")
+			if _, err := hc.GetFile(ctx, "shared/init", out); err != nil {
+				t.Fatalf("GET_FILE at the head: %v", err)
+			}
+			got, _ = os.ReadFile(out)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%s at the head: wrong bytes", get)
+		}
+		if st, _ := hc.Status(ctx); st.ChunksDamaged != 2 {
+			t.Fatalf("%s at the head: %d damaged chunks counted, want 2", get, st.ChunksDamaged)
+		}
+		checkChunkFiles(t, headHome, m)
+	}
+	_ = w2
+}
