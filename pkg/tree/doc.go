@@ -20,8 +20,14 @@
 //     stored or handed to any reader or downstream peer; a manifest is
 //     verified against the blob ID (blob.VerifyManifest) before use. A
 //     corrupt chunk is dropped, logged, counted against the peer that sent
-//     it (Status.PeerErrors) and requested again: once more from the same
-//     source, then from the other source, at most DefaultMaxTries times.
+//     it (Status.PeerErrors, Status.CorruptReceived), reported to that peer
+//     (a fetch REPORT) and requested again: once more from the same source,
+//     then from the other sources, at most DefaultMaxTries times.
+//   - A node serves only bytes verified since they were last read from its
+//     disk (the Store's ReadChunk contract). A stored chunk found damaged is
+//     dropped by the store, and the request is served from a fresh copy
+//     pulled from this node's sources. A REPORT makes the node re-read and
+//     re-verify its copy (Store.RecheckChunk; Status.CorruptReports).
 //   - At most one upstream fetch per chunk hash is in flight on a node
 //     (coalescing): local readers and downstream fetch handlers that want
 //     the same chunk wait on that fetch, which is cancelled only when its

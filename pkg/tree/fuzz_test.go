@@ -95,6 +95,7 @@ func FuzzDecodeNamesReply(f *testing.F) {
 func FuzzDecodeFetchRequest(f *testing.F) {
 	r := sampleRecord()
 	f.Add(appendFetchRequest(nil, fetchRequest{ID: r.ID, Index: 3, Hash: blob.Hash{1}}))
+	f.Add(appendFetchRequest(nil, fetchRequest{ID: r.ID, Index: 9, Hash: blob.Hash{2}, Report: true}))
 	f.Add([]byte{msgGet, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		q, err := decodeFetchRequest(b)

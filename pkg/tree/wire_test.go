@@ -41,10 +41,16 @@ func TestWireRoundTrip(t *testing.T) {
 			t.Fatal("Via crossed the wire")
 		}
 	}
-	fq := fetchRequest{ID: r.ID, Index: 77, Hash: blob.HashChunk([]byte("x"))}
-	back, err := decodeFetchRequest(appendFetchRequest(nil, fq))
-	if err != nil || back != fq {
-		t.Fatalf("fetch request: %+v %v", back, err)
+	for _, report := range []bool{false, true} {
+		fq := fetchRequest{ID: r.ID, Index: 77, Hash: blob.HashChunk([]byte("x")), Report: report}
+		enc := appendFetchRequest(nil, fq)
+		back, err := decodeFetchRequest(enc)
+		if err != nil || back != fq {
+			t.Fatalf("fetch request: %+v %v", back, err)
+		}
+		if want := map[bool]byte{false: msgGet, true: msgReport}[report]; enc[0] != want {
+			t.Fatalf("fetch request type 0x%02x, want 0x%02x", enc[0], want)
+		}
 	}
 	st, body, err := decodeFetchReply(append(appendFetchReplyHeader(nil, statusOK, 3), 1, 2, 3))
 	if err != nil || st != statusOK || len(body) != 3 {
