@@ -8,7 +8,16 @@ import (
 )
 
 const (
+	// bufSize is the size at which gathered frames are flushed.
 	bufSize = 64 << 10
+	// readBufSize is the read buffer of a connection: headers and small
+	// bodies go through it, big DATA payloads are read past it straight
+	// into the reader's buffer. Small, so that a thousand idle clients
+	// cost little.
+	readBufSize = 16 << 10
+	// writeBufInit is the write buffer's initial capacity (it grows up to
+	// about bufSize when frames are gathered).
+	writeBufInit = 4 << 10
 	// payloads at least this big are written with writev, not copied into
 	// the write buffer.
 	directWrite = 32 << 10
@@ -27,7 +36,7 @@ type frameConn struct {
 }
 
 func newFrameConn(c net.Conn, writeTimeout time.Duration) *frameConn {
-	return &frameConn{c: c, br: bufio.NewReaderSize(c, bufSize), wbuf: make([]byte, 0, bufSize), wto: writeTimeout}
+	return &frameConn{c: c, br: bufio.NewReaderSize(c, readBufSize), wbuf: make([]byte, 0, writeBufInit), wto: writeTimeout}
 }
 
 // readHeader reads and checks one frame header.

@@ -543,6 +543,36 @@ func (sc *conn) putFile(ctx context.Context, body []byte) bool {
 
 var dataBufPool = sync.Pool{New: func() any { b := make([]byte, DataFrameSize); return &b }}
 
+// dataWriter sends what is written to it as DATA frames of at most
+// DataFrameSize bytes each, without copying big payloads (see
+// frameConn.data), and counts them against the blob's size.
+type dataWriter struct {
+	fc    *frameConn
+	limit uint64 // the blob's size
+	sent  uint64
+	werr  error // a failed write: the connection is gone
+}
+
+var errTooLong = errors.New("blob yields more than its size")
+
+func (w *dataWriter) Write(p []byte) (int, error) {
+	if w.sent+uint64(len(p)) > w.limit {
+		return 0, errTooLong
+	}
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), DataFrameSize)
+		if err := w.fc.data(p[:k]); err != nil {
+			w.werr = err
+			return n, err
+		}
+		n += k
+		w.sent += uint64(k)
+		p = p[k:]
+	}
+	return n, nil
+}
+
 func (sc *conn) get(ctx context.Context, body []byte) bool {
 	name, err := decodeNameReq(body)
 	if err != nil {
@@ -559,42 +589,37 @@ func (sc *conn) get(ctx context.Context, body []byte) bool {
 	off := sc.fc.begin(FrameInfo)
 	sc.fc.wbuf = appendInfo(sc.fc.wbuf, &info)
 	sc.fc.end(off)
-	bp := dataBufPool.Get().(*[]byte)
-	defer dataBufPool.Put(bp)
-	buf := *bp
-	if info.Size < uint64(len(buf)) {
-		buf = buf[:max(info.Size, 4096)]
+	// A reader with WriteTo (the node's) writes its chunks straight into
+	// DATA frames: no per-request buffer. Others are copied through a
+	// pooled buffer of one frame.
+	w := &dataWriter{fc: sc.fc, limit: info.Size}
+	var rerr error
+	if wt, ok := rc.(io.WriterTo); ok {
+		_, rerr = wt.WriteTo(w)
+	} else {
+		bp := dataBufPool.Get().(*[]byte)
+		_, rerr = io.CopyBuffer(struct{ io.Writer }{w}, rc, *bp)
+		dataBufPool.Put(bp)
 	}
-	var sent uint64
-	for {
-		n, rerr := rc.Read(buf)
-		if n > 0 {
-			sent += uint64(n)
-			if sent > info.Size {
-				return sc.sendError(&Error{Code: CodeSizeMismatch,
-					Message: fmt.Sprintf("get %q: blob yields more than its %d bytes", name, info.Size)})
-			}
-			if err := sc.fc.data(buf[:n]); err != nil {
-				return false
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			if ctx.Err() != nil && sc.s.ctx.Err() == nil {
-				return false // the client hung up
-			}
-			e := errorFor(rerr)
-			if !strings.Contains(e.Message, name) {
-				e = &Error{Code: e.Code, Message: fmt.Sprintf("get %q: %s", name, e.Message)}
-			}
-			return sc.sendError(e)
-		}
-	}
-	if sent != info.Size {
+	switch {
+	case w.werr != nil:
+		return false
+	case errors.Is(rerr, errTooLong):
 		return sc.sendError(&Error{Code: CodeSizeMismatch,
-			Message: fmt.Sprintf("get %q: blob yields %d bytes, not %d", name, sent, info.Size)})
+			Message: fmt.Sprintf("get %q: blob yields more than its %d bytes", name, info.Size)})
+	case rerr != nil:
+		if ctx.Err() != nil && sc.s.ctx.Err() == nil {
+			return false // the client hung up
+		}
+		e := errorFor(rerr)
+		if !strings.Contains(e.Message, name) {
+			e = &Error{Code: e.Code, Message: fmt.Sprintf("get %q: %s", name, e.Message)}
+		}
+		return sc.sendError(e)
+	}
+	if w.sent != info.Size {
+		return sc.sendError(&Error{Code: CodeSizeMismatch,
+			Message: fmt.Sprintf("get %q: blob yields %d bytes, not %d", name, w.sent, info.Size)})
 	}
 	sc.fc.frame(FrameEnd, nil)
 	return sc.fc.flush() == nil
