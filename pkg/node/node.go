@@ -80,8 +80,10 @@ type Node struct {
 var _ rpcbridge.Backend = (*Node)(nil)
 
 // Start opens the home directory (refusing one held by another daemon),
-// the store, the libp2p host, joins the tree and serves the local API. On
-// error everything already opened is closed again.
+// the store, the libp2p host, joins the tree and serves the local API. ctx
+// bounds the start only: once ctx ends, Start stops at the next step and
+// returns an error wrapping ctx's (the node, once started, lives until
+// Close). On error everything already opened is closed again.
 func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Home == "" {
 		cfg.Home = DefaultHome()
@@ -121,11 +123,23 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		fallbacks = append(fallbacks, *fb)
 	}
+	started := func(step string) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("start stopped before %s: %w", step, context.Cause(ctx))
+		}
+		return nil
+	}
+	if err = started("locking the home"); err != nil {
+		return nil, err
+	}
 	if n.lock, err = lockHome(cfg.Home); err != nil {
 		return nil, err
 	}
 	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger, Sync: cfg.Sync}); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err = started("starting the host"); err != nil {
+		return nil, err
 	}
 	if cfg.Host != nil {
 		n.host = cfg.Host
@@ -160,6 +174,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
+	}
+	if err = started("joining the tree"); err != nil {
+		return nil, err
 	}
 	tctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel

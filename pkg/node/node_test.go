@@ -248,3 +248,15 @@ func TestSyncPuts(t *testing.T) {
 		t.Fatalf("get after restart: %v (%d bytes)", err, got.Len())
 	}
 }
+
+// TestStartHonoursContext: a start whose context has ended stops, says
+// why, and leaves the home free.
+func TestStartHonoursContext(t *testing.T) {
+	home := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Start(ctx, Config{Home: home, Listen: []string{"/ip4/127.0.0.1/tcp/0"}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("start with a cancelled context: %v, want context.Canceled", err)
+	}
+	startNode(t, home, "", "")
+}

@@ -19,8 +19,9 @@ import (
 // ---- coalescing: one upstream fetch per chunk hash ----
 
 // chunkCall is one upstream fetch of a chunk, shared by every requester of
-// that hash on this node.
+// that hash on this node (except one that asked on behalf of src itself).
 type chunkCall struct {
+	src     peer.ID       // the peer asked
 	done    chan struct{} // closed when data/err are set
 	stored  chan struct{} // closed after the chunk was stored (or storing failed)
 	data    []byte
@@ -58,8 +59,11 @@ func failKind(err error) FailKind {
 // there, else from the fetch already in flight for its hash, else from a new
 // fetch from src. A fetched chunk is verified, handed to every waiter and
 // then stored. ctx bounds this caller's wait only; the shared fetch is
-// cancelled when its last waiter leaves.
-func (t *Tree) chunkFrom(ctx context.Context, q fetchRequest, src peer.ID) ([]byte, error) {
+// cancelled when its last waiter leaves. asker, when not empty, is the peer
+// this chunk is wanted for: a fetch in flight from asker itself is not
+// joined (asker is asking because it lacks the chunk), the chunk is then
+// fetched from src on its own.
+func (t *Tree) chunkFrom(ctx context.Context, q fetchRequest, src, asker peer.ID) ([]byte, error) {
 	if t.store.HasChunk(q.Hash) {
 		// Verified by the store; a damaged copy is dropped there and
 		// fetched again below.
@@ -73,10 +77,12 @@ func (t *Tree) chunkFrom(ctx context.Context, q fetchRequest, src peer.ID) ([]by
 		return nil, errClosed
 	}
 	c := t.inflight[q.Hash]
-	if c == nil {
+	if !joinable(c, asker) {
 		cctx, cancel := context.WithCancel(t.ctx)
-		c = &chunkCall{done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
-		t.inflight[q.Hash] = c
+		c = &chunkCall{src: src, done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
+		if t.inflight[q.Hash] == nil {
+			t.inflight[q.Hash] = c
+		}
 		t.wg.Add(1)
 		go t.runChunkCall(cctx, c, q, src)
 	}
@@ -96,6 +102,12 @@ func (t *Tree) chunkFrom(ctx context.Context, q fetchRequest, src peer.ID) ([]by
 	}
 }
 
+// joinable reports whether a request for a chunk on behalf of asker may
+// wait on the fetch c in flight for it: not when c asks asker itself.
+func joinable(c *chunkCall, asker peer.ID) bool {
+	return c != nil && (asker == "" || c.src != asker)
+}
+
 func (t *Tree) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest, src peer.ID) {
 	defer t.wg.Done()
 	defer c.cancel()
@@ -108,10 +120,9 @@ func (t *Tree) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest, s
 			t.goTracked(func() { t.reportCorrupt(src, q) })
 		}
 	}
-	if err != nil {
-		if ctx.Err() == nil && failKind(err) != FailNotFound {
-			t.notePeerError(src, "fetch chunk", err)
-		}
+	if err != nil && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
+		// Corrupt bytes, a broken stream or an ERROR reply; NOT_FOUND is an answer.
+		t.notePeerError(src, "fetch chunk", err)
 	}
 	c.data, c.err = data, err
 	close(c.done) // waiters take the chunk now: cut-through
@@ -164,8 +175,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// obtainChunk gets one chunk from sources with the scheduler's retry rule.
-func (t *Tree) obtainChunk(ctx context.Context, q fetchRequest, sources []peer.ID) ([]byte, error) {
+// obtainChunk gets one chunk from sources with the scheduler's retry rule,
+// for asker (see chunkFrom).
+func (t *Tree) obtainChunk(ctx context.Context, q fetchRequest, sources []peer.ID, asker peer.ID) ([]byte, error) {
 	if len(sources) == 0 {
 		return nil, fmt.Errorf("chunk %d of %s: %w (no source to ask)", q.Index, q.ID, blob.ErrNotFound)
 	}
@@ -179,7 +191,7 @@ func (t *Tree) obtainChunk(ctx context.Context, q fetchRequest, sources []peer.I
 		if err := sleepCtx(ctx, retryDelay(r.Attempt)); err != nil {
 			return nil, err
 		}
-		data, err := t.chunkFrom(ctx, q, sources[r.Source])
+		data, err := t.chunkFrom(ctx, q, sources[r.Source], asker)
 		if err == nil {
 			return data, nil
 		}
@@ -514,12 +526,7 @@ func (t *Tree) handleFetch(s network.Stream) {
 	s.Close()
 }
 
-func truncMsg(s string) []byte {
-	if len(s) > maxErrorMsg {
-		s = s[:maxErrorMsg]
-	}
-	return []byte(s)
-}
+func truncMsg(s string) []byte { return []byte(truncUTF8(s, maxErrorMsg)) }
 
 func (t *Tree) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, slots chan *fetchSlot) {
 	bw := bufio.NewWriterSize(s, 64<<10)
@@ -573,7 +580,7 @@ func (t *Tree) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fe
 			data, err = t.store.ReadChunk(q.Hash)
 		}
 	} else {
-		data, err = t.obtainChunk(ctx, q, t.sourcesForID(q.ID, p))
+		data, err = t.obtainChunk(ctx, q, t.sourcesForID(q.ID, p), p)
 	}
 	switch {
 	case err == nil:

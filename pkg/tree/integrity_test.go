@@ -1,11 +1,16 @@
 package tree
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -112,4 +117,65 @@ func TestCorruptSourceFallsBack(t *testing.T) {
 		t.Fatalf("worker counted %d corrupt chunks, want >= 2 (once more from the same source, then the fallback)", st.CorruptReceived)
 	}
 	waitFor(t, "the head to receive the reports", 5*time.Second, func() bool { return head.tree.Status().CorruptReports >= 2 })
+}
+
+// A request made for a peer never waits on a fetch that asks that very
+// peer (it asks us because it lacks the chunk).
+func TestJoinable(t *testing.T) {
+	a, b := peer.ID("a"), peer.ID("b")
+	for _, tc := range []struct {
+		c     *chunkCall
+		asker peer.ID
+		want  bool
+	}{
+		{nil, "", false},
+		{nil, a, false},
+		{&chunkCall{src: a}, "", true},
+		{&chunkCall{src: a}, b, true},
+		{&chunkCall{src: a}, a, false},
+	} {
+		if got := joinable(tc.c, tc.asker); got != tc.want {
+			t.Errorf("joinable(%+v, asker %q) = %v, want %v", tc.c, tc.asker, got, tc.want)
+		}
+	}
+}
+
+// An ERROR reply (a relay that could not get the chunk) counts as a peer
+// error, as Status.PeerErrors says; NOT_FOUND does not.
+func TestErrorRepliesCounted(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", nil)
+	w := newNode(t, head, "siteA", nil, func(c *Config) { c.RequestTimeout = 3 * time.Second; c.DialTimeout = time.Second })
+	waitConnected(t, head, w)
+	put(t, root, "z", randBlob(64<<10, 9), 16<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := w.tree.Lookup(ctx, "z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.tree.Manifest(ctx, r); err != nil { // the head keeps a copy of the manifest
+		t.Fatal(err)
+	}
+	root.stop()
+	if err := w.tree.Fetch(ctx, r); err == nil {
+		t.Fatal("fetch succeeded with the only copy gone")
+	}
+	if st := w.tree.Status(); st.PeerErrors == 0 {
+		t.Fatalf("the head's ERROR replies were not counted as peer errors: %+v", st)
+	}
+}
+
+// A long error message fits a names ERROR frame: code byte plus 1024
+// bytes of message, cut at a rune boundary.
+func TestLongNamesError(t *testing.T) {
+	long := errors.New(strings.Repeat("é", 2000))
+	typ, payload, err := readFrame(bufio.NewReader(bytes.NewReader(errorFrame(long))))
+	if err != nil {
+		t.Fatalf("long ERROR frame rejected: %v", err)
+	}
+	rep, err := decodeNamesReply(typ, payload)
+	if err != nil || rep.Type != msgError || len(rep.Message) > maxErrorMsg || !utf8.ValidString(rep.Message) {
+		t.Fatalf("decoded %d-byte message, valid UTF-8 %v, err %v", len(rep.Message), utf8.ValidString(rep.Message), err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -94,7 +95,7 @@ func frameLimit(typ byte) int {
 	case msgManifestOK:
 		return maxManifestBytes
 	case msgError:
-		return maxErrorMsg
+		return 1 + maxErrorMsg // code, message
 	}
 	return -1
 }
@@ -388,10 +389,7 @@ func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 // errorFrame encodes err as a names ERROR: its code, then its message cut
 // to maxErrorMsg bytes.
 func errorFrame(err error) []byte {
-	msg := err.Error()
-	if len(msg) > maxErrorMsg {
-		msg = msg[:maxErrorMsg]
-	}
+	msg := truncUTF8(err.Error(), maxErrorMsg)
 	code := errOther
 	switch {
 	case errors.Is(err, blob.ErrUnreachable):
@@ -400,6 +398,17 @@ func errorFrame(err error) []byte {
 		code = errInvalidName
 	}
 	return appendFrame(nil, msgError, append([]byte{code}, msg...))
+}
+
+// truncUTF8 cuts s to at most n bytes, at a rune boundary.
+func truncUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // remoteError is the error a peer's ERROR reply stands for.
