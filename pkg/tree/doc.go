@@ -10,7 +10,7 @@
 //	/omst/fetch/1.0.0  pipelined chunk requests, replies in request order
 //
 // Files: tree.go (Config, Tree, Status), keeper.go (parent session and the
-// child registry), names.go (Lookup, Announce, Manifest), fetch.go
+// child registry), parentchoice.go (the keeper's decisions), names.go (Lookup, Announce, Manifest), fetch.go
 // (coalescing, the fetch client and server), open.go (Open, Fetch),
 // schedule.go (the pure decisions), wire.go (encoders and decoders).
 //
@@ -51,9 +51,10 @@
 //     before allocating, reject invalid names (blob.ValidateName), and
 //     never panic; a malformed message gets an error reply and the stream
 //     is closed.
-//   - Transfer decisions (which chunk next, from which source, retry or
-//     give up; reconnect backoff) are plain code in schedule.go and
-//     keeper.go's BackoffDelay, with no sockets or clocks.
+//   - Decisions are plain code with no sockets or clocks: which chunk
+//     next, from which source, retry or give up (schedule.go); which parent
+//     to hold a session with, how long to back off, when to fall back and
+//     when to return (parentchoice.go, scripted tests in testdata/keeper).
 //   - With fallback parents, the keeper moves to the next parent after
 //     two failed sessions in a row (NextParent), and from a fallback
 //     returns to an earlier parent once it can be reached again

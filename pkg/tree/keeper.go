@@ -15,38 +15,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 )
 
-// Backoff of the parent keeper between connection attempts.
-const (
-	backoffMin = 100 * time.Millisecond
-	backoffMax = 5 * time.Second
-)
-
-// BackoffDelay returns the wait before reconnect attempt n (0-based):
-// backoffMin doubling up to backoffMax, scaled by jitter in [0.5, 1.5).
-func BackoffDelay(n int, jitter float64) time.Duration {
-	d := backoffMin
-	for i := 0; i < n && d < backoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, backoffMax)
-	return time.Duration(float64(d) * (0.5 + jitter))
-}
-
 var sessionSeq atomic.Uint64
-
-// switchAfter is the number of failed sessions in a row after which the
-// keeper moves on to the next parent (when fallbacks are configured).
-const switchAfter = 2
-
-// NextParent decides the keeper's next parent index: after switchAfter
-// failures in a row on parent cur of n, the next one (wrapping around),
-// else cur. It reports whether it switched.
-func NextParent(cur, n, failures int) (int, bool) {
-	if n > 1 && failures >= switchAfter {
-		return (cur + 1) % n, true
-	}
-	return cur, false
-}
 
 // backToPreferred ends a session on a fallback parent because parent
 // index, earlier in the list, can be reached again.
@@ -56,45 +25,38 @@ func (b backToPreferred) Error() string {
 	return fmt.Sprintf("parent %d of the list is reachable again", b.index)
 }
 
-// keepParent keeps one tree session to a parent alive until Close: the
-// current parent while it answers, else the next fallback (see NextParent);
-// on a fallback, it goes back to an earlier parent once that one can be
+// keepParent keeps one tree session to a parent alive until Close, as
+// ParentChoice decides: the current parent while it answers, else the next
+// fallback; on a fallback, back to an earlier parent once that one can be
 // reached again (see Config.RetryPreferred).
 func (t *Tree) keepParent() {
-	attempt, failures := 0, 0
+	pc := NewParentChoice(len(t.parents), 3*t.cfg.Keepalive, t.cfg.RetryPreferred)
 	for t.ctx.Err() == nil {
-		began := time.Now()
-		err := t.parentSession()
+		t.cur.Store(int32(pc.Current()))
+		up, err := t.parentSession(pc.ProbeEvery())
 		t.setConnected(false)
 		if t.ctx.Err() != nil {
 			return
 		}
+		from := t.parentAddr()
+		var a KeeperAction
 		if back, ok := errors.AsType[backToPreferred](err); ok {
-			t.log.Info("earlier parent reachable again: going back to it", "from", t.parentAddr(),
-				"to", addrOf(t.parents[back.index]))
-			t.cur.Store(int32(back.index))
-			attempt, failures = 0, 0
-			continue
+			a = pc.EarlierReachable(back.index)
+		} else {
+			a = pc.SessionEnded(up, rand.Float64())
 		}
-		failures++
-		if time.Since(began) > 3*t.cfg.Keepalive {
-			attempt, failures = 0, 1 // the session was up for a while: start over
+		switch {
+		case a.Switched:
+			t.log.Warn("changing parent", "from", from, "to", addrOf(t.parents[a.Parent]), "why", a.Reason, "err", err)
+		default:
+			t.log.Info("parent session ended", "parent", from, "err", err, "retry_in", a.Wait)
 		}
-		cur := int(t.cur.Load())
-		if next, switched := NextParent(cur, len(t.parents), failures); switched {
-			t.log.Warn("parent unreachable: switching to the next parent", "from", addrOf(t.parents[cur]),
-				"to", addrOf(t.parents[next]), "err", err)
-			t.cur.Store(int32(next))
-			attempt, failures = 0, 0
-			continue
-		}
-		d := BackoffDelay(attempt, rand.Float64())
-		attempt++
-		t.log.Info("parent session ended", "parent", t.parentAddr(), "err", err, "retry_in", d)
-		select {
-		case <-t.ctx.Done():
-			return
-		case <-time.After(d):
+		if a.Wait > 0 {
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-time.After(a.Wait):
+			}
 		}
 	}
 }
@@ -105,21 +67,31 @@ func (t *Tree) setConnected(up bool) {
 	t.mu.Unlock()
 }
 
-// parentSession runs one session: HELLO, WELCOME, re-announce, keepalive.
-func (t *Tree) parentSession() error {
+// parentSession runs one session with the current parent: HELLO, WELCOME,
+// re-announce, keepalive; on a fallback it probes the earlier parents every
+// probeEvery (0: never). It returns how long the session was up (0 if it
+// never came up) and why it ended.
+func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
+	var upSince time.Time // set once WELCOME arrived
+	ended := func(err error) (time.Duration, error) {
+		if upSince.IsZero() {
+			return 0, err
+		}
+		return time.Since(upSince), err
+	}
 	parent := t.parentID()
 	// The keeper paces its own attempts (BackoffDelay): past the swarm's
 	// dial backoff, which grows to minutes for a peer that was down long.
 	if err := t.connect(network.WithForceDirectDial(ctx, "omst: parent keeper"), parent); err != nil {
-		return err
+		return ended(err)
 	}
 	sctx, scancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
 	s, err := t.h.NewStream(sctx, parent, ProtoTree)
 	scancel()
 	if err != nil {
-		return fmt.Errorf("open tree stream to %s: %w", t.describe(parent), err)
+		return ended(fmt.Errorf("open tree stream to %s: %w", t.describe(parent), err))
 	}
 	defer s.Reset()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
@@ -134,20 +106,21 @@ func (t *Tree) parentSession() error {
 	br := bufio.NewReader(s)
 	_ = s.SetDeadline(time.Now().Add(t.cfg.RequestTimeout))
 	if _, err := s.Write(appendFrame(nil, msgHello, encodeHello(hello{Site: t.cfg.Site, Addrs: addrs}))); err != nil {
-		return fmt.Errorf("hello to %s: %w", t.describe(parent), err)
+		return ended(fmt.Errorf("hello to %s: %w", t.describe(parent), err))
 	}
 	typ, payload, err := readFrame(br)
 	if err != nil {
-		return fmt.Errorf("welcome from %s: %w", t.describe(parent), err)
+		return ended(fmt.Errorf("welcome from %s: %w", t.describe(parent), err))
 	}
 	if typ != msgWelcome {
-		return fmt.Errorf("welcome from %s: %w", t.describe(parent), malformed("got type 0x%02x", typ))
+		return ended(fmt.Errorf("welcome from %s: %w", t.describe(parent), malformed("got type 0x%02x", typ)))
 	}
 	psite, err := decodeWelcome(payload)
 	if err != nil {
-		return fmt.Errorf("welcome from %s: %w", t.describe(parent), err)
+		return ended(fmt.Errorf("welcome from %s: %w", t.describe(parent), err))
 	}
 	_ = s.SetDeadline(time.Time{})
+	upSince = time.Now()
 	t.setConnected(true)
 	t.log.Info("connected to parent", "parent", t.parentAddr(), "parent_site", psite)
 	t.wg.Go(func() { t.reannounce(ctx) })
@@ -175,8 +148,8 @@ func (t *Tree) parentSession() error {
 	var probeTick <-chan time.Time
 	probed := make(chan int, 1)
 	probing := false
-	if cur := int(t.cur.Load()); cur > 0 && t.cfg.RetryPreferred > 0 {
-		pt := time.NewTicker(t.cfg.RetryPreferred)
+	if probeEvery > 0 {
+		pt := time.NewTicker(probeEvery)
 		defer pt.Stop()
 		probeTick = pt.C
 	}
@@ -184,9 +157,9 @@ func (t *Tree) parentSession() error {
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return ended(ctx.Err())
 		case err := <-readErr:
-			return fmt.Errorf("tree stream to %s: %w", t.describe(parent), err)
+			return ended(fmt.Errorf("tree stream to %s: %w", t.describe(parent), err))
 		case <-probeTick:
 			if !probing {
 				probing = true
@@ -196,13 +169,13 @@ func (t *Tree) parentSession() error {
 		case i := <-probed:
 			probing = false
 			if i >= 0 {
-				return backToPreferred{index: i}
+				return ended(backToPreferred{index: i})
 			}
 		case <-tick.C:
 			seq++
 			_ = s.SetWriteDeadline(time.Now().Add(t.cfg.Keepalive))
 			if _, err := s.Write(appendFrame(nil, msgPing, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
-				return fmt.Errorf("ping %s: %w", t.describe(parent), err)
+				return ended(fmt.Errorf("ping %s: %w", t.describe(parent), err))
 			}
 		}
 	}
