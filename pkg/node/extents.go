@@ -23,7 +23,7 @@ func (n *Node) OpenExtents(ctx context.Context, name string) (rpcbridge.Info, rp
 	if err != nil {
 		return rpcbridge.Info{}, nil, err
 	}
-	if err := n.tree.Fetch(ctx, rec); err != nil {
+	if err := n.engine.Fetch(ctx, rec); err != nil {
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
 	info := n.info(rec, m)
@@ -117,7 +117,7 @@ func (n *Node) verifiedChunk(ctx context.Context, rec blob.Record, h blob.Hash, 
 		}
 		n.log.Warn("local chunk damaged: fetching it again", "name", rec.Name, "chunk", i, "err", err)
 		n.store.DropChunk(h, err.Error())
-		if ferr := n.tree.Fetch(ctx, rec); ferr != nil {
+		if ferr := n.engine.Fetch(ctx, rec); ferr != nil {
 			return nil, fmt.Errorf("get %q: chunk %d: %w; fetching it again failed: %v", rec.Name, i, err, ferr)
 		}
 	}

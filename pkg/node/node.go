@@ -19,6 +19,7 @@ import (
 	"github.com/omst-project/omst/pkg/cache"
 	"github.com/omst-project/omst/pkg/peerhost"
 	"github.com/omst-project/omst/pkg/rpcbridge"
+	"github.com/omst-project/omst/pkg/transfer"
 	"github.com/omst-project/omst/pkg/tree"
 )
 
@@ -70,6 +71,7 @@ type Node struct {
 	store  *cache.Store
 	host   host.Host
 	tree   *tree.Tree
+	engine *transfer.Engine
 	server *rpcbridge.Server
 	ln     net.Listener
 	cancel context.CancelFunc
@@ -160,26 +162,43 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			return nil, fmt.Errorf("--parent %s is this node itself", cfg.Fallbacks[i])
 		}
 	}
-	n.tree, err = tree.New(tree.Config{
+	tcfg := tree.Config{
 		Host:           n.host,
 		Store:          n.store,
 		Parent:         parent,
 		Fallbacks:      fallbacks,
 		RetryPreferred: cfg.RetryPreferred,
-		Mode:           relayMode(cfg.StoreForward),
 		Site:           cfg.Site,
-		Window:         cfg.Window,
-		Replicate:      !cfg.NoReplicate,
 		Logger:         cfg.Logger,
+	}
+	if !cfg.NoReplicate {
+		// A relay copies a blob its child put, so that a result is
+		// durable once the head holds it (n.engine is set below, before
+		// the tree starts).
+		tcfg.OnChildPut = func(r blob.Record) { n.engine.Replicate(r) }
+	}
+	if n.tree, err = tree.New(tcfg); err != nil {
+		return nil, fmt.Errorf("tree: %w", err)
+	}
+	n.engine, err = transfer.New(transfer.Config{
+		Host:    n.host,
+		Store:   n.store,
+		Sources: n.tree,
+		Mode:    relayMode(cfg.StoreForward),
+		Window:  cfg.Window,
+		Logger:  cfg.Logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tree: %w", err)
+		return nil, fmt.Errorf("transfer: %w", err)
 	}
 	if err = started("joining the tree"); err != nil {
 		return nil, err
 	}
 	tctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	if err = n.engine.Start(tctx); err != nil {
+		return nil, fmt.Errorf("transfer: %w", err)
+	}
 	if err = n.tree.Start(tctx); err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
@@ -221,6 +240,9 @@ func (n *Node) Close() error {
 		}
 		if n.tree != nil {
 			errs = append(errs, n.tree.Close())
+		}
+		if n.engine != nil {
+			errs = append(errs, n.engine.Close())
 		}
 		if n.cancel != nil {
 			n.cancel()
@@ -282,7 +304,7 @@ func (n *Node) resolve(ctx context.Context, name string) (blob.Record, *blob.Man
 	if err != nil {
 		return blob.Record{}, nil, err
 	}
-	m, err := n.tree.Manifest(ctx, rec)
+	m, err := n.engine.Manifest(ctx, rec.ID)
 	if err != nil {
 		return blob.Record{}, nil, fmt.Errorf("manifest of %q (%s): %w", name, rec.ID, err)
 	}
@@ -296,7 +318,7 @@ func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCl
 	if err != nil {
 		return rpcbridge.Info{}, nil, err
 	}
-	rc, err := n.tree.Open(ctx, rec)
+	rc, err := n.engine.Open(ctx, rec)
 	if err != nil {
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
@@ -414,7 +436,7 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 
 // Status reports the node's place in the tree, its cache use and counters.
 func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
-	ts := n.tree.Status()
+	ts, es := n.tree.Status(), n.engine.Status()
 	u := n.store.Usage()
 	st := rpcbridge.Status{
 		PeerID:          n.host.ID().String(),
@@ -425,13 +447,13 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		CacheCap:        u.CapBytes,
 		CachePinned:     u.PinnedBytes,
 		Chunks:          u.Chunks,
-		BytesServed:     ts.BytesServed,
-		BytesFetched:    ts.BytesFetched,
-		PeerErrors:      ts.PeerErrors,
+		BytesServed:     es.BytesServed,
+		BytesFetched:    es.BytesFetched,
+		PeerErrors:      ts.PeerErrors + es.PeerErrors,
 		CacheOrphaned:   u.OrphanedBytes,
 		ChunksDamaged:   u.DamagedChunks,
-		CorruptReceived: ts.CorruptReceived,
-		CorruptReports:  ts.CorruptReports,
+		CorruptReceived: es.CorruptReceived,
+		CorruptReports:  es.CorruptReports,
 		Version:         Version,
 	}
 	if ts.Parent != "" {
@@ -463,9 +485,9 @@ func (n *Node) info(r blob.Record, m *blob.Manifest) rpcbridge.Info {
 	return in
 }
 
-func relayMode(storeForward bool) tree.Mode {
+func relayMode(storeForward bool) transfer.Mode {
 	if storeForward {
-		return tree.ModeStoreForward
+		return transfer.ModeStoreForward
 	}
-	return tree.ModeCutThrough
+	return transfer.ModeCutThrough
 }

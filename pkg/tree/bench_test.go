@@ -50,16 +50,16 @@ func BenchmarkParentFetch(b *testing.B) {
 
 	var omst, limit float64
 	for b.Loop() {
-		w := newNode(b, root, "siteA", nil, func(c *Config) {
+		w := newNode(b, root, "siteA", nil, func(c *nodeCfg) {
 			if n, err := strconv.Atoi(os.Getenv("TREE_BENCH_STREAMS")); err == nil {
-				c.StreamsPerPeer = n
+				c.Engine.StreamsPerPeer = n
 			}
 			if n, err := strconv.Atoi(os.Getenv("TREE_BENCH_WINDOW")); err == nil {
-				c.Window = n
+				c.Engine.Window = n
 			}
 		})
 		start := time.Now()
-		if err := w.tree.Fetch(ctx, rec); err != nil {
+		if err := w.eng.Fetch(ctx, rec); err != nil {
 			b.Fatal(err)
 		}
 		omst += size / time.Since(start).Seconds() / 1e6

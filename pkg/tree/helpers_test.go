@@ -3,163 +3,45 @@ package tree
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
-	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
-	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
-	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/omst-project/omst/internal/memstore"
+	"github.com/omst-project/omst/internal/p2ptest"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer"
 )
 
-// memStore is an in-memory Store.
-type memStore struct {
-	mu        sync.Mutex
-	chunks    map[blob.Hash][]byte
-	manifests map[cid.Cid]*blob.Manifest
-	records   map[string]blob.Record
-}
+// memStore is the in-memory store of the tests.
+type memStore = memstore.Store
 
-func newMemStore() *memStore {
-	return &memStore{chunks: map[blob.Hash][]byte{}, manifests: map[cid.Cid]*blob.Manifest{}, records: map[string]blob.Record{}}
-}
-
-func (s *memStore) HasChunk(h blob.Hash) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.chunks[h]
-	return ok
-}
-
-func (s *memStore) ReadChunk(h blob.Hash) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.chunks[h]
-	if !ok {
-		return nil, fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
-	}
-	return b, nil
-}
-
-// RecheckChunk verifies the held bytes and drops them if they are damaged.
-func (s *memStore) RecheckChunk(h blob.Hash) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.chunks[h]
-	if !ok || h.Verify(b) == nil {
-		return false, nil
-	}
-	delete(s.chunks, h)
-	return true, nil
-}
-
-func (s *memStore) PutChunk(h blob.Hash, data []byte) error {
-	if err := h.Verify(data); err != nil {
-		return err
-	}
-	return s.PutVerifiedChunk(h, data)
-}
-
-func (s *memStore) PutVerifiedChunk(h blob.Hash, data []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.chunks[h] = data
-	return nil
-}
-
-func (s *memStore) Manifest(id cid.Cid) (*blob.Manifest, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, ok := s.manifests[id]
-	if !ok {
-		return nil, fmt.Errorf("manifest %s: %w", id, blob.ErrNotFound)
-	}
-	return m, nil
-}
-
-func (s *memStore) PutManifest(m *blob.Manifest) (cid.Cid, error) {
-	id := m.CID()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.manifests[id] = m
-	return id, nil
-}
-
-func (s *memStore) Record(name string) (blob.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.records[name]
-	if !ok {
-		return r, fmt.Errorf("name %q: %w", name, blob.ErrNotFound)
-	}
-	return r, nil
-}
-
-func (s *memStore) PutRecord(r blob.Record) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, ok := s.records[r.Name]; ok && !r.Newer(old) {
-		return false, nil
-	}
-	s.records[r.Name] = r
-	return true, nil
-}
-
-func (s *memStore) List(prefix string) ([]blob.Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []blob.Record
-	for n, r := range s.records {
-		if strings.HasPrefix(n, prefix) {
-			out = append(out, r)
-		}
-	}
-	slices.SortFunc(out, func(a, b blob.Record) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
-}
+func newMemStore() *memStore { return memstore.New() }
 
 func newTestHost(t testing.TB, extra ...libp2p.Option) host.Host {
-	t.Helper()
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(rcmgr.InfiniteLimits))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []libp2p.Option{
-		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
-		libp2p.Transport(tcp.NewTCPTransport),
-		libp2p.Security(libp2ptls.ID, libp2ptls.New),
-		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
-		libp2p.DisableRelay(),
-		libp2p.ResourceManager(rm),
-	}
-	h, err := libp2p.New(append(opts, extra...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
+	return p2ptest.NewHost(t, extra...)
 }
 
 type testNode struct {
 	h     host.Host
 	tree  *Tree
-	store Store
+	eng   *transfer.Engine
+	store nodeStore
 	mem   *memStore
 	addrs []ma.Multiaddr // listen addresses, kept by stop for restart
+}
+
+// nodeStore is a store for both the tree and the transfer engine.
+type nodeStore interface {
+	Store
+	transfer.Store
 }
 
 func (n *testNode) info() *peer.AddrInfo {
@@ -168,11 +50,21 @@ func (n *testNode) info() *peer.AddrInfo {
 
 func (n *testNode) stop() {
 	n.addrs = n.h.Addrs()
+	n.eng.Close()
 	n.tree.Close()
 	n.h.Close()
 }
 
-type nodeOpt func(*Config)
+// nodeCfg configures a test node: its tree and its transfer engine, which
+// takes the tree as its source provider. Replicate wires the tree's
+// OnChildPut to the engine's Replicate, as the daemon does.
+type nodeCfg struct {
+	Config
+	Engine    transfer.Config
+	Replicate bool
+}
+
+type nodeOpt func(*nodeCfg)
 
 func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("TREE_TEST_LOG") != "" {
@@ -183,7 +75,7 @@ func testLogger(t testing.TB) *slog.Logger {
 
 // newNode starts a tree node under parent (nil for a root). wrap, when not
 // nil, wraps the node's memStore.
-func newNode(t testing.TB, parent *testNode, site string, wrap func(*memStore) Store, opts ...nodeOpt) *testNode {
+func newNode(t testing.TB, parent *testNode, site string, wrap func(*memStore) nodeStore, opts ...nodeOpt) *testNode {
 	t.Helper()
 	return newNodeOn(t, newTestHost(t), parent, site, wrap, opts...)
 }
@@ -197,29 +89,47 @@ func (n *testNode) restart(t testing.TB, parent *testNode, site string) *testNod
 }
 
 // newNodeOn is newNode on the host h.
-func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap func(*memStore) Store, opts ...nodeOpt) *testNode {
+func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap func(*memStore) nodeStore, opts ...nodeOpt) *testNode {
 	t.Helper()
 	mem := newMemStore()
-	var st Store = mem
+	var st nodeStore = mem
 	if wrap != nil {
 		st = wrap(mem)
 	}
-	cfg := Config{Host: h, Store: st, Site: site, Logger: testLogger(t), DialTimeout: 2 * time.Second, RequestTimeout: 10 * time.Second}
+	nc := nodeCfg{Config: Config{Host: h, Store: st, Site: site, Logger: testLogger(t), DialTimeout: 2 * time.Second, RequestTimeout: 10 * time.Second}}
 	if parent != nil {
-		cfg.Parent = parent.info()
+		nc.Parent = parent.info()
 	}
 	for _, o := range opts {
-		o(&cfg)
+		o(&nc)
 	}
-	tr, err := New(cfg)
+	tr, err := New(nc.Config)
 	if err != nil {
 		t.Fatal(err)
+	}
+	ec := nc.Engine
+	ec.Host, ec.Store, ec.Sources, ec.Logger = h, st, tr, nc.Logger
+	if ec.DialTimeout == 0 {
+		ec.DialTimeout = nc.DialTimeout
+	}
+	if ec.RequestTimeout == 0 {
+		ec.RequestTimeout = nc.RequestTimeout
+	}
+	eng, err := transfer.New(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc.Replicate {
+		tr.cfg.OnChildPut = eng.Replicate
 	}
 	if err := tr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tr.Close() })
-	return &testNode{h: h, tree: tr, store: st, mem: mem}
+	if err := eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(); tr.Close() })
+	return &testNode{h: h, tree: tr, eng: eng, store: st, mem: mem}
 }
 
 func randBlob(n int, seed uint64) []byte {
@@ -282,7 +192,7 @@ func readAll(t testing.TB, n *testNode, name string) []byte {
 	if err != nil {
 		t.Fatalf("lookup %q: %v", name, err)
 	}
-	rc, err := n.tree.Open(ctx, r)
+	rc, err := n.eng.Open(ctx, r)
 	if err != nil {
 		t.Fatalf("open %q: %v", name, err)
 	}

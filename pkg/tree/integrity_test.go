@@ -55,9 +55,7 @@ func (s *lyingStore) RecheckChunk(h blob.Hash) (bool, error) {
 		return false, nil
 	}
 	s.bad = false
-	s.memStore.mu.Lock()
-	delete(s.memStore.chunks, h)
-	s.memStore.mu.Unlock()
+	s.memStore.DeleteChunk(h)
 	return true, nil
 }
 
@@ -66,7 +64,7 @@ func (s *lyingStore) RecheckChunk(h blob.Hash) (bool, error) {
 func TestCorruptReportedToSender(t *testing.T) {
 	var liar *lyingStore
 	root := newNode(t, nil, "master", nil)
-	head := newNode(t, root, "siteA", func(m *memStore) Store { liar = &lyingStore{memStore: m, repairs: true}; return liar })
+	head := newNode(t, root, "siteA", func(m *memStore) nodeStore { liar = &lyingStore{memStore: m, repairs: true}; return liar })
 	w := newNode(t, head, "siteA", nil)
 	waitConnected(t, head, w)
 	data := randBlob(300<<10, 7)
@@ -80,11 +78,11 @@ func TestCorruptReportedToSender(t *testing.T) {
 	if b := readAll(t, w, "x"); !bytes.Equal(b, data) {
 		t.Fatal("wrong bytes at the worker")
 	}
-	waitFor(t, "the head to receive the report", 5*time.Second, func() bool { return head.tree.Status().CorruptReports >= 1 })
+	waitFor(t, "the head to receive the report", 5*time.Second, func() bool { return head.eng.Status().CorruptReports >= 1 })
 	if liar.rechecks.Load() < 1 {
 		t.Fatal("the head never re-checked its copy")
 	}
-	if st := w.tree.Status(); st.CorruptReceived != 1 {
+	if st := w.eng.Status(); st.CorruptReceived != 1 {
 		t.Fatalf("worker counted %d corrupt chunks, want 1", st.CorruptReceived)
 	}
 	if b, err := head.mem.ReadChunk(m.Chunks[7]); err != nil || m.Chunks[7].Verify(b) != nil {
@@ -98,8 +96,8 @@ func TestCorruptReportedToSender(t *testing.T) {
 func TestCorruptSourceFallsBack(t *testing.T) {
 	var liar *lyingStore
 	root := newNode(t, nil, "master", nil)
-	head := newNode(t, root, "siteA", func(m *memStore) Store { liar = &lyingStore{memStore: m}; return liar })
-	w := newNode(t, head, "siteA", nil, func(c *Config) { c.Fallbacks = []peer.AddrInfo{*root.info()} })
+	head := newNode(t, root, "siteA", func(m *memStore) nodeStore { liar = &lyingStore{memStore: m}; return liar })
+	w := newNode(t, head, "siteA", nil, func(c *nodeCfg) { c.Fallbacks = []peer.AddrInfo{*root.info()} })
 	waitConnected(t, head, w)
 	data := randBlob(200<<10, 8)
 	rec := put(t, root, "y", data, 16<<10)
@@ -112,32 +110,11 @@ func TestCorruptSourceFallsBack(t *testing.T) {
 	if b := readAll(t, w, "y"); !bytes.Equal(b, data) {
 		t.Fatal("wrong bytes at the worker")
 	}
-	st := w.tree.Status()
+	st := w.eng.Status()
 	if st.CorruptReceived < 2 {
 		t.Fatalf("worker counted %d corrupt chunks, want >= 2 (once more from the same source, then the fallback)", st.CorruptReceived)
 	}
-	waitFor(t, "the head to receive the reports", 5*time.Second, func() bool { return head.tree.Status().CorruptReports >= 2 })
-}
-
-// A request made for a peer never waits on a fetch that asks that very
-// peer (it asks us because it lacks the chunk).
-func TestJoinable(t *testing.T) {
-	a, b := peer.ID("a"), peer.ID("b")
-	for _, tc := range []struct {
-		c     *chunkCall
-		asker peer.ID
-		want  bool
-	}{
-		{nil, "", false},
-		{nil, a, false},
-		{&chunkCall{src: a}, "", true},
-		{&chunkCall{src: a}, b, true},
-		{&chunkCall{src: a}, a, false},
-	} {
-		if got := joinable(tc.c, tc.asker); got != tc.want {
-			t.Errorf("joinable(%+v, asker %q) = %v, want %v", tc.c, tc.asker, got, tc.want)
-		}
-	}
+	waitFor(t, "the head to receive the reports", 5*time.Second, func() bool { return head.eng.Status().CorruptReports >= 2 })
 }
 
 // An ERROR reply (a relay that could not get the chunk) counts as a peer
@@ -145,7 +122,7 @@ func TestJoinable(t *testing.T) {
 func TestErrorRepliesCounted(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", nil)
-	w := newNode(t, head, "siteA", nil, func(c *Config) { c.RequestTimeout = 3 * time.Second; c.DialTimeout = time.Second })
+	w := newNode(t, head, "siteA", nil, func(c *nodeCfg) { c.RequestTimeout = 3 * time.Second; c.DialTimeout = time.Second })
 	waitConnected(t, head, w)
 	put(t, root, "z", randBlob(64<<10, 9), 16<<10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -154,14 +131,14 @@ func TestErrorRepliesCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.tree.Manifest(ctx, r); err != nil { // the head keeps a copy of the manifest
+	if _, err := w.eng.Manifest(ctx, r.ID); err != nil { // the head keeps a copy of the manifest
 		t.Fatal(err)
 	}
 	root.stop()
-	if err := w.tree.Fetch(ctx, r); err == nil {
+	if err := w.eng.Fetch(ctx, r); err == nil {
 		t.Fatal("fetch succeeded with the only copy gone")
 	}
-	if st := w.tree.Status(); st.PeerErrors == 0 {
+	if st := w.eng.Status(); st.PeerErrors == 0 {
 		t.Fatalf("the head's ERROR replies were not counted as peer errors: %+v", st)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/omst-project/omst/internal/wire"
 )
 
 var sessionSeq atomic.Uint64
@@ -91,7 +93,7 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 	s, err := t.h.NewStream(sctx, parent, ProtoTree)
 	scancel()
 	if err != nil {
-		return ended(fmt.Errorf("open tree stream to %s: %w", t.describe(parent), err))
+		return ended(fmt.Errorf("open tree stream to %s: %w", t.Describe(parent), err))
 	}
 	defer s.Reset()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
@@ -106,18 +108,18 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 	br := bufio.NewReader(s)
 	_ = s.SetDeadline(time.Now().Add(t.cfg.RequestTimeout))
 	if _, err := s.Write(appendFrame(nil, msgHello, encodeHello(hello{Site: t.cfg.Site, Addrs: addrs}))); err != nil {
-		return ended(fmt.Errorf("hello to %s: %w", t.describe(parent), err))
+		return ended(fmt.Errorf("hello to %s: %w", t.Describe(parent), err))
 	}
 	typ, payload, err := readFrame(br)
 	if err != nil {
-		return ended(fmt.Errorf("welcome from %s: %w", t.describe(parent), err))
+		return ended(fmt.Errorf("welcome from %s: %w", t.Describe(parent), err))
 	}
 	if typ != msgWelcome {
-		return ended(fmt.Errorf("welcome from %s: %w", t.describe(parent), malformed("got type 0x%02x", typ)))
+		return ended(fmt.Errorf("welcome from %s: %w", t.Describe(parent), malformed("got type 0x%02x", typ)))
 	}
 	psite, err := decodeWelcome(payload)
 	if err != nil {
-		return ended(fmt.Errorf("welcome from %s: %w", t.describe(parent), err))
+		return ended(fmt.Errorf("welcome from %s: %w", t.Describe(parent), err))
 	}
 	_ = s.SetDeadline(time.Time{})
 	upSince = time.Now()
@@ -159,7 +161,7 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 		case <-ctx.Done():
 			return ended(ctx.Err())
 		case err := <-readErr:
-			return ended(fmt.Errorf("tree stream to %s: %w", t.describe(parent), err))
+			return ended(fmt.Errorf("tree stream to %s: %w", t.Describe(parent), err))
 		case <-probeTick:
 			if !probing {
 				probing = true
@@ -175,7 +177,7 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 			seq++
 			_ = s.SetWriteDeadline(time.Now().Add(t.cfg.Keepalive))
 			if _, err := s.Write(appendFrame(nil, msgPing, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
-				return ended(fmt.Errorf("ping %s: %w", t.describe(parent), err))
+				return ended(fmt.Errorf("ping %s: %w", t.Describe(parent), err))
 			}
 		}
 	}
@@ -251,7 +253,7 @@ func (t *Tree) handleTree(s network.Stream) {
 		_ = s.SetDeadline(time.Now().Add(3 * t.cfg.Keepalive))
 		typ, payload, err := readFrame(br)
 		if err != nil {
-			if !errors.Is(err, errMalformed) {
+			if !errors.Is(err, wire.ErrMalformed) {
 				return
 			}
 			t.notePeerError(p, "tree stream", err)

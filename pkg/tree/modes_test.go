@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/transfer"
 )
 
 // A store-and-forward relay serves no chunk of a blob before it holds all
 // of it; the bytes still arrive intact.
 func TestStoreForwardRelay(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
-	head := newNode(t, root, "a", nil, func(c *Config) { c.Mode = ModeStoreForward })
+	head := newNode(t, root, "a", nil, func(c *nodeCfg) { c.Engine.Mode = transfer.ModeStoreForward })
 	w := newNode(t, head, "a", nil)
 	waitConnected(t, head, w)
 	data := randBlob(3<<20+11, 7)
@@ -28,7 +30,7 @@ func TestStoreForwardRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := w.tree.Open(ctx, r)
+	rc, err := w.eng.Open(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestStoreForwardRelay(t *testing.T) {
 func TestFallbackParent(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "a", nil)
-	w := newNode(t, head, "a", nil, func(c *Config) {
+	w := newNode(t, head, "a", nil, func(c *nodeCfg) {
 		c.Fallbacks = []peer.AddrInfo{*root.info()}
 		c.Keepalive = 200 * time.Millisecond
 	})
@@ -98,7 +100,7 @@ func TestFallbackParent(t *testing.T) {
 func TestFallbackReturnsToPreferred(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "a", nil)
-	w := newNode(t, head, "a", nil, func(c *Config) {
+	w := newNode(t, head, "a", nil, func(c *nodeCfg) {
 		c.Fallbacks = []peer.AddrInfo{*root.info()}
 		c.Keepalive = 200 * time.Millisecond
 		c.RetryPreferred = 300 * time.Millisecond
@@ -140,7 +142,7 @@ func TestFallbackReturnsToPreferred(t *testing.T) {
 func TestFallbackStaysWithoutRetry(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "a", nil)
-	w := newNode(t, head, "a", nil, func(c *Config) {
+	w := newNode(t, head, "a", nil, func(c *nodeCfg) {
 		c.Fallbacks = []peer.AddrInfo{*root.info()}
 		c.Keepalive = 200 * time.Millisecond
 		c.RetryPreferred = -1

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -24,7 +24,7 @@ func (t *Tree) namesCall(ctx context.Context, p peer.ID, q namesRequest) (namesR
 	}
 	s, err := t.h.NewStream(ctx, p, ProtoNames)
 	if err != nil {
-		return namesReply{}, fmt.Errorf("%s: %w: %v", t.describe(p), blob.ErrUnreachable, err)
+		return namesReply{}, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
 	}
 	defer s.Reset()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
@@ -33,27 +33,27 @@ func (t *Tree) namesCall(ctx context.Context, p peer.ID, q namesRequest) (namesR
 		_ = s.SetDeadline(dl)
 	}
 	if _, err := s.Write(encodeNamesRequest(q)); err != nil {
-		return namesReply{}, fmt.Errorf("%s: %w: %v", t.describe(p), blob.ErrUnreachable, err)
+		return namesReply{}, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
 	}
 	_ = s.CloseWrite()
 	typ, payload, err := readFrame(bufio.NewReader(s))
 	if err != nil {
-		if errors.Is(err, errMalformed) {
+		if errors.Is(err, wire.ErrMalformed) {
 			t.notePeerError(p, "names reply", err)
-			return namesReply{}, fmt.Errorf("%s: %w", t.describe(p), err)
+			return namesReply{}, fmt.Errorf("%s: %w", t.Describe(p), err)
 		}
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			err = fmt.Errorf("no reply within %v", t.cfg.RequestTimeout)
 		}
-		return namesReply{}, fmt.Errorf("%s: %w: %v", t.describe(p), blob.ErrUnreachable, err)
+		return namesReply{}, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
 	}
 	rep, err := decodeNamesReply(typ, payload)
 	if err != nil {
 		t.notePeerError(p, "names reply", err)
-		return namesReply{}, fmt.Errorf("%s: %w", t.describe(p), err)
+		return namesReply{}, fmt.Errorf("%s: %w", t.Describe(p), err)
 	}
 	if rep.Type == msgError {
-		return rep, remoteError(t.describe(p), rep)
+		return rep, remoteError(t.Describe(p), rep)
 	}
 	return rep, nil
 }
@@ -156,7 +156,7 @@ func (t *Tree) announceTo(ctx context.Context, r blob.Record) error {
 		return err
 	}
 	if rep.Type != msgAck {
-		return fmt.Errorf("%s: %w", t.describe(parent), malformed("reply 0x%02x to ANNOUNCE", rep.Type))
+		return fmt.Errorf("%s: %w", t.Describe(parent), malformed("reply 0x%02x to ANNOUNCE", rep.Type))
 	}
 	return nil
 }
@@ -205,54 +205,6 @@ func (t *Tree) reannounce(ctx context.Context) {
 	}
 }
 
-// Manifest returns the manifest of r's blob: from the store, else fetched
-// from r's sources, verified against r.ID and stored.
-func (t *Tree) Manifest(ctx context.Context, r blob.Record) (*blob.Manifest, error) {
-	m, err := t.store.Manifest(r.ID)
-	if err == nil {
-		return m, nil
-	}
-	if !errors.Is(err, blob.ErrNotFound) {
-		return nil, fmt.Errorf("manifest %s: local store: %w", r.ID, err)
-	}
-	return t.fetchManifest(ctx, r.ID, t.sourcesForRecord(r))
-}
-
-// fetchManifest asks each source in turn for the manifest of id.
-func (t *Tree) fetchManifest(ctx context.Context, id cid.Cid, sources []peer.ID) (*blob.Manifest, error) {
-	if len(sources) == 0 {
-		return nil, fmt.Errorf("manifest %s: %w (no source to ask)", id, blob.ErrNotFound)
-	}
-	var errs []error
-	for _, p := range sources {
-		rep, err := t.namesCall(ctx, p, namesRequest{Type: msgManifest, ID: id})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if rep.Type == msgNotFound {
-			errs = append(errs, fmt.Errorf("%s: %w", t.describe(p), blob.ErrNotFound))
-			continue
-		}
-		if rep.Type != msgManifestOK {
-			errs = append(errs, fmt.Errorf("%s: %w", t.describe(p), malformed("reply 0x%02x to MANIFEST", rep.Type)))
-			continue
-		}
-		t.bytesFetched.Add(uint64(len(rep.Manifest)))
-		m, err := blob.VerifyManifest(id, rep.Manifest)
-		if err != nil {
-			t.notePeerError(p, "manifest", err)
-			errs = append(errs, fmt.Errorf("%s: %w", t.describe(p), err))
-			continue
-		}
-		if _, err := t.store.PutManifest(m); err != nil {
-			t.log.Warn("store manifest", "id", id, "err", err)
-		}
-		return m, nil
-	}
-	return nil, fmt.Errorf("manifest %s: %w", id, errors.Join(errs...))
-}
-
 // handleNames serves one names request.
 func (t *Tree) handleNames(s network.Stream) {
 	defer s.Close()
@@ -276,8 +228,6 @@ func (t *Tree) handleNames(s network.Stream) {
 		reply = t.serveLookup(ctx, q.Name)
 	case msgAnnounce:
 		reply = t.serveAnnounce(ctx, p, q.Record)
-	case msgManifest:
-		reply = t.serveManifest(ctx, p, q.ID)
 	}
 	if _, err := s.Write(reply); err != nil {
 		t.log.Debug("names reply", "peer", p, "err", err)
@@ -315,50 +265,9 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 		fctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout/2)
 		_ = t.announceUp(fctx, r)
 		cancel()
-		if t.cfg.Replicate && len(t.parents) > 0 && r.Origin == p.String() {
-			t.replicate(r)
+		if t.cfg.OnChildPut != nil && len(t.parents) > 0 && r.Origin == p.String() {
+			t.goTracked(func() { t.cfg.OnChildPut(r) })
 		}
 	}
 	return appendFrame(nil, msgAck, nil)
-}
-
-func (t *Tree) serveManifest(ctx context.Context, p peer.ID, id cid.Cid) []byte {
-	m, err := t.store.Manifest(id)
-	if errors.Is(err, blob.ErrNotFound) {
-		m, err = t.fetchManifest(ctx, id, t.sourcesForID(id, p))
-	}
-	if errors.Is(err, blob.ErrNotFound) {
-		return appendFrame(nil, msgNotFound, nil)
-	}
-	if err != nil {
-		return errorFrame(err)
-	}
-	b := m.Encode()
-	t.bytesServed.Add(uint64(len(b)))
-	return appendFrame(nil, msgManifestOK, b)
-}
-
-// replicate fetches r's blob in the background (once at a time per blob).
-func (t *Tree) replicate(r blob.Record) {
-	t.mu.Lock()
-	if t.replicas[r.ID] || t.closed {
-		t.mu.Unlock()
-		return
-	}
-	t.replicas[r.ID] = true
-	t.wg.Add(1)
-	t.mu.Unlock()
-	go func() {
-		defer t.wg.Done()
-		defer func() {
-			t.mu.Lock()
-			delete(t.replicas, r.ID)
-			t.mu.Unlock()
-		}()
-		if err := t.Fetch(t.ctx, r); err != nil {
-			t.log.Warn("replicate failed", "name", r.Name, "id", r.ID, "err", err)
-			return
-		}
-		t.log.Info("replicated", "name", r.Name, "id", r.ID, "size", r.Size)
-	}()
 }

@@ -19,28 +19,8 @@ import (
 )
 
 // Store is what the tree needs from the local store (pkg/cache.Store
-// implements it). Every method is safe for concurrent use.
+// implements it): name records. Every method is safe for concurrent use.
 type Store interface {
-	// HasChunk reports whether the chunk is stored.
-	HasChunk(h blob.Hash) bool
-	// ReadChunk returns the chunk's bytes, verified against h since they
-	// were last read from disk (the tree serves them without hashing them
-	// again), or an error wrapping blob.ErrNotFound if it is absent. A
-	// stored copy found damaged is dropped from the store and reported with
-	// an error (wrapping blob.ErrCorrupt), so that the tree fetches it
-	// again. The bytes are shared: the tree never modifies them.
-	ReadChunk(h blob.Hash) ([]byte, error)
-	// RecheckChunk reads the stored chunk again from disk and verifies it,
-	// forgetting any verified copy in memory; a damaged one is dropped and
-	// reported as damaged. An absent chunk is not damaged.
-	RecheckChunk(h blob.Hash) (damaged bool, err error)
-	// PutVerifiedChunk stores data, which the tree has verified against h;
-	// blob.ErrNoSpace on failure. The tree never modifies data afterwards.
-	PutVerifiedChunk(h blob.Hash, data []byte) error
-	// Manifest returns the manifest of blob id, or blob.ErrNotFound.
-	Manifest(id cid.Cid) (*blob.Manifest, error)
-	// PutManifest stores m and returns its blob ID.
-	PutManifest(m *blob.Manifest) (cid.Cid, error)
 	// Record returns the name record of name, or blob.ErrNotFound.
 	Record(name string) (blob.Record, error)
 	// PutRecord stores r only if r.Newer(current) (or there is none) and
@@ -50,25 +30,11 @@ type Store interface {
 	List(prefix string) ([]blob.Record, error)
 }
 
-// Mode selects how a relay forwards a blob downstream.
-type Mode int
-
-const (
-	// ModeCutThrough forwards every verified chunk as soon as it arrives.
-	ModeCutThrough Mode = iota
-	// ModeStoreForward makes a relay fetch and store the whole blob before
-	// it serves any chunk of it to a child (OmniStorage's original
-	// behaviour, kept for comparison).
-	ModeStoreForward
-)
-
 // Defaults for Config.
 const (
-	DefaultWindow         = 16
 	DefaultDialTimeout    = 5 * time.Second
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultKeepalive      = 5 * time.Second
-	DefaultStreamsPerPeer = 2
 	DefaultRetryPreferred = 30 * time.Second
 )
 
@@ -79,7 +45,7 @@ type Config struct {
 	Parent *peer.AddrInfo // nil for the root
 	// Fallbacks are further parents, tried in order when the current
 	// parent cannot be reached (e.g. the root, for a worker whose head
-	// node dies). They are also fetch sources of last resort.
+	// node dies). They are also sources of last resort.
 	Fallbacks []peer.AddrInfo
 	// RetryPreferred is how often a node on a fallback checks whether a
 	// parent earlier in the list (the head that died) can be reached
@@ -87,23 +53,17 @@ type Config struct {
 	// never, the node stays where it is until that parent fails too).
 	RetryPreferred time.Duration
 	Site           string
-	// Window is the number of chunks in flight per blob fetch (default 16).
-	Window int
-	// Replicate makes a node with a parent fetch, in the background, every
-	// blob announced to it directly by the child that put it.
-	Replicate      bool
+	// OnChildPut, when set on a node with a parent, is called (in its own
+	// goroutine) with every record that a child announced about a blob it
+	// put itself: a relay replicates such blobs, so that a result is
+	// durable once its head node holds a copy.
+	OnChildPut     func(blob.Record)
 	DialTimeout    time.Duration // default 5s
-	RequestTimeout time.Duration // per chunk/lookup request to a peer, default 30s
+	RequestTimeout time.Duration // per names request to a peer, default 30s
 	// Keepalive is the PING interval on the tree stream (default 5s); a
 	// peer silent for three intervals is considered gone.
 	Keepalive time.Duration
-	// Mode is the relay forwarding mode (default ModeCutThrough).
-	Mode Mode
-	// StreamsPerPeer is the number of pipelined fetch streams opened to one
-	// peer (default 2: replies are written in request order, and a second
-	// stream measured ~1.3x the throughput of one on loopback).
-	StreamsPerPeer int
-	Logger         *slog.Logger
+	Logger    *slog.Logger
 }
 
 // Tree is one node's place in the overlay tree. Its methods are safe for
@@ -124,19 +84,11 @@ type Tree struct {
 	mu        sync.Mutex
 	children  map[peer.ID]*childInfo
 	via       map[cid.Cid]peer.ID // blob ID -> child it was announced through
-	inflight  map[blob.Hash]*chunkCall
-	peers     map[peer.ID]*fetchPeer
-	replicas  map[cid.Cid]bool           // blobs being replicated
-	whole     map[cid.Cid]*wholeBlobCall // store-and-forward fetches in flight
-	connected bool                       // the parent session is up
+	connected bool                // the parent session is up
 	started   bool
 	closed    bool
 
-	bytesServed     atomic.Uint64
-	bytesFetched    atomic.Uint64
-	peerErrors      atomic.Uint64
-	corruptReceived atomic.Uint64
-	reportsReceived atomic.Uint64
+	peerErrors atomic.Uint64
 }
 
 type childInfo struct {
@@ -154,9 +106,6 @@ func New(cfg Config) (*Tree, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("tree: no store")
 	}
-	if cfg.Window <= 0 {
-		cfg.Window = DefaultWindow
-	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
@@ -165,9 +114,6 @@ func New(cfg Config) (*Tree, error) {
 	}
 	if cfg.Keepalive <= 0 {
 		cfg.Keepalive = DefaultKeepalive
-	}
-	if cfg.StreamsPerPeer <= 0 {
-		cfg.StreamsPerPeer = DefaultStreamsPerPeer
 	}
 	if cfg.RetryPreferred == 0 {
 		cfg.RetryPreferred = DefaultRetryPreferred
@@ -186,10 +132,6 @@ func New(cfg Config) (*Tree, error) {
 		self:     cfg.Host.ID(),
 		children: map[peer.ID]*childInfo{},
 		via:      map[cid.Cid]peer.ID{},
-		inflight: map[blob.Hash]*chunkCall{},
-		peers:    map[peer.ID]*fetchPeer{},
-		replicas: map[cid.Cid]bool{},
-		whole:    map[cid.Cid]*wholeBlobCall{},
 	}
 	if cfg.Parent != nil {
 		t.parents = append(t.parents, *cfg.Parent)
@@ -238,7 +180,6 @@ func (t *Tree) Start(ctx context.Context) error {
 	}
 	t.h.SetStreamHandler(ProtoTree, t.handleTree)
 	t.h.SetStreamHandler(ProtoNames, t.handleNames)
-	t.h.SetStreamHandler(ProtoFetch, t.handleFetch)
 	for _, p := range t.parents {
 		t.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.PermanentAddrTTL)
 		t.h.ConnManager().Protect(p.ID, protectTag)
@@ -260,16 +201,10 @@ func (t *Tree) Close() error {
 		return nil
 	}
 	t.closed = true
-	peers := t.peers
-	t.peers = map[peer.ID]*fetchPeer{}
 	t.mu.Unlock()
 	t.h.RemoveStreamHandler(ProtoTree)
 	t.h.RemoveStreamHandler(ProtoNames)
-	t.h.RemoveStreamHandler(ProtoFetch)
 	t.cancel()
-	for _, fp := range peers {
-		fp.close(errClosed)
-	}
 	for _, p := range t.parents {
 		t.h.ConnManager().Unprotect(p.ID, protectTag)
 	}
@@ -306,32 +241,19 @@ type Status struct {
 	ParentConnected bool
 	Site            string
 	Children        []Child
-	// BytesServed counts chunk and manifest payload bytes sent to peers;
-	// BytesFetched those received from peers.
-	BytesServed, BytesFetched uint64
-	// PeerErrors counts failed requests blamed on a peer (corrupt data,
-	// broken streams, error replies).
+	// PeerErrors counts names and tree requests that failed because of a
+	// peer: malformed messages, a record for another name, a HELLO that
+	// does not decode (the transfer engine counts its own).
 	PeerErrors uint64
-	// CorruptReceived counts chunks received from peers that did not match
-	// their hash (each was reported to its sender and fetched again).
-	CorruptReceived uint64
-	// CorruptReports counts peers' reports that a chunk this node sent them
-	// did not match its hash.
-	CorruptReports uint64
 }
 
 // Status returns a snapshot.
 func (t *Tree) Status() Status {
 	st := Status{
-		Parent:       t.parentID(),
-		ParentAddr:   t.parentAddr(),
-		Site:         t.cfg.Site,
-		BytesServed:  t.bytesServed.Load(),
-		BytesFetched: t.bytesFetched.Load(),
-		PeerErrors:   t.peerErrors.Load(),
-
-		CorruptReceived: t.corruptReceived.Load(),
-		CorruptReports:  t.reportsReceived.Load(),
+		Parent:     t.parentID(),
+		ParentAddr: t.parentAddr(),
+		Site:       t.cfg.Site,
+		PeerErrors: t.peerErrors.Load(),
 	}
 	t.mu.Lock()
 	st.ParentConnected = t.connected
@@ -403,8 +325,8 @@ func (t *Tree) parentAddr() string {
 	return addrOf(t.parents[t.cur.Load()])
 }
 
-// describe names a peer for error messages: its ID, and for a parent its address.
-func (t *Tree) describe(p peer.ID) string {
+// Describe names a peer for messages: its ID, and for a parent its address.
+func (t *Tree) Describe(p peer.ID) string {
 	if i := t.parentIndex(p); i == 0 {
 		return "parent " + addrOf(t.parents[i])
 	} else if i > 0 {
@@ -445,7 +367,7 @@ func (t *Tree) connect(ctx context.Context, p peer.ID) error {
 		info = t.parents[i]
 	}
 	if err := t.h.Connect(dctx, info); err != nil {
-		return fmt.Errorf("%s: %w: %v", t.describe(p), blob.ErrUnreachable, err)
+		return fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
 	}
 	return nil
 }
@@ -458,23 +380,4 @@ func (t *Tree) learnVia(id cid.Cid, v peer.ID) {
 	t.mu.Lock()
 	t.via[id] = v
 	t.mu.Unlock()
-}
-
-// sourcesForID returns where to fetch blob id from, excluding the asker.
-func (t *Tree) sourcesForID(id cid.Cid, exclude peer.ID) []peer.ID {
-	t.mu.Lock()
-	v := t.via[id]
-	t.mu.Unlock()
-	return SourcesFor(v, t.parentIDs(), t.self, exclude)
-}
-
-// sourcesForRecord returns where to fetch r's blob from.
-func (t *Tree) sourcesForRecord(r blob.Record) []peer.ID {
-	v := viaOf(r)
-	if v == "" {
-		t.mu.Lock()
-		v = t.via[r.ID]
-		t.mu.Unlock()
-	}
-	return SourcesFor(v, t.parentIDs(), t.self, "")
 }

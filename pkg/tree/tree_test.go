@@ -44,12 +44,12 @@ func TestDistributeCoalesceAndRootLoss(t *testing.T) {
 			t.Fatalf("worker %d got %d bytes, not the blob", i+1, len(got[i]))
 		}
 	}
-	served := root.tree.Status().BytesServed
+	served := root.eng.Status().BytesServed
 	if served < uint64(len(data)) || served > uint64(len(data))+uint64(len(data))/10 {
 		t.Fatalf("root served %d bytes for a %d-byte blob to two workers; want about one blob", served, len(data))
 	}
-	if hs := head.tree.Status(); hs.BytesServed < 2*uint64(len(data)) || len(hs.Children) != 2 {
-		t.Fatalf("head status %+v", hs)
+	if hs, es := head.tree.Status(), head.eng.Status(); es.BytesServed < 2*uint64(len(data)) || len(hs.Children) != 2 {
+		t.Fatalf("head status %+v, transfers %+v", hs, es)
 	}
 
 	root.stop()
@@ -65,7 +65,7 @@ func TestDistributeCoalesceAndRootLoss(t *testing.T) {
 // replica).
 func TestResultPath(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
-	head := newNode(t, root, "siteA", nil, func(c *Config) { c.Replicate = true })
+	head := newNode(t, root, "siteA", nil, func(c *nodeCfg) { c.Replicate = true })
 	w1 := newNode(t, head, "siteA", nil)
 	w2 := newNode(t, head, "siteA", nil)
 	waitConnected(t, head, w1, w2)
@@ -108,9 +108,7 @@ func TestReannounceOnReconnect(t *testing.T) {
 	waitConnected(t, w)
 	put(t, w, "a/b", randBlob(10<<10, 3), blob.MinChunkSize)
 	waitFor(t, "record at the root", 5*time.Second, func() bool { _, err := root.store.Record("a/b"); return err == nil })
-	root.mem.mu.Lock()
-	delete(root.mem.records, "a/b") // root "loses" it; the next session restores it
-	root.mem.mu.Unlock()
+	root.mem.DeleteRecord("a/b") // root "loses" it; the next session restores it
 	// Break the session: reset the connection from the root's side.
 	for _, c := range root.h.Network().ConnsToPeer(w.h.ID()) {
 		c.Close()
@@ -136,7 +134,7 @@ func (c *corruptOnce) ReadChunk(h blob.Hash) ([]byte, error) {
 
 func TestCorruptChunkRefetched(t *testing.T) {
 	var bad *corruptOnce
-	root := newNode(t, nil, "master", func(m *memStore) Store { bad = &corruptOnce{memStore: m}; return bad })
+	root := newNode(t, nil, "master", func(m *memStore) nodeStore { bad = &corruptOnce{memStore: m}; return bad })
 	w := newNode(t, root, "siteA", nil)
 	waitConnected(t, w)
 	data := randBlob(200<<10, 4)
@@ -149,7 +147,7 @@ func TestCorruptChunkRefetched(t *testing.T) {
 	if !bad.done.Load() {
 		t.Fatal("the corrupt chunk was never served")
 	}
-	if st := w.tree.Status(); st.PeerErrors < 1 {
+	if st := w.eng.Status(); st.PeerErrors < 1 {
 		t.Fatalf("peer errors = %d, want >= 1", st.PeerErrors)
 	}
 }
@@ -164,7 +162,7 @@ func TestUnreachableParent(t *testing.T) {
 	_, pub, _ := crypto.GenerateEd25519Key(nil)
 	pid, _ := peer.IDFromPublicKey(pub)
 	addr := ma.StringCast("/ip4/127.0.0.1/tcp/" + strconv.Itoa(port))
-	w := newNode(t, nil, "siteA", nil, func(c *Config) {
+	w := newNode(t, nil, "siteA", nil, func(c *nodeCfg) {
 		c.Parent = &peer.AddrInfo{ID: pid, Addrs: []ma.Multiaddr{addr}}
 		c.DialTimeout = time.Second
 	})
@@ -202,7 +200,7 @@ func (s *slowStore) ReadChunk(h blob.Hash) ([]byte, error) {
 // The worker's reader gets its first chunk while the head is still far from
 // having the last one.
 func TestCutThrough(t *testing.T) {
-	root := newNode(t, nil, "master", func(m *memStore) Store { return &slowStore{memStore: m, delay: 15 * time.Millisecond} })
+	root := newNode(t, nil, "master", func(m *memStore) nodeStore { return &slowStore{memStore: m, delay: 15 * time.Millisecond} })
 	head := newNode(t, root, "siteA", nil)
 	w := newNode(t, head, "siteA", nil)
 	waitConnected(t, head, w)
@@ -218,7 +216,7 @@ func TestCutThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	rc, err := w.tree.Open(ctx, r)
+	rc, err := w.eng.Open(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +258,12 @@ func TestNotFound(t *testing.T) {
 	}
 	m := &blob.Manifest{Size: 5, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{blob.HashChunk([]byte("hello"))}}
 	r := blob.Record{Name: "ghost", ID: m.CID(), Size: 5}
-	if err := w.tree.Fetch(ctx, r); !errors.Is(err, blob.ErrNotFound) {
+	if err := w.eng.Fetch(ctx, r); !errors.Is(err, blob.ErrNotFound) {
 		t.Fatalf("fetch: %v", err)
 	}
 	// The manifest is there but the chunk is not.
 	root.mem.PutManifest(m)
-	if err := w.tree.Fetch(ctx, r); err == nil || !strings.Contains(err.Error(), root.h.ID().String()) {
+	if err := w.eng.Fetch(ctx, r); err == nil || !strings.Contains(err.Error(), root.h.ID().String()) {
 		t.Fatalf("fetch with missing chunk: %v (want an error naming the root)", err)
 	}
 }
@@ -273,7 +271,7 @@ func TestNotFound(t *testing.T) {
 // The parent lists its children while their sessions live; both sides
 // notice when the other goes away.
 func TestChildrenAndSessionLoss(t *testing.T) {
-	fast := func(c *Config) { c.Keepalive = 100 * time.Millisecond }
+	fast := func(c *nodeCfg) { c.Keepalive = 100 * time.Millisecond }
 	root := newNode(t, nil, "master", nil, fast)
 	head := newNode(t, root, "siteA", nil, fast)
 	w := newNode(t, head, "siteA", nil, fast)

@@ -5,11 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -28,33 +28,18 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Fatalf("hello: %+v %v", back, err)
 	}
 	r := sampleRecord()
-	for _, q := range []namesRequest{{Type: msgLookup, Name: "x/y"}, {Type: msgAnnounce, Record: r}, {Type: msgManifest, ID: r.ID}} {
+	for _, q := range []namesRequest{{Type: msgLookup, Name: "x/y"}, {Type: msgAnnounce, Record: r}} {
 		typ, p, err := decodeFrame(encodeNamesRequest(q))
 		if err != nil {
 			t.Fatal(err)
 		}
 		back, err := decodeNamesRequest(typ, p)
-		if err != nil || back.Name != q.Name || back.Record.Name != q.Record.Name || !back.ID.Equals(q.ID) {
+		if err != nil || back.Name != q.Name || back.Record.Name != q.Record.Name {
 			t.Fatalf("names request %+v: %+v %v", q, back, err)
 		}
 		if back.Record.Via != "" {
 			t.Fatal("Via crossed the wire")
 		}
-	}
-	for _, report := range []bool{false, true} {
-		fq := fetchRequest{ID: r.ID, Index: 77, Hash: blob.HashChunk([]byte("x")), Report: report}
-		enc := appendFetchRequest(nil, fq)
-		back, err := decodeFetchRequest(enc)
-		if err != nil || back != fq {
-			t.Fatalf("fetch request: %+v %v", back, err)
-		}
-		if want := map[bool]byte{false: msgGet, true: msgReport}[report]; enc[0] != want {
-			t.Fatalf("fetch request type 0x%02x, want 0x%02x", enc[0], want)
-		}
-	}
-	st, body, err := decodeFetchReply(append(appendFetchReplyHeader(nil, statusOK, 3), 1, 2, 3))
-	if err != nil || st != statusOK || len(body) != 3 {
-		t.Fatal(st, body, err)
 	}
 }
 
@@ -66,7 +51,7 @@ func TestWireRejects(t *testing.T) {
 		"short header":   {msgLookup, 0},
 		"trailing bytes": append(appendFrame(nil, msgAck, nil), 0),
 	} {
-		if _, _, err := decodeFrame(b); !errors.Is(err, errMalformed) {
+		if _, _, err := decodeFrame(b); !errors.Is(err, wire.ErrMalformed) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -80,25 +65,16 @@ func TestWireRejects(t *testing.T) {
 	if _, err := decodeNamesRequest(msgAnnounce, bad.Encode()); !errors.Is(err, blob.ErrInvalidName) {
 		t.Errorf("ANNOUNCE with invalid name: %v", err)
 	}
-	if _, err := decodeNamesRequest(msgManifest, []byte{1, 2, 3}); err == nil {
-		t.Error("bad CID accepted")
+	if _, err := decodeNamesRequest(0x12, []byte{1, 2, 3}); err == nil {
+		t.Error("retired MANIFEST request accepted")
 	}
-	if _, err := decodeFetchRequest([]byte{msgGet, 0xff, 0xff}); !errors.Is(err, errMalformed) {
-		t.Errorf("huge CID length: %v", err)
-	}
-	if _, _, err := decodeFetchReply(appendFetchReplyHeader(nil, statusOK, blob.MaxChunkSize+1)); !errors.Is(err, errMalformed) {
-		t.Errorf("oversize chunk: %v", err)
-	}
-	if _, _, err := decodeFetchReply(appendFetchReplyHeader(nil, 9, 0)); !errors.Is(err, errMalformed) {
-		t.Errorf("unknown status: %v", err)
-	}
-	if _, err := decodeHello([]byte{0, 0, maxAddrs + 1}); !errors.Is(err, errMalformed) {
+	if _, err := decodeHello([]byte{0, 0, maxAddrs + 1}); !errors.Is(err, wire.ErrMalformed) {
 		t.Errorf("too many addrs: %v", err)
 	}
 }
 
-// A live node answers an invalid name on the wire with an error reply and a
-// malformed fetch request with an error reply then a reset, and keeps serving.
+// A live node answers an invalid name on the wire with an error reply, and
+// keeps serving.
 func TestInvalidInputOnTheWire(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	c := newTestHost(t)
@@ -127,30 +103,6 @@ func TestInvalidInputOnTheWire(t *testing.T) {
 		t.Fatalf("unknown request: 0x%02x %v", typ, err)
 	}
 	s.Close()
-	// Fetch: one good request for a missing chunk, then garbage.
-	fs, err := c.NewStream(ctx, root.h.ID(), ProtoFetch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := sampleRecord()
-	fs.Write(appendFetchRequest(nil, fetchRequest{ID: r.ID, Index: 0, Hash: blob.HashChunk([]byte("zz"))}))
-	fs.Write([]byte{0x99, 1, 2, 3})
-	br := bufio.NewReader(fs)
-	for _, want := range []byte{statusNotFound, statusError} {
-		var hdr [frameHeaderLen]byte
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			t.Fatal(err)
-		}
-		st, n, err := checkFetchReplyHeader(hdr)
-		if err != nil || st != want {
-			t.Fatalf("status %d %v, want %d", st, err, want)
-		}
-		io.CopyN(io.Discard, br, int64(n))
-	}
-	if _, err := br.ReadByte(); err == nil {
-		t.Fatal("stream still open after a malformed request")
-	}
-	fs.Reset()
 	// Still serving.
 	data := randBlob(9000, 1)
 	put(t, root, "ok", data, blob.MinChunkSize)

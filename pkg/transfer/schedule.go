@@ -1,11 +1,7 @@
-package tree
+package transfer
 
 import (
 	"slices"
-
-	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/omst-project/omst/pkg/blob"
 )
 
 // This file holds the transfer decisions as plain code: no sockets, no
@@ -258,32 +254,3 @@ func (s *Schedule) InFlight() int { return s.inflight }
 
 // SourceFailures returns the failures counted against source j.
 func (s *Schedule) SourceFailures(j int) int { return s.srcFails[j] }
-
-// SourcesFor returns, in order of preference, the peers to fetch a blob
-// from: the child it was announced through (via) first, then the parents
-// (the current one first, then the fallbacks); self and exclude (the peer
-// asking us, so a request never goes back where it came from) are left out,
-// and so are empty IDs and repeats.
-func SourcesFor(via peer.ID, parents []peer.ID, self, exclude peer.ID) []peer.ID {
-	var out []peer.ID
-	for _, p := range append([]peer.ID{via}, parents...) {
-		if p == "" || p == self || p == exclude || slices.Contains(out, p) {
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-// viaOf returns the peer ID held in a record's Via, or "" when it is empty
-// or does not parse.
-func viaOf(r blob.Record) peer.ID {
-	if r.Via == "" {
-		return ""
-	}
-	id, err := peer.Decode(r.Via)
-	if err != nil {
-		return ""
-	}
-	return id
-}

@@ -1,4 +1,4 @@
-package tree
+package transfer
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"io"
 	"sync"
 
-	"github.com/libp2p/go-libp2p/core/peer"
-
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -16,10 +14,10 @@ import (
 // schedule returns, feeds results back, and (for a reader) keeps the
 // verified chunks that arrived ahead of the reader.
 type blobFetch struct {
-	t       *Tree
+	e       *Engine
 	r       blob.Record
 	m       *blob.Manifest
-	sources []peer.ID
+	sources []Source
 	keep    bool // hold fetched chunks for a reader
 
 	ctx    context.Context
@@ -32,23 +30,23 @@ type blobFetch struct {
 	err   error
 }
 
-func (t *Tree) startFetch(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool) *blobFetch {
-	return t.startFetchFrom(ctx, r, m, keep, t.sourcesForRecord(r))
+func (e *Engine) startFetch(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool) *blobFetch {
+	return e.startFetchFrom(ctx, r, m, keep, e.sources.Sources(r.ID, ""))
 }
 
-func (t *Tree) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool, sources []peer.ID) *blobFetch {
-	bf := &blobFetch{t: t, r: r, m: m, keep: keep, sources: sources, ready: map[int][]byte{}}
+func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool, sources []Source) *blobFetch {
+	bf := &blobFetch{e: e, r: r, m: m, keep: keep, sources: sources, ready: map[int][]byte{}}
 	bf.cond = sync.NewCond(&bf.mu)
 	bf.ctx, bf.cancel = context.WithCancel(ctx)
 	present := make([]bool, len(m.Chunks))
 	for i, h := range m.Chunks {
-		present[i] = t.store.HasChunk(h)
+		present[i] = e.store.HasChunk(h)
 	}
-	bf.sch = NewSchedule(len(m.Chunks), t.cfg.Window, len(bf.sources), present)
+	bf.sch = NewSchedule(len(m.Chunks), e.cfg.Window, len(bf.sources), present)
 	if keep {
-		bf.sch.SetAhead(2 * t.cfg.Window)
+		bf.sch.SetAhead(2 * e.cfg.Window)
 	}
-	stopT := context.AfterFunc(t.ctx, bf.cancel)
+	stopT := context.AfterFunc(e.ctx, bf.cancel)
 	context.AfterFunc(bf.ctx, func() {
 		stopT()
 		bf.mu.Lock()
@@ -75,7 +73,7 @@ func (bf *blobFetch) pump() {
 		return
 	}
 	for _, req := range bf.sch.Next() {
-		if !bf.t.goTracked(func() { bf.run(req) }) {
+		if !bf.e.goTracked(func() { bf.run(req) }) {
 			bf.sch.Failed(req.Chunk, FailUnreachable)
 			bf.err = fmt.Errorf("get %q (%s): %w", bf.r.Name, bf.r.ID, errClosed)
 			bf.cond.Broadcast()
@@ -86,11 +84,11 @@ func (bf *blobFetch) pump() {
 
 func (bf *blobFetch) run(req Request) {
 	i := req.Chunk
-	q := fetchRequest{ID: bf.r.ID, Index: uint32(i), Hash: bf.m.Chunks[i]}
+	q := fetchRequest{Type: msgGet, ID: bf.r.ID, Index: uint32(i), Hash: bf.m.Chunks[i]}
 	var data []byte
 	err := sleepCtx(bf.ctx, retryDelay(req.Attempt))
 	if err == nil {
-		data, err = bf.t.chunkFrom(bf.ctx, q, bf.sources[req.Source], "")
+		data, err = bf.e.chunkFrom(bf.ctx, q, bf.sources[req.Source].ID, "")
 	}
 	if err == nil && len(data) != bf.m.ChunkLen(i) {
 		err = fmt.Errorf("chunk %d of %s has %d bytes, manifest says %d: %w", i, bf.r.ID, len(data), bf.m.ChunkLen(i), blob.ErrCorrupt)
@@ -105,7 +103,7 @@ func (bf *blobFetch) run(req Request) {
 			return
 		}
 		a := bf.sch.Failed(i, failKind(err))
-		bf.t.log.Info("chunk request failed", "blob", bf.r.ID, "chunk", i, "err", err, "decision", a)
+		bf.e.log.Info("chunk request failed", "blob", bf.r.ID, "chunk", i, "err", err, "decision", a)
 		if a == GiveUp {
 			bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
 			bf.cond.Broadcast()
@@ -140,14 +138,14 @@ func (bf *blobFetch) wait(i int) ([]byte, error) {
 		}
 		if bf.sch.IsDone(i) { // present in the store before we started
 			bf.mu.Unlock()
-			data, err := bf.t.store.ReadChunk(h) // verified; a damaged copy is dropped
+			data, err := bf.e.store.ReadChunk(h) // verified; a damaged copy is dropped
 			bf.mu.Lock()
 			if err == nil {
 				bf.sch.Deliver(i)
 				bf.pump()
 				return data, nil
 			}
-			bf.t.log.Info("local chunk unusable, fetching it again", "blob", bf.r.ID, "chunk", i, "err", err)
+			bf.e.log.Info("local chunk unusable, fetching it again", "blob", bf.r.ID, "chunk", i, "err", err)
 			if len(bf.sources) == 0 {
 				bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
 				return nil, bf.err
@@ -242,32 +240,32 @@ func (br *blobReader) Close() error {
 // missing locally are fetched with the window and stored; the reader
 // delivers chunk i as soon as chunks 0..i are in. Errors name the peer.
 // Close cancels the outstanding fetches, and so does cancelling ctx.
-func (t *Tree) Open(ctx context.Context, r blob.Record) (io.ReadCloser, error) {
-	m, err := t.Manifest(ctx, r)
+func (e *Engine) Open(ctx context.Context, r blob.Record) (io.ReadCloser, error) {
+	m, err := e.Manifest(ctx, r.ID)
 	if err != nil {
 		return nil, fmt.Errorf("open %q: %w", r.Name, err)
 	}
-	return &blobReader{bf: t.startFetch(ctx, r, m, true)}, nil
+	return &blobReader{bf: e.startFetch(ctx, r, m, true)}, nil
 }
 
 // Fetch makes sure every chunk of r's blob is in the local store: when it
 // returns nil, every chunk has been written (chunks are handed downstream
 // before they are stored, so it waits for those writes too). A chunk that
 // could not be stored (the cache is full of pinned data) is an error.
-func (t *Tree) Fetch(ctx context.Context, r blob.Record) error {
-	return t.fetchAll(ctx, r, t.sourcesForRecord(r))
+func (e *Engine) Fetch(ctx context.Context, r blob.Record) error {
+	return e.fetchAll(ctx, r, e.sources.Sources(r.ID, ""))
 }
 
 // fetchAll is Fetch from the given sources.
-func (t *Tree) fetchAll(ctx context.Context, r blob.Record, sources []peer.ID) error {
-	m, err := t.store.Manifest(r.ID)
+func (e *Engine) fetchAll(ctx context.Context, r blob.Record, sources []Source) error {
+	m, err := e.store.Manifest(r.ID)
 	if errors.Is(err, blob.ErrNotFound) {
-		m, err = t.fetchManifest(ctx, r.ID, sources)
+		m, err = e.fetchManifest(ctx, r.ID, sources)
 	}
 	if err != nil {
 		return fmt.Errorf("fetch %q: %w", r.Name, err)
 	}
-	bf := t.startFetchFrom(ctx, r, m, false, sources)
+	bf := e.startFetchFrom(ctx, r, m, false, sources)
 	defer bf.cancel()
 	bf.mu.Lock()
 	for !bf.sch.Complete() && bf.err == nil {
@@ -279,15 +277,43 @@ func (t *Tree) fetchAll(ctx context.Context, r blob.Record, sources []peer.ID) e
 		return ferr
 	}
 	for i, h := range m.Chunks {
-		if t.store.HasChunk(h) {
+		if e.store.HasChunk(h) {
 			continue
 		}
-		if err := t.waitStored(ctx, h); err != nil {
+		if err := e.waitStored(ctx, h); err != nil {
 			return fmt.Errorf("fetch %q: chunk %d: %w", r.Name, i, err)
 		}
-		if !t.store.HasChunk(h) {
+		if !e.store.HasChunk(h) {
 			return fmt.Errorf("fetch %q: chunk %d (%s) arrived but could not be stored (see the log): %w", r.Name, i, h, blob.ErrNoSpace)
 		}
 	}
 	return nil
+}
+
+// Replicate fetches r's blob into the store in the background, at most one
+// fetch at a time per blob (a relay does so for a blob put by its child,
+// so that a result is durable once the head node holds a copy). Failures
+// are logged.
+func (e *Engine) Replicate(r blob.Record) {
+	e.mu.Lock()
+	if e.replicas[r.ID] || e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.replicas[r.ID] = true
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			e.mu.Lock()
+			delete(e.replicas, r.ID)
+			e.mu.Unlock()
+		}()
+		if err := e.Fetch(e.ctx, r); err != nil {
+			e.log.Warn("replicate failed", "name", r.Name, "id", r.ID, "err", err)
+			return
+		}
+		e.log.Info("replicated", "name", r.Name, "id", r.ID, "size", r.Size)
+	}()
 }

@@ -1,0 +1,266 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/internal/wire"
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// ---- the client side of the fetch protocol ----
+
+// fetchPeer holds the pipelined fetch streams to one peer.
+type fetchPeer struct {
+	e       *Engine
+	id      peer.ID
+	mu      sync.Mutex
+	streams []*fetchStream
+	err     error // set when closed
+}
+
+// fetchStream is one pipelined stream: requests are written in order and
+// replies come back in the same order.
+type fetchStream struct {
+	fp  *fetchPeer
+	s   network.Stream
+	wmu sync.Mutex
+	bw  *bufio.Writer
+	buf []byte
+
+	mu      sync.Mutex
+	pending []*pendingReq
+	err     error
+}
+
+// pendingReq is a request waiting for its reply.
+type pendingReq struct {
+	limit  int // largest OK body allowed (fetchRequest.replyLimit)
+	done   chan struct{}
+	status byte
+	body   []byte
+	err    error
+}
+
+func (e *Engine) peerFor(p peer.ID) (*fetchPeer, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, errClosed
+	}
+	fp := e.peers[p]
+	if fp == nil {
+		fp = &fetchPeer{e: e, id: p}
+		e.peers[p] = fp
+	}
+	return fp, nil
+}
+
+// stream returns the least loaded live stream, opening a new one while
+// fewer than StreamsPerPeer are open and all are busy.
+func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.err != nil {
+		return nil, fp.err
+	}
+	var best *fetchStream
+	bestLoad := 0
+	for _, fs := range fp.streams {
+		fs.mu.Lock()
+		load := len(fs.pending)
+		fs.mu.Unlock()
+		if best == nil || load < bestLoad {
+			best, bestLoad = fs, load
+		}
+	}
+	if best != nil && (bestLoad == 0 || len(fp.streams) >= fp.e.cfg.StreamsPerPeer) {
+		return best, nil
+	}
+	e := fp.e
+	if err := e.connect(ctx, fp.id); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
+	s, err := e.h.NewStream(sctx, fp.id, ProtoFetch)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%s: open fetch stream: %w: %v", e.describe(fp.id), blob.ErrUnreachable, err)
+	}
+	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096)}
+	fp.streams = append(fp.streams, fs)
+	go fs.readReplies()
+	return fs, nil
+}
+
+func (fp *fetchPeer) remove(fs *fetchStream) {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	for i, x := range fp.streams {
+		if x == fs {
+			fp.streams = append(fp.streams[:i], fp.streams[i+1:]...)
+			return
+		}
+	}
+}
+
+func (fp *fetchPeer) close(err error) {
+	fp.mu.Lock()
+	fp.err = err
+	streams := fp.streams
+	fp.streams = nil
+	fp.mu.Unlock()
+	for _, fs := range streams {
+		fs.fail(err)
+	}
+}
+
+// send queues q on the stream and writes it.
+func (fs *fetchStream) send(q fetchRequest) (*pendingReq, error) {
+	pr := &pendingReq{limit: q.replyLimit(), done: make(chan struct{})}
+	fs.wmu.Lock()
+	defer fs.wmu.Unlock()
+	fs.mu.Lock()
+	if fs.err != nil {
+		err := fs.err
+		fs.mu.Unlock()
+		return nil, err
+	}
+	fs.pending = append(fs.pending, pr)
+	fs.mu.Unlock()
+	fs.buf = appendFetchRequest(fs.buf[:0], q)
+	_ = fs.s.SetWriteDeadline(time.Now().Add(fs.fp.e.cfg.RequestTimeout))
+	if _, err := fs.bw.Write(fs.buf); err != nil {
+		fs.fail(err)
+		return pr, nil // pr carries the error
+	}
+	if err := fs.bw.Flush(); err != nil {
+		fs.fail(err)
+	}
+	return pr, nil
+}
+
+// fail ends the stream: every pending request gets err.
+func (fs *fetchStream) fail(err error) {
+	fs.mu.Lock()
+	if fs.err != nil {
+		fs.mu.Unlock()
+		return
+	}
+	fs.err = err
+	pending := fs.pending
+	fs.pending = nil
+	fs.mu.Unlock()
+	fs.s.Reset()
+	fs.fp.remove(fs)
+	for _, pr := range pending {
+		pr.err = err
+		close(pr.done)
+	}
+}
+
+// readReplies delivers replies, in order, to the pending requests.
+func (fs *fetchStream) readReplies() {
+	e := fs.fp.e
+	br := bufio.NewReaderSize(fs.s, 64<<10)
+	var hdr [replyHeaderLen]byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			fs.fail(err)
+			return
+		}
+		fs.mu.Lock()
+		if len(fs.pending) == 0 {
+			fs.mu.Unlock()
+			err := wire.Malformed("reply with no request outstanding")
+			e.notePeerError(fs.fp.id, "fetch reply", err)
+			fs.fail(err)
+			return
+		}
+		pr := fs.pending[0]
+		fs.mu.Unlock()
+		status, n, err := checkFetchReplyHeader(hdr, pr.limit)
+		if err != nil {
+			e.notePeerError(fs.fp.id, "fetch reply", err)
+			fs.fail(err)
+			return
+		}
+		body, err := wire.ReadN(br, n)
+		if err != nil {
+			fs.fail(err)
+			return
+		}
+		fs.mu.Lock()
+		if len(fs.pending) == 0 || fs.pending[0] != pr { // failed meanwhile
+			fs.mu.Unlock()
+			return
+		}
+		fs.pending[0] = nil
+		fs.pending = fs.pending[1:]
+		fs.mu.Unlock()
+		if status == statusOK {
+			e.bytesFetched.Add(uint64(n))
+		}
+		pr.status, pr.body = status, body
+		close(pr.done)
+	}
+}
+
+// request sends q to p over a pipelined fetch stream and returns the body
+// of an OK reply. The body is not verified here. A NOT_FOUND reply is an
+// error wrapping blob.ErrNotFound; errors name the peer.
+func (e *Engine) request(ctx context.Context, p peer.ID, q fetchRequest) ([]byte, error) {
+	who := e.describe(p)
+	what := fmt.Sprintf("chunk %d of %s", q.Index, q.ID)
+	if q.Type == msgManifest {
+		what = fmt.Sprintf("manifest %s", q.ID)
+	}
+	unreachable := func(err error) error {
+		return &peerError{peer: who, kind: FailUnreachable, err: fmt.Errorf("%s: %w: %v", what, blob.ErrUnreachable, err)}
+	}
+	fp, err := e.peerFor(p)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := fp.stream(ctx)
+	if err != nil {
+		if errors.Is(err, blob.ErrUnreachable) {
+			return nil, &peerError{peer: who, kind: FailUnreachable, err: err}
+		}
+		return nil, unreachable(err)
+	}
+	pr, err := fs.send(q)
+	if err != nil {
+		return nil, unreachable(err)
+	}
+	tm := time.NewTimer(e.cfg.RequestTimeout)
+	defer tm.Stop()
+	select {
+	case <-pr.done:
+	case <-ctx.Done():
+		return nil, ctx.Err() // the reply, when it comes, is dropped
+	case <-tm.C:
+		err := fmt.Errorf("no reply within %v", e.cfg.RequestTimeout)
+		fs.fail(err)
+		return nil, unreachable(err)
+	}
+	if pr.err != nil {
+		return nil, unreachable(pr.err)
+	}
+	switch pr.status {
+	case statusOK:
+		return pr.body, nil
+	case statusNotFound:
+		return nil, &peerError{peer: who, kind: FailNotFound, err: fmt.Errorf("%s: %w: %s", what, blob.ErrNotFound, pr.body)}
+	default:
+		return nil, &peerError{peer: who, kind: FailNotFound, err: fmt.Errorf("%s: error reply: %s", what, pr.body)}
+	}
+}

@@ -1,0 +1,49 @@
+// Package transfer is omst's chunk transfer engine: it serves the fetch
+// protocol and fetches a blob's manifest and chunks from the sources a
+// Provider names (the tree: the child a blob came up through, the parents;
+// siblings and a DHT are further providers), with coalescing, cut-through
+// forwarding, retries and corruption reports.
+//
+// One protocol, specified byte by byte in docs/protocol.md:
+//
+//	/omst/fetch/1.1.0  pipelined GET, REPORT and MANIFEST requests,
+//	                   replies in request order
+//
+// Files: engine.go (Config, Engine, Status), sources.go (Source, Provider:
+// the seam to the tree and other providers), schedule.go (the pure
+// decisions: which chunk next, from which source, retry or give up),
+// coalesce.go (one upstream fetch per chunk hash), client.go (pipelined
+// streams to a peer), server.go (the handler), manifest.go, open.go (Open,
+// Fetch, Replicate), wire.go (encoders and decoders).
+//
+// Invariants:
+//
+//   - Every chunk is verified against its hash on arrival, before it is
+//     stored or handed to any reader or downstream peer; a manifest is
+//     verified against the blob ID (blob.VerifyManifest) before use. A
+//     corrupt chunk is dropped, logged, counted against the peer that sent
+//     it (Status.PeerErrors, Status.CorruptReceived), reported to that peer
+//     (REPORT) and requested again: once more from the same source, then
+//     from the other sources, at most DefaultMaxTries times.
+//   - A node serves only bytes verified since they were last read from its
+//     disk (the Store's ReadChunk contract). A stored chunk found damaged is
+//     dropped by the store and the request is served from a fresh copy
+//     pulled from this node's sources. A REPORT makes the node re-read and
+//     re-verify its copy (Store.RecheckChunk; Status.CorruptReports).
+//   - At most one upstream fetch per chunk hash is in flight on a node
+//     (coalescing): local readers and downstream requests that want the
+//     same chunk wait on that fetch, which is cancelled only when its last
+//     waiter leaves; a request made for a peer never waits on a fetch from
+//     that same peer.
+//   - A verified chunk is handed to its waiters the moment it arrives
+//     (cut-through): a relay serves chunk i while chunks i+1.. are still in
+//     flight upstream, and Open's reader delivers chunk i once chunks 0..i
+//     are in. A blob fetch keeps at most Config.Window chunks in flight and
+//     holds at most 2*Window verified chunks ahead of its reader.
+//   - A request for a peer is never sent back to that peer: the Provider
+//     excludes it from the sources it returns.
+//   - Decoders are pure, check every length against an explicit limit
+//     (which for a reply depends on the request) before allocating, and
+//     never panic; a malformed request gets an ERROR reply and the stream
+//     is closed.
+package transfer

@@ -1,0 +1,257 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// Store is what the engine needs from the local store (pkg/cache.Store
+// implements it). Every method is safe for concurrent use.
+type Store interface {
+	// HasChunk reports whether the chunk is stored.
+	HasChunk(h blob.Hash) bool
+	// ReadChunk returns the chunk's bytes, verified against h since they
+	// were last read from disk (the engine serves them without hashing
+	// them again), or an error wrapping blob.ErrNotFound if it is absent.
+	// A stored copy found damaged is dropped from the store and reported
+	// with an error (wrapping blob.ErrCorrupt), so that the engine fetches
+	// it again. The bytes are shared: the engine never modifies them.
+	ReadChunk(h blob.Hash) ([]byte, error)
+	// RecheckChunk reads the stored chunk again from disk and verifies it,
+	// forgetting any verified copy in memory; a damaged one is dropped and
+	// reported as damaged. An absent chunk is not damaged.
+	RecheckChunk(h blob.Hash) (damaged bool, err error)
+	// PutVerifiedChunk stores data, which the engine has verified against
+	// h; blob.ErrNoSpace on failure. The engine never modifies data
+	// afterwards.
+	PutVerifiedChunk(h blob.Hash, data []byte) error
+	// Manifest returns the manifest of blob id, or blob.ErrNotFound.
+	Manifest(id cid.Cid) (*blob.Manifest, error)
+	// PutManifest stores m and returns its blob ID.
+	PutManifest(m *blob.Manifest) (cid.Cid, error)
+}
+
+// Mode selects how a relay forwards a blob downstream.
+type Mode int
+
+const (
+	// ModeCutThrough forwards every verified chunk as soon as it arrives.
+	ModeCutThrough Mode = iota
+	// ModeStoreForward makes a relay fetch and store the whole blob before
+	// it serves any chunk of it to a child (OmniStorage's original
+	// behaviour, kept for comparison).
+	ModeStoreForward
+)
+
+// Defaults for Config.
+const (
+	DefaultWindow         = 16
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultStreamsPerPeer = 2
+)
+
+// Config configures New.
+type Config struct {
+	Host    host.Host // a libp2p host built by the caller
+	Store   Store     // the local store
+	Sources Provider  // where blobs come from
+	// Window is the number of chunks in flight per blob fetch (default 16).
+	Window         int
+	DialTimeout    time.Duration // default 5s
+	RequestTimeout time.Duration // per chunk or manifest request to a peer, default 30s
+	// Mode is the relay forwarding mode (default ModeCutThrough).
+	Mode Mode
+	// StreamsPerPeer is the number of pipelined fetch streams opened to one
+	// peer (default 2: replies are written in request order, and a second
+	// stream measured ~1.3x the throughput of one on loopback).
+	StreamsPerPeer int
+	Logger         *slog.Logger
+}
+
+// Engine moves blob bytes between nodes: it serves the fetch protocol and
+// fetches manifests and chunks from the sources its Provider names, with
+// coalescing, cut-through forwarding and retries. Its methods are safe for
+// concurrent use.
+type Engine struct {
+	cfg     Config
+	h       host.Host
+	store   Store
+	sources Provider
+	log     *slog.Logger
+	self    peer.ID
+
+	ctx    context.Context // lives from Start to Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight map[blob.Hash]*chunkCall
+	peers    map[peer.ID]*fetchPeer
+	replicas map[cid.Cid]bool           // blobs being replicated
+	whole    map[cid.Cid]*wholeBlobCall // store-and-forward fetches in flight
+	started  bool
+	closed   bool
+
+	bytesServed     atomic.Uint64
+	bytesFetched    atomic.Uint64
+	peerErrors      atomic.Uint64
+	corruptReceived atomic.Uint64
+	reportsReceived atomic.Uint64
+}
+
+// New checks cfg, fills in defaults and returns an Engine; Start makes it
+// serve.
+func New(cfg Config) (*Engine, error) {
+	switch {
+	case cfg.Host == nil:
+		return nil, errors.New("transfer: no host")
+	case cfg.Store == nil:
+		return nil, errors.New("transfer: no store")
+	case cfg.Sources == nil:
+		return nil, errors.New("transfer: no source provider")
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.StreamsPerPeer <= 0 {
+		cfg.StreamsPerPeer = DefaultStreamsPerPeer
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{
+		cfg:      cfg,
+		h:        cfg.Host,
+		store:    cfg.Store,
+		sources:  cfg.Sources,
+		log:      cfg.Logger.With("component", "transfer"),
+		self:     cfg.Host.ID(),
+		inflight: map[blob.Hash]*chunkCall{},
+		peers:    map[peer.ID]*fetchPeer{},
+		replicas: map[cid.Cid]bool{},
+		whole:    map[cid.Cid]*wholeBlobCall{},
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Start registers the fetch protocol's handler. ctx bounds the engine's
+// background work as Close does.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	if e.started || e.closed {
+		e.mu.Unlock()
+		return errors.New("transfer: already started or closed")
+	}
+	e.started = true
+	e.mu.Unlock()
+	stop := context.AfterFunc(ctx, e.cancel)
+	e.wg.Go(func() { <-e.ctx.Done(); stop() })
+	e.h.SetStreamHandler(ProtoFetch, e.handleFetch)
+	return nil
+}
+
+// Close stops the handler and background work and cancels outstanding
+// fetches. It does not close the host. Safe to call more than once.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	peers := e.peers
+	e.peers = map[peer.ID]*fetchPeer{}
+	e.mu.Unlock()
+	e.h.RemoveStreamHandler(ProtoFetch)
+	e.cancel()
+	for _, fp := range peers {
+		fp.close(errClosed)
+	}
+	e.wg.Wait()
+	return nil
+}
+
+var errClosed = errors.New("transfer engine closed")
+
+// goTracked runs f in a goroutine that Close waits for; it returns false
+// (and runs nothing) once Close has begun.
+func (e *Engine) goTracked(f func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Go(f)
+	return true
+}
+
+// Status is a snapshot of the engine's counters.
+type Status struct {
+	// BytesServed counts chunk and manifest bytes sent to peers,
+	// BytesFetched those received from peers.
+	BytesServed, BytesFetched uint64
+	// PeerErrors counts failed requests blamed on a peer: corrupt data,
+	// broken streams, ERROR replies, malformed messages (NOT_FOUND is an
+	// answer, not an error).
+	PeerErrors uint64
+	// CorruptReceived counts chunks received from peers that did not match
+	// their hash (each was reported to its sender and fetched again).
+	CorruptReceived uint64
+	// CorruptReports counts peers' reports that a chunk this node sent them
+	// did not match its hash.
+	CorruptReports uint64
+}
+
+// Status returns a snapshot.
+func (e *Engine) Status() Status {
+	return Status{
+		BytesServed:     e.bytesServed.Load(),
+		BytesFetched:    e.bytesFetched.Load(),
+		PeerErrors:      e.peerErrors.Load(),
+		CorruptReceived: e.corruptReceived.Load(),
+		CorruptReports:  e.reportsReceived.Load(),
+	}
+}
+
+// describe names a peer for messages.
+func (e *Engine) describe(p peer.ID) string { return e.sources.Describe(p) }
+
+// notePeerError counts and logs a failure blamed on p.
+func (e *Engine) notePeerError(p peer.ID, what string, err error) {
+	e.peerErrors.Add(1)
+	e.log.Warn("peer error", "peer", e.describe(p), "what", what, "err", err)
+}
+
+// connect makes sure there is a connection to p (at the addresses the
+// peerstore knows), bounded by DialTimeout; failures wrap
+// blob.ErrUnreachable and name the peer.
+func (e *Engine) connect(ctx context.Context, p peer.ID) error {
+	if len(e.h.Network().ConnsToPeer(p)) > 0 {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
+	defer cancel()
+	if err := e.h.Connect(dctx, peer.AddrInfo{ID: p}); err != nil {
+		return fmt.Errorf("%s: %w: %v", e.describe(p), blob.ErrUnreachable, err)
+	}
+	return nil
+}

@@ -1,0 +1,234 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/internal/wire"
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// ---- the server side of the fetch protocol ----
+
+// maxQueuedPerStream bounds the requests a server resolves at once per stream.
+const maxQueuedPerStream = 64
+
+type fetchSlot struct {
+	done   chan struct{}
+	status byte
+	body   []byte
+}
+
+// handleFetch serves one pipelined fetch stream: requests are resolved
+// concurrently (a relay starts its upstream fetches for all of them at
+// once) and answered in request order, each as soon as it and all before it
+// are ready.
+func (e *Engine) handleFetch(s network.Stream) {
+	p := s.Conn().RemotePeer()
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { s.Reset() })
+	defer stop()
+	slots := make(chan *fetchSlot, maxQueuedPerStream)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		e.writeReplies(ctx, cancel, s, slots)
+	}()
+	br := bufio.NewReaderSize(s, 16<<10)
+	var err error
+	for {
+		var q fetchRequest
+		q, err = readFetchRequest(br)
+		if err != nil {
+			break
+		}
+		sl := &fetchSlot{done: make(chan struct{})}
+		select {
+		case slots <- sl:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			break
+		}
+		switch q.Type {
+		case msgReport:
+			go e.serveReport(p, q, sl)
+		case msgManifest:
+			go e.serveManifest(ctx, p, q.ID, sl)
+		default:
+			go e.serveChunk(ctx, p, q, sl)
+		}
+	}
+	if errors.Is(err, wire.ErrMalformed) {
+		e.notePeerError(p, "fetch request", err)
+		sl := &fetchSlot{done: make(chan struct{}), status: statusError, body: errorBody(err.Error())}
+		close(sl.done)
+		select {
+		case slots <- sl:
+		case <-ctx.Done():
+		}
+	}
+	close(slots)
+	<-writerDone
+	// Close, not Reset: a reset would discard the replies still in flight,
+	// including the error reply. Anything the peer sends after a malformed
+	// request is refused (CloseRead).
+	s.Close()
+}
+
+func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, slots chan *fetchSlot) {
+	bw := bufio.NewWriterSize(s, 64<<10)
+	var hdr []byte
+	failed := false
+	for sl := range slots {
+		select {
+		case <-sl.done:
+		case <-ctx.Done():
+			failed = true
+		}
+		if failed {
+			continue // drain
+		}
+		hdr = appendFetchReplyHeader(hdr[:0], sl.status, len(sl.body))
+		_ = s.SetWriteDeadline(time.Now().Add(e.cfg.RequestTimeout))
+		_, err := bw.Write(hdr)
+		if err == nil {
+			_, err = bw.Write(sl.body)
+		}
+		if err == nil && len(slots) == 0 {
+			err = bw.Flush()
+		}
+		if err != nil {
+			failed = true
+			cancel()
+			continue
+		}
+		if sl.status == statusOK {
+			e.bytesServed.Add(uint64(len(sl.body)))
+		}
+	}
+	if !failed {
+		_ = bw.Flush()
+	}
+}
+
+// reply fills sl from the outcome of a request: data, or NOT_FOUND, or
+// ERROR, the message naming this node.
+func (e *Engine) reply(sl *fetchSlot, data []byte, err error) {
+	switch {
+	case err == nil:
+		sl.status, sl.body = statusOK, data
+	case errors.Is(err, blob.ErrNotFound):
+		sl.status, sl.body = statusNotFound, errorBody(fmt.Sprintf("%s: %v", e.self, err))
+	default:
+		sl.status, sl.body = statusError, errorBody(fmt.Sprintf("%s: %v", e.self, err))
+	}
+}
+
+// serveChunk resolves one request: from the store (verified there; a
+// damaged copy is dropped), else pull-through from this node's sources for
+// the blob (never back to the asker).
+func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fetchSlot) {
+	defer close(sl.done)
+	if data, err := e.store.ReadChunk(q.Hash); err == nil {
+		sl.status, sl.body = statusOK, data
+		return
+	}
+	var data []byte
+	var err error
+	if e.cfg.Mode == ModeStoreForward {
+		// Store and forward: serve nothing of a blob until all of it is here.
+		if err = e.wholeBlob(ctx, q.ID, p); err == nil {
+			data, err = e.store.ReadChunk(q.Hash)
+		}
+	} else {
+		data, err = e.obtainChunk(ctx, q, e.sources.Sources(q.ID, p), p)
+	}
+	e.reply(sl, data, err)
+}
+
+// Bodies of the OK reply to a REPORT.
+const (
+	reportIntact  byte = 0 // the reported chunk was absent or verified intact
+	reportDamaged byte = 1 // it was damaged and has been dropped
+)
+
+// serveReport handles a peer's report that the bytes this node sent for
+// chunk q did not match its hash: the local copy is read again from disk
+// and verified, and dropped if damaged, so that the peer's next request is
+// served from a fresh copy (pulled from this node's own sources).
+func (e *Engine) serveReport(p peer.ID, q fetchRequest, sl *fetchSlot) {
+	defer close(sl.done)
+	e.reportsReceived.Add(1)
+	damaged, err := e.store.RecheckChunk(q.Hash)
+	e.log.Warn("peer reports that a chunk it received from us does not match its hash",
+		"peer", e.describe(p), "blob", q.ID, "chunk", q.Index, "hash", q.Hash, "our_copy_damaged", damaged, "err", err)
+	sl.status, sl.body = statusOK, []byte{reportIntact}
+	if damaged {
+		sl.body[0] = reportDamaged
+	}
+}
+
+// serveManifest answers with blob id's manifest: from the store, else
+// fetched from this node's sources for the blob (never the asker),
+// verified and stored.
+func (e *Engine) serveManifest(ctx context.Context, p peer.ID, id cid.Cid, sl *fetchSlot) {
+	defer close(sl.done)
+	m, err := e.store.Manifest(id)
+	if errors.Is(err, blob.ErrNotFound) {
+		m, err = e.fetchManifest(ctx, id, e.sources.Sources(id, p))
+	}
+	var b []byte
+	if err == nil {
+		b = m.Encode()
+	}
+	e.reply(sl, b, err)
+}
+
+// wholeBlobCall is one store-and-forward fetch of a whole blob, shared by
+// every request that waits for it.
+type wholeBlobCall struct {
+	done chan struct{}
+	err  error
+}
+
+// wholeBlob fetches every chunk of blob id into the store (ModeStoreForward)
+// and returns when all are stored. Concurrent callers for the same blob
+// share one fetch, which runs until it ends even if they leave; asker (the
+// child whose request started it) is never used as a source.
+func (e *Engine) wholeBlob(ctx context.Context, id cid.Cid, asker peer.ID) error {
+	e.mu.Lock()
+	c := e.whole[id]
+	if c == nil {
+		if e.closed {
+			e.mu.Unlock()
+			return errClosed
+		}
+		c = &wholeBlobCall{done: make(chan struct{})}
+		e.whole[id] = c
+		e.wg.Go(func() {
+			r := blob.Record{ID: id, Name: "blob " + id.String()}
+			c.err = e.fetchAll(e.ctx, r, e.sources.Sources(id, asker))
+			e.mu.Lock()
+			delete(e.whole, id)
+			e.mu.Unlock()
+			close(c.done)
+		})
+	}
+	e.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,54 @@
+package transfer
+
+import (
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// SourceKind says how a source relates to this node: where the bytes a
+// node receives come from, by kind, is what its status reports.
+type SourceKind uint8
+
+const (
+	// KindParent is the node's parent or one of its fallback parents.
+	KindParent SourceKind = iota
+	// KindChild is the child a blob came up through (it was put below).
+	KindChild
+	// KindSibling is another node of the same site.
+	KindSibling
+	// KindOther is any other peer (e.g. a provider found in a DHT).
+	KindOther
+)
+
+func (k SourceKind) String() string {
+	switch k {
+	case KindParent:
+		return "parent"
+	case KindChild:
+		return "child"
+	case KindSibling:
+		return "sibling"
+	}
+	return "other"
+}
+
+// Source is a peer that may serve a blob's manifest and chunks.
+type Source struct {
+	ID   peer.ID
+	Kind SourceKind
+}
+
+// Provider supplies the sources of blobs: the tree does (the child a blob
+// was announced through, then the parents); siblings of the same site and
+// a DHT are further providers. Its methods are safe for concurrent use.
+type Provider interface {
+	// Sources returns the peers to fetch blob id from, best first. It
+	// never includes this node, nor exclude (the peer whose request this
+	// node is serving, so that pull-through never loops back), nor the
+	// same peer twice. An empty list means that from here the blob has no
+	// source.
+	Sources(id cid.Cid, exclude peer.ID) []Source
+	// Describe names p for messages and logs, e.g. "parent
+	// /ip4/10.0.0.1/tcp/4040/p2p/12D3KooW...".
+	Describe(p peer.ID) string
+}

@@ -1,0 +1,62 @@
+package tree
+
+import (
+	"slices"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer"
+)
+
+// The tree is a transfer.Provider: it knows, for a blob, the child it came
+// up through and the parents above.
+var _ transfer.Provider = (*Tree)(nil)
+
+// Sources returns where to fetch blob id from, best first (SourcesFor):
+// the child it was announced through, then the current parent, then the
+// fallbacks; never this node nor exclude.
+func (t *Tree) Sources(id cid.Cid, exclude peer.ID) []transfer.Source {
+	t.mu.Lock()
+	v := t.via[id]
+	t.mu.Unlock()
+	var out []transfer.Source
+	for _, p := range SourcesFor(v, t.parentIDs(), t.self, exclude) {
+		kind := transfer.KindParent
+		if p == v {
+			kind = transfer.KindChild
+		}
+		out = append(out, transfer.Source{ID: p, Kind: kind})
+	}
+	return out
+}
+
+// SourcesFor returns, in order of preference, the peers to fetch a blob
+// from: the child it was announced through (via) first, then the parents
+// (the current one first, then the fallbacks); self and exclude (the peer
+// asking us, so a request never goes back where it came from) are left out,
+// and so are empty IDs and repeats.
+func SourcesFor(via peer.ID, parents []peer.ID, self, exclude peer.ID) []peer.ID {
+	var out []peer.ID
+	for _, p := range append([]peer.ID{via}, parents...) {
+		if p == "" || p == self || p == exclude || slices.Contains(out, p) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// viaOf returns the peer ID held in a record's Via, or "" when it is empty
+// or does not parse.
+func viaOf(r blob.Record) peer.ID {
+	if r.Via == "" {
+		return ""
+	}
+	id, err := peer.Decode(r.Via)
+	if err != nil {
+		return ""
+	}
+	return id
+}
