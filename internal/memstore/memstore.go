@@ -5,6 +5,7 @@ package memstore
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -23,11 +24,12 @@ type Store struct {
 	chunks    map[blob.Hash][]byte
 	manifests map[cid.Cid]*blob.Manifest
 	records   map[string]blob.Record
+	routes    map[string]string
 }
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{chunks: map[blob.Hash][]byte{}, manifests: map[cid.Cid]*blob.Manifest{}, records: map[string]blob.Record{}}
+	return &Store{chunks: map[blob.Hash][]byte{}, manifests: map[cid.Cid]*blob.Manifest{}, records: map[string]blob.Record{}, routes: map[string]string{}}
 }
 
 func (s *Store) HasChunk(h blob.Hash) bool {
@@ -101,14 +103,31 @@ func (s *Store) Record(name string) (blob.Record, error) {
 	return r, nil
 }
 
-func (s *Store) PutRecord(r blob.Record) (bool, error) {
+// PutRecord is PutRecordFrom with no route.
+func (s *Store) PutRecord(r blob.Record) (bool, error) { return s.PutRecordFrom(r, "") }
+
+// PutRecordFrom stores r if it is newer than the current record, with via
+// as its name's route.
+func (s *Store) PutRecordFrom(r blob.Record, via string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.records[r.Name]; ok && !r.Newer(old) {
 		return false, nil
 	}
 	s.records[r.Name] = r
+	if via == "" {
+		delete(s.routes, r.Name)
+	} else {
+		s.routes[r.Name] = via
+	}
 	return true, nil
+}
+
+// Routes returns the routes of the current records.
+func (s *Store) Routes() (map[string]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.routes), nil
 }
 
 func (s *Store) List(prefix string) ([]blob.Record, error) {
@@ -136,4 +155,5 @@ func (s *Store) DeleteRecord(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.records, name)
+	delete(s.routes, name)
 }

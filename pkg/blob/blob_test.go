@@ -126,7 +126,7 @@ func TestValidateName(t *testing.T) {
 
 func TestRecordRoundTripAndOrder(t *testing.T) {
 	m := &Manifest{Size: 1, ChunkSize: MinChunkSize, Chunks: []Hash{HashChunk([]byte{1})}}
-	r := Record{Name: "a/b", ID: m.CID(), Size: 1, Time: 42, Origin: "12D3KooWxyz", Via: "12D3KooWabc"}
+	r := Record{Name: "a/b", ID: m.CID(), Size: 1, Time: 42, Origin: "12D3KooWxyz"}
 	back, err := DecodeRecord(r.Encode())
 	if err != nil {
 		t.Fatal(err)
@@ -152,5 +152,16 @@ func TestRecordRoundTripAndOrder(t *testing.T) {
 	enc := r.Encode()
 	if _, err := DecodeRecord(enc[:len(enc)-1]); err == nil {
 		t.Fatal("truncated record accepted")
+	}
+	// Version 1 had a via field after origin: still read, via returned
+	// apart (for stores written before version 2).
+	v1 := append([]byte{1}, enc[1:]...)
+	v1 = append(v1, 0, 3, 'v', 'i', 'a')
+	back, via, err := DecodeRecordV1(v1)
+	if err != nil || back != r || via != "via" {
+		t.Fatalf("version 1 record: %+v via %q %v", back, via, err)
+	}
+	if _, err := DecodeRecord(append([]byte{3}, enc[1:]...)); err == nil {
+		t.Fatal("unknown record version accepted")
 	}
 }

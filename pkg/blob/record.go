@@ -17,10 +17,6 @@ type Record struct {
 	Size   uint64  // blob size in bytes
 	Time   int64   // when the name was put, Unix nanoseconds at the origin
 	Origin string  // peer ID (string form) of the node where it was put
-	// Via is local routing state, not part of the name's identity: the
-	// peer ID of the neighbour this node learned the record from when that
-	// neighbour is a child (the way down towards the bytes), else "".
-	Via string
 }
 
 // Newer reports whether r should replace old.
@@ -34,31 +30,36 @@ func (r Record) Newer(old Record) bool {
 // When returns Time as a time.Time.
 func (r Record) When() time.Time { return time.Unix(0, r.Time) }
 
-// record encoding, version 1 (big-endian):
+// record encoding, version 2 (big-endian):
 //
-//	version u8 = 1
+//	version u8 = 2
 //	name    u16 length + bytes
 //	id      u16 length + CID bytes
 //	size    u64
 //	time    i64
 //	origin  u16 length + bytes
-//	via     u16 length + bytes
-const recordVersion = 1
+//
+// Version 1 had a seventh field, via (u16 length + bytes): a node's local
+// routing state, which now lives with the tree (pkg/tree), not in the
+// record. DecodeRecord still reads version 1 and ignores via.
+const (
+	recordVersion   = 2
+	recordVersionV1 = 1
+)
 
-// maxRecordField bounds the CID, origin and via fields.
+// maxRecordField bounds the CID, origin and (version 1) via fields.
 const maxRecordField = 256
 
 // Encode returns the binary form of r.
 func (r Record) Encode() []byte {
 	idb := r.ID.Bytes()
-	b := make([]byte, 0, 1+2+len(r.Name)+2+len(idb)+16+2+len(r.Origin)+2+len(r.Via))
+	b := make([]byte, 0, 1+2+len(r.Name)+2+len(idb)+16+2+len(r.Origin))
 	b = append(b, recordVersion)
 	b = appendField(b, []byte(r.Name))
 	b = appendField(b, idb)
 	b = binary.BigEndian.AppendUint64(b, r.Size)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Time))
 	b = appendField(b, []byte(r.Origin))
-	b = appendField(b, []byte(r.Via))
 	return b
 }
 
@@ -67,38 +68,49 @@ func appendField(b, f []byte) []byte {
 	return append(b, f...)
 }
 
-// DecodeRecord parses the bytes produced by Encode, checking the name and CID.
+// DecodeRecord parses the bytes produced by Encode (or by a version 1
+// encoder), checking the name and CID.
 func DecodeRecord(b []byte) (Record, error) {
-	var r Record
+	r, _, err := DecodeRecordV1(b)
+	return r, err
+}
+
+// DecodeRecordV1 is DecodeRecord that also returns the via field of a
+// version 1 encoding ("" for version 2), for reading stores written before
+// via left the record.
+func DecodeRecordV1(b []byte) (r Record, via string, err error) {
 	d := fieldReader{b: b}
-	if v := d.u8(); v != recordVersion {
-		if d.err != nil {
-			return r, fmt.Errorf("decode record: %w", d.err)
-		}
-		return r, fmt.Errorf("decode record: unknown version %d", v)
+	v := d.u8()
+	if d.err != nil {
+		return r, "", fmt.Errorf("decode record: %w", d.err)
+	}
+	if v != recordVersion && v != recordVersionV1 {
+		return r, "", fmt.Errorf("decode record: unknown version %d", v)
 	}
 	name := d.field(MaxNameLen)
 	idb := d.field(maxRecordField)
 	r.Size = d.u64()
 	r.Time = int64(d.u64())
 	r.Origin = string(d.field(maxRecordField))
-	r.Via = string(d.field(maxRecordField))
+	if v == recordVersionV1 {
+		via = string(d.field(maxRecordField))
+	}
 	if d.err != nil {
-		return Record{}, fmt.Errorf("decode record: %w", d.err)
+		return Record{}, "", fmt.Errorf("decode record: %w", d.err)
 	}
 	if len(d.b) != 0 {
-		return Record{}, fmt.Errorf("decode record: %d trailing bytes", len(d.b))
+		return Record{}, "", fmt.Errorf("decode record: %d trailing bytes", len(d.b))
 	}
 	r.Name = string(name)
 	if err := ValidateName(r.Name); err != nil {
-		return Record{}, fmt.Errorf("decode record: %w", err)
+		return Record{}, "", fmt.Errorf("decode record: %w", err)
 	}
 	id, err := cid.Cast(idb)
 	if err != nil {
-		return Record{}, fmt.Errorf("decode record %q: bad CID: %w", r.Name, err)
+		return Record{}, "", fmt.Errorf("decode record %q: bad CID: %w", r.Name, err)
 	}
 	r.ID = id
-	return r, nil
+	return r, via, nil
 }
 
 // fieldReader decodes big-endian fields, remembering the first error.

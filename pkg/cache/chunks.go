@@ -122,11 +122,15 @@ func (s *Store) storeChunk(h blob.Hash, data []byte, orphan bool) (*chunkEntry, 
 	return e, e.lastUse, nil
 }
 
-// adoptLocked clears e's orphan mark: a stored manifest lists it.
+// adoptLocked clears e's orphan mark (a stored manifest lists it) and
+// moves it out of the orphans at the back of the LRU list.
 func (s *Store) adoptLocked(e *chunkEntry) {
 	if e.orphan {
 		e.orphan = false
 		s.orphanBytes -= e.size
+		if e.elem != nil {
+			s.lru.MoveToFront(e.elem)
+		}
 	}
 }
 

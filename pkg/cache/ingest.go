@@ -263,7 +263,7 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 		if moved, err = s.dropOwnerTxn(txn, name, id.KeyString()); err != nil {
 			return err
 		}
-		_, err = putRecord(txn, rec)
+		_, err = putRecord(txn, rec, "")
 		return err
 	})
 	if err == nil && s.sync {

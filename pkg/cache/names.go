@@ -118,22 +118,32 @@ func (s *Store) HasBlob(id cid.Cid) bool {
 }
 
 // PutRecord validates r's name and ID and keeps r in the name's history
-// (a record equal to a stored one but for Via is stored once; the newest
-// MaxHistory records are kept). It makes r the
-// name's current record only if there is none or r.Newer(current), and
-// reports whether it did. It never changes pins.
+// (the newest MaxHistory records are kept). It makes r the name's current
+// record only if there is none or r.Newer(current), and reports whether it
+// did; the name then has no route (see PutRecordFrom). It never changes
+// pins.
 func (s *Store) PutRecord(r blob.Record) (changed bool, err error) {
+	return s.PutRecordFrom(r, "")
+}
+
+// PutRecordFrom is PutRecord for a record that came from the neighbour via
+// (a peer ID, or "" for none): when r becomes current, via becomes the
+// name's route (Routes), kept until another record replaces r.
+func (s *Store) PutRecordFrom(r blob.Record, via string) (changed bool, err error) {
 	if err := blob.ValidateName(r.Name); err != nil {
 		return false, fmt.Errorf("put record: %w", err)
 	}
 	if !r.ID.Defined() {
 		return false, fmt.Errorf("put record %q: undefined blob ID", r.Name)
 	}
+	if len(via) > maxRouteLen {
+		return false, fmt.Errorf("put record %q: route of %d bytes", r.Name, len(via))
+	}
 	s.metaMu.Lock()
 	defer s.metaMu.Unlock()
 	err = s.db.Update(func(txn *badger.Txn) error {
 		var err error
-		changed, err = putRecord(txn, r)
+		changed, err = putRecord(txn, r, via)
 		return err
 	})
 	if err != nil {
@@ -142,11 +152,15 @@ func (s *Store) PutRecord(r blob.Record) (changed bool, err error) {
 	return changed, nil
 }
 
+// maxRouteLen bounds a route (a peer ID's string form is about 52 bytes).
+const maxRouteLen = 256
+
 // MaxHistory bounds the records kept per name; the oldest go first.
 const MaxHistory = 64
 
-// putRecord adds r to its name's history and makes it current if newer.
-func putRecord(txn *badger.Txn, r blob.Record) (bool, error) {
+// putRecord adds r to its name's history and, if newer, makes it current
+// with route via ("" removes the route).
+func putRecord(txn *badger.Txn, r blob.Record, via string) (bool, error) {
 	enc := r.Encode()
 	if err := txn.Set(historyKey(r), enc); err != nil {
 		return false, err
@@ -161,7 +175,42 @@ func putRecord(txn *badger.Txn, r blob.Record) (bool, error) {
 	if err == nil && !r.Newer(cur) {
 		return false, nil
 	}
+	if err := setRoute(txn, r.Name, via); err != nil {
+		return false, err
+	}
 	return true, txn.Set(recordKey(r.Name), enc)
+}
+
+func setRoute(txn *badger.Txn, name, via string) error {
+	if via == "" {
+		return txn.Delete(routeKey(name))
+	}
+	return txn.Set(routeKey(name), []byte(via))
+}
+
+// Routes returns the route of every name that has one: the neighbour its
+// current record came from (see PutRecordFrom).
+func (s *Store) Routes() (map[string]string, error) {
+	out := map[string]string{}
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(keyRoute), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			name := string(it.Item().Key()[len(keyRoute):])
+			err := it.Item().Value(func(v []byte) error {
+				out[name] = string(v)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("routes: %w", err)
+	}
+	return out, nil
 }
 
 func getRecord(txn *badger.Txn, name string) (blob.Record, error) {
@@ -271,6 +320,9 @@ func (s *Store) RemoveName(name string) error {
 			return err
 		}
 		if err := txn.Delete(recordKey(name)); err != nil {
+			return err
+		}
+		if err := txn.Delete(routeKey(name)); err != nil {
 			return err
 		}
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name)})
@@ -458,6 +510,7 @@ func (s *Store) unpinBlobLocked(k string) {
 func manifestKey(idb []byte) []byte { return append([]byte(keyManifest), idb...) }
 func pinKey(idb []byte) []byte      { return append([]byte(keyPin), idb...) }
 func recordKey(name string) []byte  { return append([]byte(keyRecord), name...) }
+func routeKey(name string) []byte   { return append([]byte(keyRoute), name...) }
 
 // historyPrefix ends with 0x00, which valid names never contain, so it
 // matches no other name's history.
@@ -465,10 +518,9 @@ func historyPrefix(name string) []byte {
 	return append(append([]byte(keyHistory), name...), 0)
 }
 
-// historyKey identifies r within its name's history by a digest of r
-// without Via (routing state, not identity).
+// historyKey identifies r within its name's history by a digest of its
+// encoding.
 func historyKey(r blob.Record) []byte {
-	r.Via = ""
 	sum := blake3.Sum256(r.Encode())
 	return append(historyPrefix(r.Name), sum[:16]...)
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dgraph-io/badger/v4"
+
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -30,11 +32,13 @@ func TestRecordsNewerWins(t *testing.T) {
 	if got, err := s.Record("x/y"); err != nil || got != r1 {
 		t.Fatalf("current %+v, %v; want %+v", got, err, r1)
 	}
-	// The same record again, learnt via another neighbour: no new history entry.
-	dup := r0
-	dup.Via = "peerZ"
-	if ch, _ := s.PutRecord(dup); ch {
+	// The same record again, learnt from another neighbour: no new history
+	// entry, and no route (it is not current).
+	if ch, _ := s.PutRecordFrom(r0, "peerZ"); ch {
 		t.Fatal("duplicate older record changed current")
+	}
+	if routes, err := s.Routes(); err != nil || len(routes) != 0 {
+		t.Fatalf("routes after an older record: %v %v", routes, err)
 	}
 	if ch, err := s.PutRecord(r1); err != nil || ch {
 		t.Fatalf("re-put of current: changed=%v err=%v", ch, err)
@@ -234,5 +238,94 @@ func TestLargeManifest(t *testing.T) {
 	}
 	if !s.Pinned(id) {
 		t.Fatal("not pinned after reopen")
+	}
+}
+
+// TestRoutes: a record from a neighbour that becomes current carries its
+// route; a newer record (a local put, one from elsewhere) replaces it; the
+// route survives a reopen and goes with RemoveName.
+func TestRoutes(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, 1<<30)
+	a := blob.Record{Name: "r/a", ID: testID(1), Size: 1, Time: 10, Origin: "w1"}
+	b := blob.Record{Name: "r/b", ID: testID(2), Size: 1, Time: 10, Origin: "w2"}
+	if ch, err := s.PutRecordFrom(a, "child1"); err != nil || !ch {
+		t.Fatal(ch, err)
+	}
+	if _, err := s.PutRecordFrom(b, "child2"); err != nil {
+		t.Fatal(err)
+	}
+	newer := b
+	newer.Time, newer.ID = 20, testID(3)
+	if _, err := s.PutRecord(newer); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, 1<<30)
+	routes, err := s.Routes()
+	if err != nil || len(routes) != 1 || routes["r/a"] != "child1" {
+		t.Fatalf("routes %v %v, want only r/a via child1", routes, err)
+	}
+	if err := s.RemoveName("r/a"); err != nil {
+		t.Fatal(err)
+	}
+	if routes, _ := s.Routes(); len(routes) != 0 {
+		t.Fatalf("route kept after RemoveName: %v", routes)
+	}
+}
+
+// TestMigrateIndexV1: an index written by version 1 (records with a via
+// field, index version 1) opens as version 2: records read the same, the
+// current record's via becomes the name's route, history keeps one entry
+// per record.
+func TestMigrateIndexV1(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, 1<<30)
+	old := blob.Record{Name: "m/x", ID: testID(1), Size: 1, Time: 10, Origin: "w1"}
+	cur := blob.Record{Name: "m/x", ID: testID(2), Size: 1, Time: 20, Origin: "w1"}
+	v1 := func(r blob.Record, via string) []byte {
+		enc := r.Encode()
+		b := append([]byte{1}, enc[1:]...)
+		return append(binary.BigEndian.AppendUint16(b, uint16(len(via))), via...)
+	}
+	// Write the version 1 layout by hand.
+	err := s.db.Update(func(txn *badger.Txn) error {
+		for _, e := range []struct {
+			k, v []byte
+		}{
+			{recordKey("m/x"), v1(cur, "child7")},
+			{append(historyPrefix("m/x"), 1), v1(old, "")},
+			{append(historyPrefix("m/x"), 2), v1(cur, "child7")},
+			{[]byte(keyVersion), binary.BigEndian.AppendUint32(nil, 1)},
+		} {
+			if err := txn.Set(e.k, e.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a second open finds version 2 and changes nothing
+		s = openStore(t, dir, 1<<30)
+		if got, err := s.Record("m/x"); err != nil || got != cur {
+			t.Fatalf("record after migration: %+v %v", got, err)
+		}
+		if routes, err := s.Routes(); err != nil || routes["m/x"] != "child7" {
+			t.Fatalf("routes after migration: %v %v", routes, err)
+		}
+		h, err := s.History("m/x")
+		if err != nil || len(h) != 2 || h[0] != cur || h[1] != old {
+			t.Fatalf("history after migration: %+v %v", h, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

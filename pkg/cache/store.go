@@ -148,10 +148,13 @@ const (
 	keyPin      = "p/" // + CID bytes            -> owners (u16 len + bytes)*
 	keyRecord   = "r/" // + name                 -> encoded current record
 	keyHistory  = "h/" // + name + 0x00 + 16 B   -> encoded record
+	keyRoute    = "t/" // + name                 -> peer ID the current record came from
 	keyVersion  = "v"  //                        -> format version u32
 )
 
-const indexVersion = 1
+// indexVersion 2: records are encoded without via (blob record version 2);
+// a name's via is its route (keyRoute). Open migrates version 1.
+const indexVersion = 2
 
 // Open opens (creating if needed) the store in dir. It removes temp files
 // left by an earlier process and reconciles the index with the chunk files on
@@ -434,24 +437,32 @@ func verifiedMemoBytes(n int) int {
 	return n
 }
 
+// checkVersion sets the index version of a new index, migrates an index
+// of version 1, and refuses any other version.
 func (s *Store) checkVersion() error {
-	return s.db.Update(func(txn *badger.Txn) error {
+	var v []byte
+	err := s.db.Update(func(txn *badger.Txn) error {
 		item, err := txn.Get([]byte(keyVersion))
 		if errors.Is(err, badger.ErrKeyNotFound) {
-			return txn.Set([]byte(keyVersion), binary.BigEndian.AppendUint32(nil, indexVersion))
+			v = binary.BigEndian.AppendUint32(nil, indexVersion)
+			return txn.Set([]byte(keyVersion), v)
 		}
 		if err != nil {
-			return fmt.Errorf("read index version: %w", err)
+			return err
 		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return fmt.Errorf("read index version: %w", err)
-		}
-		if len(v) != 4 || binary.BigEndian.Uint32(v) != indexVersion {
-			return fmt.Errorf("index format version %x unsupported (want %d)", v, indexVersion)
-		}
-		return nil
+		v, err = item.ValueCopy(nil)
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("read index version: %w", err)
+	}
+	switch {
+	case len(v) == 4 && binary.BigEndian.Uint32(v) == indexVersion:
+		return nil
+	case len(v) == 4 && binary.BigEndian.Uint32(v) == 1:
+		return s.migrateV1()
+	}
+	return fmt.Errorf("index format version %x unsupported (want %d)", v, indexVersion)
 }
 
 // Close flushes pending last-use information and closes the index. Chunk

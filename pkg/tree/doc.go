@@ -21,9 +21,10 @@
 //     pull-through never goes back where the request came from, so it
 //     cannot loop.
 //   - Records converge: a node keeps a record only if it is Newer than the
-//     one it holds. Via is local routing state: it never crosses the wire
-//     and is set only from the tree session of the child that announced it.
-//     Only live children may ANNOUNCE.
+//     one it holds. The child a current record came up through (its route,
+//     kept by the Store beside the record) is local routing state: it never
+//     crosses the wire and is set only for the live child that announced
+//     the record. Only live children may ANNOUNCE.
 //   - Every record that originated in a node's subtree (put there, or
 //     announced by a child) is re-announced to the parent each time the
 //     parent session is (re)established, so a parent restart loses nothing.

@@ -60,8 +60,8 @@ func (t *Tree) namesCall(ctx context.Context, p peer.ID, q namesRequest) (namesR
 
 // Lookup resolves name. The root answers from its store. Other nodes ask
 // the parent (bounded by RequestTimeout), keep the newer of the local and
-// the parent's record (storing it, the local Via kept when the local one
-// wins) and return it. If the parent is unreachable the local record, if
+// the parent's record (storing the parent's, with no route, when it wins)
+// and return it. If the parent is unreachable the local record, if
 // any, is returned (it may be stale); else the error wraps
 // blob.ErrUnreachable and names the parent. If neither has the name the
 // error wraps blob.ErrNotFound.
@@ -99,7 +99,7 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 		if haveLocal && !r.Newer(local) {
 			return local, nil
 		}
-		if _, err := t.store.PutRecord(r); err != nil {
+		if _, err := t.store.PutRecordFrom(r, ""); err != nil {
 			t.log.Warn("store record from parent", "name", name, "err", err)
 		}
 		return r, nil
@@ -185,13 +185,17 @@ func (t *Tree) lookupUp(ctx context.Context, name string) (namesReply, peer.ID, 
 // or announced by a child) to the parent.
 func (t *Tree) reannounce(ctx context.Context) {
 	recs, err := t.store.List("")
+	var routes map[string]string
+	if err == nil {
+		routes, err = t.store.Routes()
+	}
 	if err != nil {
 		t.log.Warn("re-announce: list records", "err", err)
 		return
 	}
 	n := 0
 	for _, r := range recs {
-		if r.Via == "" && r.Origin != t.self.String() {
+		if routes[r.Name] == "" && r.Origin != t.self.String() {
 			continue
 		}
 		if err := t.announceTo(ctx, r); err != nil {
@@ -242,7 +246,6 @@ func (t *Tree) serveLookup(ctx context.Context, name string) []byte {
 	if err != nil {
 		return errorFrame(err)
 	}
-	r.Via = ""
 	return appendFrame(nil, msgFound, r.Encode())
 }
 
@@ -250,8 +253,7 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 	if !t.isChild(p) {
 		return errorFrame(fmt.Errorf("announce %q: %s is not a child of %s", r.Name, p, t.self))
 	}
-	r.Via = p.String()
-	changed, err := t.store.PutRecord(r)
+	changed, err := t.store.PutRecordFrom(r, p.String())
 	if err != nil {
 		return errorFrame(fmt.Errorf("announce %q: %w", r.Name, err))
 	}

@@ -6,7 +6,6 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer"
 )
 
@@ -48,15 +47,26 @@ func SourcesFor(via peer.ID, parents []peer.ID, self, exclude peer.ID) []peer.ID
 	return out
 }
 
-// viaOf returns the peer ID held in a record's Via, or "" when it is empty
-// or does not parse.
-func viaOf(r blob.Record) peer.ID {
-	if r.Via == "" {
-		return ""
-	}
-	id, err := peer.Decode(r.Via)
+// loadRoutes learns, from the store, which blobs came up through which
+// child.
+func (t *Tree) loadRoutes() error {
+	routes, err := t.store.Routes()
 	if err != nil {
-		return ""
+		return err
 	}
-	return id
+	if len(routes) == 0 {
+		return nil
+	}
+	recs, err := t.store.List("")
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range recs {
+		if v, err := peer.Decode(routes[r.Name]); err == nil {
+			t.via[r.ID] = v
+		}
+	}
+	return nil
 }

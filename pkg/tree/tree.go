@@ -19,13 +19,19 @@ import (
 )
 
 // Store is what the tree needs from the local store (pkg/cache.Store
-// implements it): name records. Every method is safe for concurrent use.
+// implements it): name records and their routes. Every method is safe for
+// concurrent use.
 type Store interface {
 	// Record returns the name record of name, or blob.ErrNotFound.
 	Record(name string) (blob.Record, error)
-	// PutRecord stores r only if r.Newer(current) (or there is none) and
-	// reports whether it did.
-	PutRecord(r blob.Record) (changed bool, err error)
+	// PutRecordFrom stores r only if r.Newer(current) (or there is none)
+	// and reports whether it did; a record it stores gets via (the child
+	// the record came up through, or "") as its name's route, replacing
+	// any earlier route.
+	PutRecordFrom(r blob.Record, via string) (changed bool, err error)
+	// Routes returns name -> via for every name whose current record came
+	// up through a child.
+	Routes() (map[string]string, error)
 	// List returns the records whose names start with prefix.
 	List(prefix string) ([]blob.Record, error)
 }
@@ -167,16 +173,8 @@ func (t *Tree) Start(ctx context.Context) error {
 	t.wg.Go(func() { <-t.ctx.Done(); stop() })
 
 	// Learn which blobs came up through which child.
-	if recs, err := t.store.List(""); err == nil {
-		t.mu.Lock()
-		for _, r := range recs {
-			if v := viaOf(r); v != "" {
-				t.via[r.ID] = v
-			}
-		}
-		t.mu.Unlock()
-	} else {
-		t.log.Warn("list records at start", "err", err)
+	if err := t.loadRoutes(); err != nil {
+		t.log.Warn("routes at start", "err", err)
 	}
 	t.h.SetStreamHandler(ProtoTree, t.handleTree)
 	t.h.SetStreamHandler(ProtoNames, t.handleNames)

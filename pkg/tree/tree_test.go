@@ -61,8 +61,8 @@ func TestDistributeCoalesceAndRootLoss(t *testing.T) {
 }
 
 // A worker's put is found and fetched by its sibling (via the head) and by
-// the root (through the head, which follows Via to the worker or serves its
-// replica).
+// the root (through the head, which follows its route to the worker or
+// serves its replica).
 func TestResultPath(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", nil, func(c *nodeCfg) { c.Replicate = true })
@@ -76,13 +76,11 @@ func TestResultPath(t *testing.T) {
 		r, err := root.store.Record("run/1/out")
 		return err == nil && r.ID.Equals(rec.ID)
 	})
-	hr, err := head.store.Record("run/1/out")
-	if err != nil || hr.Via != w1.h.ID().String() {
-		t.Fatalf("head record %+v, %v: want Via = w1", hr, err)
+	if routes, err := head.store.Routes(); err != nil || routes["run/1/out"] != w1.h.ID().String() {
+		t.Fatalf("head routes %v, %v: want run/1/out via w1", routes, err)
 	}
-	rr, _ := root.store.Record("run/1/out")
-	if rr.Via != head.h.ID().String() {
-		t.Fatalf("root record Via = %q, want the head", rr.Via)
+	if routes, _ := root.store.Routes(); routes["run/1/out"] != head.h.ID().String() {
+		t.Fatalf("root route %q, want the head", routes["run/1/out"])
 	}
 	if b := readAll(t, w2, "run/1/out"); !bytes.Equal(b, data) {
 		t.Fatal("sibling got wrong bytes")

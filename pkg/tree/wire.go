@@ -215,16 +215,13 @@ func encodeNamesRequest(q namesRequest) []byte {
 	case msgLookup:
 		return appendFrame(nil, msgLookup, []byte(q.Name))
 	case msgAnnounce:
-		r := q.Record
-		r.Via = ""
-		return appendFrame(nil, msgAnnounce, r.Encode())
+		return appendFrame(nil, msgAnnounce, q.Record.Encode())
 	}
 	panic(fmt.Sprintf("encodeNamesRequest: type 0x%02x", q.Type))
 }
 
 // decodeNamesRequest parses the payload of a names request of type typ.
-// Names are checked with blob.ValidateName; a record's Via is cleared (it
-// is the sender's routing state, not ours).
+// Names are checked with blob.ValidateName.
 func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 	q := namesRequest{Type: typ}
 	switch typ {
@@ -238,7 +235,6 @@ func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 		if err != nil {
 			return q, err
 		}
-		r.Via = ""
 		q.Record = r
 	default:
 		return q, malformed("unknown names request 0x%02x", typ)
@@ -264,8 +260,7 @@ const (
 	errInvalidName byte = 2
 )
 
-// decodeNamesReply parses the payload of a names reply of type typ. A FOUND
-// record's Via is cleared.
+// decodeNamesReply parses the payload of a names reply of type typ.
 func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 	p := namesReply{Type: typ}
 	switch typ {
@@ -274,7 +269,6 @@ func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 		if err != nil {
 			return p, err
 		}
-		r.Via = ""
 		p.Record = r
 	case msgNotFound, msgAck:
 		if len(payload) != 0 {
