@@ -30,7 +30,7 @@ const (
 
 // Ingest stores the bytes of r as a blob named name, put on this node by
 // origin (a peer ID string). It validates name and chunkSize first, then
-// reads r to EOF cutting it into chunkSize chunks, writes chunks not yet
+// reads r to its end cutting it into chunkSize chunks, writes chunks not yet
 // present (reading and hashing overlap with writing), stores the manifest,
 // pins the blob for name and makes the record {name, ID, Size, Time: now,
 // Origin: origin} current: the pin and the record are committed in one index
@@ -39,11 +39,17 @@ const (
 // always wins locally. The pin that name held on an earlier ingested blob
 // moves to the new one.
 //
+// The end of the input is io.EOF itself returned by r, and nothing else
+// (blob.FillChunk): r must return io.EOF only when the input is complete,
+// and any other error when it is not (a cut connection, an aborted upload,
+// a file that changed). Every error from r, io.ErrUnexpectedEOF and errors
+// wrapping io.EOF included, fails the ingest and is returned wrapped.
+//
 // Any failure (a read error, ctx ending, blob.ErrNoSpace when the cap or the
 // disk is full) leaves no new record and no new pin, and removes the chunks
-// this call wrote that nobody else has used meanwhile. Chunks written so far are protected from eviction while
-// the ingest runs. ctx is checked between chunks; a blocked r.Read is not
-// interrupted.
+// this call wrote that nobody else has used meanwhile. Chunks written so far
+// are protected from eviction while the ingest runs. ctx is checked between
+// chunks; a blocked r.Read is not interrupted.
 func (s *Store) Ingest(ctx context.Context, name string, r io.Reader, chunkSize int, origin string) (blob.Record, error) {
 	if err := blob.ValidateName(name); err != nil {
 		return blob.Record{}, fmt.Errorf("ingest: %w", err)
@@ -156,7 +162,13 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 		if buf == nil {
 			buf = getBuf(chunkSize)
 		}
-		n, err := io.ReadFull(r, buf)
+		n, err := blob.FillChunk(r, buf)
+		if err != nil && err != io.EOF {
+			// Not the end of the input: r was cut or failed.
+			free <- buf
+			rerr = fmt.Errorf("read chunk %d: %w", i, err)
+			break
+		}
 		if n > 0 {
 			if len(m.Chunks) >= blob.MaxChunks {
 				free <- buf
@@ -171,11 +183,7 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 		} else {
 			free <- buf
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			break
-		}
-		if err != nil {
-			rerr = fmt.Errorf("read chunk %d: %w", i, err)
+		if err == io.EOF {
 			break
 		}
 	}

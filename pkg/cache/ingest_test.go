@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -363,5 +364,51 @@ func TestIngestSync(t *testing.T) {
 	syncFS = func(string) error { calls++; return nil }
 	if _, err := plain.Ingest(ctx, "x", bytes.NewReader(data), 1<<20, "me"); err != nil || calls != 0 {
 		t.Fatalf("ingest without Sync: err %v, %d syncs", err, calls)
+	}
+}
+
+// TestIngestReaderErrorIsNotEnd: a reader that yields some bytes and then
+// an error (io.ErrUnexpectedEOF wrapped as a cut connection reports it,
+// bare, or any other error) fails the ingest: no record, no pin, no chunk
+// left; with and without Options.Sync. Only io.EOF itself ends the input.
+func TestIngestReaderErrorIsNotEnd(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		ctx := context.Background()
+		dir := t.TempDir()
+		s, err := Open(dir, Options{MaxBytes: 1 << 30, Sync: durable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep, err := s.Ingest(ctx, "keep", bytes.NewReader(randBytes(200_000, 40)), blob.MinChunkSize, "me")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := s.Usage()
+		for i, readErr := range []error{
+			fmt.Errorf("put stream: %w", io.ErrUnexpectedEOF),
+			io.ErrUnexpectedEOF,
+			fmt.Errorf("put stream: %w", io.EOF),
+			errors.New("client went away"),
+		} {
+			name := fmt.Sprintf("cut/%d", i)
+			// 3 MiB + 5: a cut in the middle of a chunk, after whole ones.
+			r := &hookReader{n: 8 << 20, at: 3<<20 + 5, src: randBytes(1<<20+37, uint64(41+i)), err: readErr, hook: func() {}}
+			rec, err := s.Ingest(ctx, name, r, 1<<20, "me")
+			if !errors.Is(err, readErr) {
+				t.Errorf("sync %v: Ingest cut by %q = %+v, %v; want the reader's error", durable, readErr, rec, err)
+			}
+			if _, err := s.Record(name); !errors.Is(err, blob.ErrNotFound) {
+				t.Errorf("sync %v: record after a reader error %q: %v", durable, readErr, err)
+			}
+			if u := s.Usage(); u != base {
+				t.Errorf("sync %v: reader error %q changed usage (pins or chunks left): %+v, before %+v", durable, readErr, u, base)
+			}
+		}
+		if recs, _ := s.List(""); len(recs) != 1 || recs[0] != keep {
+			t.Errorf("sync %v: names after cut ingests: %v", durable, recs)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
