@@ -508,10 +508,34 @@ func TestPutAbortByContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("backend saw no reader error")
 	}
+	// An input that reports itself cut (io.ErrUnexpectedEOF, bare or
+	// wrapped, or a wrapped io.EOF) is not its end: ABORT, no name.
+	for i, cut := range []error{io.ErrUnexpectedEOF, fmt.Errorf("pipe: %w", io.ErrUnexpectedEOF), fmt.Errorf("pipe: %w", io.EOF)} {
+		name := fmt.Sprintf("cut/%d", i)
+		_, err = c.Put(context.Background(), name, io.MultiReader(bytes.NewReader(make([]byte, 3<<20)), &errReader{cut}), PutOptions{})
+		if !errors.Is(err, cut) || !strings.Contains(err.Error(), "aborted") {
+			t.Fatalf("put of an input cut by %q: %v", cut, err)
+		}
+		select {
+		case perr := <-m.putErrs:
+			if !errors.Is(perr, ErrAborted) {
+				t.Fatalf("backend reader error %v, want ErrAborted", perr)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("backend saw no reader error")
+		}
+		if _, err := c.Stat(context.Background(), name); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("name of a cut input visible: %v", err)
+		}
+	}
 	if _, err := c.Put(context.Background(), "ok", strings.NewReader("fine"), PutOptions{}); err != nil {
 		t.Fatalf("put after abort: %v", err)
 	}
 }
+
+type errReader struct{ err error }
+
+func (r *errReader) Read([]byte) (int, error) { return 0, r.err }
 
 type iotestErr struct{}
 

@@ -39,7 +39,7 @@ type Reader struct {
 	mode    fs.FileMode
 	size    int64     // regular files: the size at open
 	mtime   time.Time // regular files: the modification time at open
-	off     int64     // bytes returned so far
+	off     int64     // file offset: where the next Read starts
 	err     error     // sticky: io.EOF after the checks passed, or the failure
 	regular bool
 }
@@ -47,13 +47,24 @@ type Reader struct {
 // Open opens path and records its size and modification time (fstat of the
 // opened file). Opening a FIFO waits until a writer opens it too, but no
 // longer than ctx: if ctx ends first, Open fails with ctx's cause. While
-// a stream is read, ctx ending interrupts a blocked Read, which then fails
+// a stream is read, ctx ending interrupts a blocked Read where the file
+// supports deadlines (FIFOs and pipes opened by path do), which then fails
 // with ctx's cause. The caller closes the Reader.
 func Open(ctx context.Context, path string) (*Reader, error) {
 	f, err := open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
+	return New(ctx, f)
+}
+
+// New is Open for a file that is already open (such as os.Stdin), read from
+// its current offset: a regular file must then keep the size it has now
+// and yields the bytes from the offset to that size. Errors name the file
+// by f.Name(). The Reader owns f: its Close closes f, and New closes f if
+// it fails.
+func New(ctx context.Context, f *os.File) (*Reader, error) {
+	path := f.Name()
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
@@ -66,6 +77,10 @@ func Open(ctx context.Context, path string) (*Reader, error) {
 	r := &Reader{f: f, path: path, ctx: ctx, mode: st.Mode(), regular: st.Mode().IsRegular()}
 	if r.regular {
 		r.size, r.mtime = st.Size(), st.ModTime()
+		if r.off, err = f.Seek(0, io.SeekCurrent); err != nil {
+			f.Close()
+			return nil, err
+		}
 	} else {
 		// Streams are pollable (FIFOs, most devices): a past deadline
 		// interrupts a blocked read. Where it is not supported, reads
@@ -110,8 +125,9 @@ func open(ctx context.Context, path string) (*os.File, error) {
 // Mode returns the file's mode at open.
 func (r *Reader) Mode() fs.FileMode { return r.mode }
 
-// Size returns the size of a regular file at open, and whether the file is
-// regular (false for streams: then the size is unknown).
+// Size returns the size of a regular file at open (the Reader yields it
+// less the offset New found), and whether the file is regular (false for
+// streams: then the size is unknown).
 func (r *Reader) Size() (int64, bool) { return r.size, r.regular }
 
 // Read reads the file. For a regular file it returns io.EOF only once the

@@ -187,3 +187,37 @@ func TestFIFOBoundedByContext(t *testing.T) {
 		t.Fatalf("read of a silent FIFO: %q, %v; want context.Canceled", got, err)
 	}
 }
+
+// TestNewFromOffset: New reads an open file from its offset to the size
+// it had, and checks it the same way.
+func TestNewFromOffset(t *testing.T) {
+	path, data := writeFile(t, 50_000)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(1000, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readAfter(r, nil)
+	if err != io.EOF || !bytes.Equal(got, data[1000:]) {
+		t.Fatalf("from offset 1000: %d bytes, %v", len(got), err)
+	}
+	r.Close()
+
+	f, _ = os.Open(path)
+	f.Seek(1000, io.SeekStart)
+	r, err = New(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = readAfter(r, func() { os.Truncate(path, 20_000) })
+	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "it shrank from 50000 to 20000 bytes") {
+		t.Fatalf("shrunk after New: %v", err)
+	}
+}
