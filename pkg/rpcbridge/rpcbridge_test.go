@@ -691,6 +691,35 @@ func TestPutStalledUploadTimesOut(t *testing.T) {
 	}
 }
 
+// TestPutServerCloseAborts: a server that closes during an upload answers
+// ERROR ABORTED, and stores nothing.
+func TestPutServerCloseAborts(t *testing.T) {
+	m := newMem()
+	ts := startServer(t, m, ServerOptions{})
+	r := rawDial(t, ts.path, true)
+	r.send(FramePut, appendPutReq(nil, "closing", 0))
+	r.send(FrameData, make([]byte, 1000))
+	time.Sleep(50 * time.Millisecond) // the server waits for the next frame
+	if err := ts.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if e := r.expectError(CodeAborted); !strings.Contains(e.Message, "closing") {
+		t.Errorf("message %q does not name the put", e.Message)
+	}
+	r.expectClosed()
+	select {
+	case perr := <-m.putErrs:
+		if !errors.Is(perr, context.Canceled) {
+			t.Errorf("backend reader error %v, want context.Canceled", perr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("backend saw no reader error")
+	}
+	if _, err := m.lookup("closing"); err == nil {
+		t.Fatal("name visible after an upload cut by the server's close")
+	}
+}
+
 func TestMalformedFrames(t *testing.T) {
 	m := newMem()
 	ts := startServer(t, m, ServerOptions{IOTimeout: 2 * time.Second})

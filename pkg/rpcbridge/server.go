@@ -422,6 +422,8 @@ func (sc *conn) put(ctx context.Context, body []byte) bool {
 				// before closing.
 				sc.sendError(&Error{Code: CodeTimeout, Message: fmt.Sprintf("put %q: %v", name, pr.err)})
 			}
+		case sc.s.ctx.Err() != nil:
+			sc.sendError(&Error{Code: CodeAborted, Message: fmt.Sprintf("put %q: daemon shutting down; upload discarded", name)})
 		}
 		return false
 	case pr.aborted:
