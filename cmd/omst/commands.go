@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,8 +19,24 @@ import (
 	"github.com/omst-project/omst/pkg/bytesize"
 	"github.com/omst-project/omst/pkg/node"
 	"github.com/omst-project/omst/pkg/rpcbridge"
+	"github.com/omst-project/omst/pkg/stablefile"
 	"github.com/omst-project/omst/pkg/tree"
 )
+
+// putStream uploads in under name with a progress bar (total bytes, 0 if
+// unknown). The upload ends, and the daemon stores it, only when in returns
+// io.EOF (for a stablefile.Reader: the whole file, unchanged); an error
+// from in, or ctx ending (SIGINT, SIGTERM), sends ABORT instead, at once
+// even if a read of in blocks, and the daemon stores nothing.
+func putStream(ctx context.Context, cl *rpcbridge.Client, name string, in io.Reader, total int64, quiet bool,
+	opts rpcbridge.PutOptions) (rpcbridge.Info, error) {
+	p := newProgress("put "+name, total, quiet)
+	r := interruptible(ctx, p.reader(in))
+	info, err := cl.Put(ctx, name, r, opts)
+	r.Close()
+	p.finish()
+	return info, err
+}
 
 func daemonCmd(g *globals) *cobra.Command {
 	var (
@@ -160,9 +177,19 @@ func putCmd(g *globals) *cobra.Command {
 			ctx := cmd.Context()
 			var info rpcbridge.Info
 			if len(args) == 1 || args[1] == "-" {
-				p := newProgress("put "+name, 0, g.quiet)
-				info, err = cl.Put(ctx, name, p.reader(cmd.InOrStdin()), opts)
-				p.finish()
+				// Standard input: a regular file (redirected) must not
+				// change while it is read; a pipe or terminal ends at
+				// its end of file.
+				var in io.Reader = cmd.InOrStdin()
+				if f, ok := in.(*os.File); ok {
+					sf, serr := stablefile.New(ctx, f)
+					if serr != nil {
+						return serr
+					}
+					defer sf.Close()
+					in = sf
+				}
+				info, err = putStream(ctx, cl, name, in, 0, g.quiet, opts)
 			} else {
 				path, aerr := filepath.Abs(args[1])
 				if aerr != nil {
@@ -175,18 +202,22 @@ func putCmd(g *globals) *cobra.Command {
 				if st.IsDir() {
 					return usageError{fmt.Errorf("%s is a directory", path)}
 				}
-				if p := newProgress("put "+name, st.Size(), g.quiet); p != nil {
-					// On a terminal, stream the file so the bar can follow it.
-					f, ferr := os.Open(path)
-					if ferr != nil {
-						p.finish()
-						return ferr
-					}
-					info, err = cl.Put(ctx, name, p.reader(f), opts)
-					f.Close()
-					p.finish()
-				} else {
+				if st.Mode().IsRegular() && (g.quiet || !isTerminal()) {
+					// The daemon reads the file itself (and fails the
+					// put if it changes meanwhile).
 					info, err = cl.PutFile(ctx, name, path, opts)
+				} else {
+					// On a terminal, stream the file so that the bar can
+					// follow it. Anything but a regular file (a FIFO,
+					// /dev/stdin, a process substitution's /dev/fd/N) is
+					// always streamed: the daemon would open its own.
+					in, oerr := stablefile.Open(ctx, path)
+					if oerr != nil {
+						return oerr
+					}
+					defer in.Close()
+					size, _ := in.Size()
+					info, err = putStream(ctx, cl, name, in, size, g.quiet, opts)
 				}
 			}
 			if err != nil {

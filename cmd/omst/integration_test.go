@@ -49,7 +49,15 @@ type daemon struct {
 	cmd   *exec.Cmd
 	addrs []string
 	log   *bytes.Buffer
+	logw  *lockedWriter // d.log's writer (and lock)
 	done  chan struct{}
+}
+
+// logText returns what the daemon logged so far.
+func (d *daemon) logText() string {
+	d.logw.mu.Lock()
+	defer d.logw.mu.Unlock()
+	return d.log.String()
 }
 
 // cliResult is what one CLI invocation printed and returned.
@@ -96,7 +104,8 @@ func startDaemon(t *testing.T, home string, extra ...string) *daemon {
 	args := append([]string{"daemon", "--home", home, "--listen", "/ip4/127.0.0.1/tcp/0", "--log-level", "warn"}, extra...)
 	d := &daemon{home: home, cmd: exec.Command(omstBin, args...), log: &bytes.Buffer{}, done: make(chan struct{})}
 	d.cmd.Stdout = io.Discard
-	d.cmd.Stderr = &lockedWriter{w: d.log}
+	d.logw = &lockedWriter{w: d.log}
+	d.cmd.Stderr = d.logw
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -111,11 +120,11 @@ func startDaemon(t *testing.T, home string, extra ...string) *daemon {
 		}
 		select {
 		case <-d.done:
-			t.Fatalf("daemon %s exited early: %s", home, d.log.String())
+			t.Fatalf("daemon %s exited early: %s", home, d.logText())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("daemon %s not ready after 30s: %s", home, d.log.String())
+			t.Fatalf("daemon %s not ready after 30s: %s", home, d.logText())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

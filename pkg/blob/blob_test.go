@@ -3,6 +3,8 @@ package blob
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -163,5 +165,62 @@ func TestRecordRoundTripAndOrder(t *testing.T) {
 	}
 	if _, err := DecodeRecord(append([]byte{3}, enc[1:]...)); err == nil {
 		t.Fatal("unknown record version accepted")
+	}
+}
+
+// cutReader yields n bytes of data, then fails with err (returned with the
+// last bytes if withData).
+type cutReader struct {
+	data     []byte
+	err      error
+	withData bool
+}
+
+func (r *cutReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, r.err
+	}
+	n := copy(p[:min(len(p), 1000)], r.data)
+	r.data = r.data[n:]
+	if len(r.data) == 0 && r.withData {
+		return n, r.err
+	}
+	return n, nil
+}
+
+// TestSplitReaderErrorIsNotEnd: only a bare io.EOF from the reader ends the
+// input; any other error, io.ErrUnexpectedEOF (bare or wrapped) and a
+// wrapped io.EOF included, fails the split.
+func TestSplitReaderErrorIsNotEnd(t *testing.T) {
+	data := randBytes(3*MinChunkSize+100, 30)
+	custom := errors.New("disk on fire")
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"wrapped ErrUnexpectedEOF", fmt.Errorf("put stream: %w", io.ErrUnexpectedEOF)},
+		{"bare ErrUnexpectedEOF", io.ErrUnexpectedEOF},
+		{"wrapped EOF", fmt.Errorf("connection: %w", io.EOF)},
+		{"custom", custom},
+	} {
+		for _, withData := range []bool{false, true} {
+			emitted := 0
+			m, err := Split(&cutReader{data: data, err: tc.err, withData: withData}, MinChunkSize,
+				func(int, Hash, []byte) error { emitted++; return nil })
+			if err == nil || !errors.Is(err, tc.err) {
+				t.Errorf("%s (with data %v): Split error %v, want the reader's error", tc.name, withData, err)
+			}
+			if m != nil {
+				t.Errorf("%s (with data %v): Split returned a manifest of %d bytes", tc.name, withData, m.Size)
+			}
+		}
+	}
+	// io.EOF itself, with the last bytes or after them, is the end.
+	for _, withData := range []bool{false, true} {
+		m, err := Split(&cutReader{data: data, err: io.EOF, withData: withData}, MinChunkSize,
+			func(int, Hash, []byte) error { return nil })
+		if err != nil || m.Size != uint64(len(data)) || len(m.Chunks) != 4 {
+			t.Fatalf("EOF (with data %v): %+v %v", withData, m, err)
+		}
 	}
 }

@@ -25,7 +25,10 @@
 //     commits the manifest, the pin and the record in one index transaction
 //     after the last chunk is written. A crash or an error before that leaves
 //     no name and no pin; the chunks already written are ordinary evictable
-//     cache entries.
+//     cache entries. The input is whole only at its explicit end: io.EOF
+//     itself from Ingest's reader (any other error, io.ErrUnexpectedEOF
+//     included, is a cut input); for IngestFile, the size a regular file had
+//     when it was opened, with the file unchanged at the end.
 //   - Pins are per blob, owned by Pin ("") or by the name that ingested the
 //     blob; a chunk is pinned while any pinned blob lists it.
 //   - Chunk bytes handed out (ReadChunk, ReadChunkInto) have been verified

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/stablefile"
 )
 
 // syncFS makes the chunk files under a store's directory durable (a
@@ -30,7 +32,7 @@ const (
 
 // Ingest stores the bytes of r as a blob named name, put on this node by
 // origin (a peer ID string). It validates name and chunkSize first, then
-// reads r to EOF cutting it into chunkSize chunks, writes chunks not yet
+// reads r to its end cutting it into chunkSize chunks, writes chunks not yet
 // present (reading and hashing overlap with writing), stores the manifest,
 // pins the blob for name and makes the record {name, ID, Size, Time: now,
 // Origin: origin} current: the pin and the record are committed in one index
@@ -39,11 +41,17 @@ const (
 // always wins locally. The pin that name held on an earlier ingested blob
 // moves to the new one.
 //
+// The end of the input is io.EOF itself returned by r, and nothing else
+// (blob.FillChunk): r must return io.EOF only when the input is complete,
+// and any other error when it is not (a cut connection, an aborted upload,
+// a file that changed). Every error from r, io.ErrUnexpectedEOF and errors
+// wrapping io.EOF included, fails the ingest and is returned wrapped.
+//
 // Any failure (a read error, ctx ending, blob.ErrNoSpace when the cap or the
 // disk is full) leaves no new record and no new pin, and removes the chunks
-// this call wrote that nobody else has used meanwhile. Chunks written so far are protected from eviction while
-// the ingest runs. ctx is checked between chunks; a blocked r.Read is not
-// interrupted.
+// this call wrote that nobody else has used meanwhile. Chunks written so far
+// are protected from eviction while the ingest runs. ctx is checked between
+// chunks; a blocked r.Read is not interrupted.
 func (s *Store) Ingest(ctx context.Context, name string, r io.Reader, chunkSize int, origin string) (blob.Record, error) {
 	if err := blob.ValidateName(name); err != nil {
 		return blob.Record{}, fmt.Errorf("ingest: %w", err)
@@ -60,7 +68,16 @@ func (s *Store) Ingest(ctx context.Context, name string, r io.Reader, chunkSize 
 	return rec, nil
 }
 
-// IngestFile is Ingest reading the file at path.
+// IngestFile is Ingest reading the file at path (opened by this process).
+//
+// A regular file is read up to the size it had when it was opened; if it
+// ends early, turns out longer, or its size or modification time at the end
+// differ from those at the start, the ingest fails with an error wrapping
+// stablefile.ErrChanged that names the file ("file changed while it was
+// read"), and leaves no name and no pin. A FIFO has no size: it is read as
+// a stream, to its end of file (every writer closed it); waiting for its
+// first writer ends with ctx. Anything else (a directory, a device, a
+// socket) is refused without being read.
 func (s *Store) IngestFile(ctx context.Context, name, path string, chunkSize int, origin string) (blob.Record, error) {
 	if err := blob.ValidateName(name); err != nil {
 		return blob.Record{}, fmt.Errorf("ingest: %w", err)
@@ -68,12 +85,52 @@ func (s *Store) IngestFile(ctx context.Context, name, path string, chunkSize int
 	if err := blob.ValidateChunkSize(chunkSize); err != nil {
 		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
 	}
-	f, err := os.Open(path)
+	f, err := openInput(ctx, path)
 	if err != nil {
 		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
 	}
 	defer f.Close()
 	return s.Ingest(ctx, name, f, chunkSize, origin)
+}
+
+// openInput opens the file of an IngestFile (a variable so that tests can
+// step in between the reads).
+var openInput = func(ctx context.Context, path string) (io.ReadCloser, error) {
+	// Check the type before opening: opening a device may have effects.
+	if fi, err := os.Stat(path); err == nil {
+		if err := inputType(path, fi.Mode()); err != nil {
+			return nil, err
+		}
+	}
+	r, err := stablefile.Open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	if err := inputType(path, r.Mode()); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// inputType accepts the file types IngestFile reads: regular files and FIFOs.
+func inputType(path string, m fs.FileMode) error {
+	var what string
+	switch {
+	case m.IsRegular(), m&fs.ModeNamedPipe != 0:
+		return nil
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeCharDevice != 0:
+		what = "a character device"
+	case m&fs.ModeDevice != 0:
+		what = "a block device"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	default:
+		what = "a special file"
+	}
+	return &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%s, not a regular file or FIFO", what)}
 }
 
 // ingestRun is the state of one Ingest call.
@@ -156,7 +213,13 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 		if buf == nil {
 			buf = getBuf(chunkSize)
 		}
-		n, err := io.ReadFull(r, buf)
+		n, err := blob.FillChunk(r, buf)
+		if err != nil && err != io.EOF {
+			// Not the end of the input: r was cut or failed.
+			free <- buf
+			rerr = fmt.Errorf("read chunk %d: %w", i, err)
+			break
+		}
 		if n > 0 {
 			if len(m.Chunks) >= blob.MaxChunks {
 				free <- buf
@@ -171,11 +234,7 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 		} else {
 			free <- buf
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			break
-		}
-		if err != nil {
-			rerr = fmt.Errorf("read chunk %d: %w", i, err)
+		if err == io.EOF {
 			break
 		}
 	}

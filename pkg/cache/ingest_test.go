@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/stablefile"
 )
 
 func TestIngestRoundTrip(t *testing.T) {
@@ -363,5 +367,177 @@ func TestIngestSync(t *testing.T) {
 	syncFS = func(string) error { calls++; return nil }
 	if _, err := plain.Ingest(ctx, "x", bytes.NewReader(data), 1<<20, "me"); err != nil || calls != 0 {
 		t.Fatalf("ingest without Sync: err %v, %d syncs", err, calls)
+	}
+}
+
+// TestIngestReaderErrorIsNotEnd: a reader that yields some bytes and then
+// an error (io.ErrUnexpectedEOF wrapped as a cut connection reports it,
+// bare, or any other error) fails the ingest: no record, no pin, no chunk
+// left; with and without Options.Sync. Only io.EOF itself ends the input.
+func TestIngestReaderErrorIsNotEnd(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		ctx := context.Background()
+		dir := t.TempDir()
+		s, err := Open(dir, Options{MaxBytes: 1 << 30, Sync: durable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep, err := s.Ingest(ctx, "keep", bytes.NewReader(randBytes(200_000, 40)), blob.MinChunkSize, "me")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := s.Usage()
+		for i, readErr := range []error{
+			fmt.Errorf("put stream: %w", io.ErrUnexpectedEOF),
+			io.ErrUnexpectedEOF,
+			fmt.Errorf("put stream: %w", io.EOF),
+			errors.New("client went away"),
+		} {
+			name := fmt.Sprintf("cut/%d", i)
+			// 3 MiB + 5: a cut in the middle of a chunk, after whole ones.
+			r := &hookReader{n: 8 << 20, at: 3<<20 + 5, src: randBytes(1<<20+37, uint64(41+i)), err: readErr, hook: func() {}}
+			rec, err := s.Ingest(ctx, name, r, 1<<20, "me")
+			if !errors.Is(err, readErr) {
+				t.Errorf("sync %v: Ingest cut by %q = %+v, %v; want the reader's error", durable, readErr, rec, err)
+			}
+			if _, err := s.Record(name); !errors.Is(err, blob.ErrNotFound) {
+				t.Errorf("sync %v: record after a reader error %q: %v", durable, readErr, err)
+			}
+			if u := s.Usage(); u != base {
+				t.Errorf("sync %v: reader error %q changed usage (pins or chunks left): %+v, before %+v", durable, readErr, u, base)
+			}
+		}
+		if recs, _ := s.List(""); len(recs) != 1 || recs[0] != keep {
+			t.Errorf("sync %v: names after cut ingests: %v", durable, recs)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stepReader calls hook once, after more than at bytes were read through it.
+type stepReader struct {
+	io.ReadCloser
+	at, pos int64
+	hook    func()
+}
+
+func (r *stepReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.pos += int64(n)
+	if r.hook != nil && r.pos > r.at {
+		r.hook()
+		r.hook = nil
+	}
+	return n, err
+}
+
+// TestIngestFileChanged: a file that shrinks, grows or is rewritten while
+// IngestFile reads it (changed right after the first chunk was read) fails
+// the ingest with stablefile.ErrChanged naming the file: no record, no pin,
+// no chunk left; with and without Options.Sync. An unchanged file and a
+// FIFO (a stream, to its end of file) are stored; a device is refused.
+func TestIngestFileChanged(t *testing.T) {
+	const size = 8 << 20
+	old := openInput
+	defer func() { openInput = old }()
+	for _, durable := range []bool{false, true} {
+		ctx := context.Background()
+		s, err := Open(t.TempDir(), Options{MaxBytes: 1 << 30, Sync: durable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := s.Usage()
+		for _, tc := range []struct {
+			name   string
+			change func(path string) error
+			want   string // "" = the ingest succeeds
+		}{
+			{"unchanged", nil, ""},
+			{"shrank", func(path string) error { return os.Truncate(path, 3<<20+100) },
+				fmt.Sprintf("it shrank from %d to %d bytes", size, 3<<20+100)},
+			{"grew", func(path string) error {
+				f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					return err
+				}
+				_, err = f.Write([]byte("appended"))
+				return errors.Join(err, f.Close())
+			}, fmt.Sprintf("it grew beyond its %d bytes", size)},
+			{"rewritten", func(path string) error {
+				f, err := os.OpenFile(path, os.O_WRONLY, 0)
+				if err != nil {
+					return err
+				}
+				_, err = f.WriteAt([]byte("changed"), 6<<20)
+				if err = errors.Join(err, f.Close()); err != nil {
+					return err
+				}
+				when := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+				return os.Chtimes(path, when, when)
+			}, "modified"},
+		} {
+			path := filepath.Join(t.TempDir(), tc.name+".bin")
+			data := randBytes(size, 50)
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			openInput = func(ctx context.Context, p string) (io.ReadCloser, error) {
+				r, err := old(ctx, p)
+				if err != nil || tc.change == nil {
+					return r, err
+				}
+				return &stepReader{ReadCloser: r, at: 1 << 20, hook: func() {
+					if err := tc.change(p); err != nil {
+						t.Errorf("%s: %v", tc.name, err)
+					}
+				}}, nil
+			}
+			rec, err := s.IngestFile(ctx, "f/"+tc.name, path, 1<<20, "me")
+			if tc.want == "" {
+				if err != nil || rec.Size != size {
+					t.Fatalf("sync %v: %s: %+v %v", durable, tc.name, rec, err)
+				}
+				if err := s.RemoveName("f/" + tc.name); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if !errors.Is(err, stablefile.ErrChanged) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("sync %v: %s: IngestFile = %+v, %v; want ErrChanged naming %s and %q", durable, tc.name, rec, err, path, tc.want)
+			}
+			if _, err := s.Record("f/" + tc.name); !errors.Is(err, blob.ErrNotFound) {
+				t.Errorf("sync %v: %s: record after a changed file: %v", durable, tc.name, err)
+			}
+			if u := s.Usage(); u.PinnedBytes != base.PinnedBytes {
+				t.Errorf("sync %v: %s: pinned bytes %d after a failed ingest, want %d", durable, tc.name, u.PinnedBytes, base.PinnedBytes)
+			}
+		}
+		openInput = old
+
+		// A FIFO is a stream: read to its end of file.
+		fifo := filepath.Join(t.TempDir(), "fifo")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		data := randBytes(3<<20+7, 51)
+		go func() {
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Write(data)
+				w.Close()
+			}
+		}()
+		rec, err := s.IngestFile(ctx, "fifo", fifo, 1<<20, "me")
+		if err != nil || rec.Size != uint64(len(data)) {
+			t.Fatalf("sync %v: FIFO: %+v %v", durable, rec, err)
+		}
+		// A device is refused.
+		if _, err := s.IngestFile(ctx, "dev", os.DevNull, 1<<20, "me"); err == nil || !strings.Contains(err.Error(), "not a regular file or FIFO") {
+			t.Errorf("sync %v: IngestFile(%s): %v", durable, os.DevNull, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

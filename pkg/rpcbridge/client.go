@@ -307,7 +307,7 @@ func (c *Client) fail(ctx context.Context, w *ctxWatch, op string, err error, ke
 			keep = false
 		}
 	case ctx.Err() != nil:
-		err = fmt.Errorf("%s: %w", op, ctx.Err())
+		err = fmt.Errorf("%s: %w", op, ctxErr(ctx))
 		keep = false
 	default:
 		err = fmt.Errorf("%s: %w", op, c.connErr(err))
@@ -315,6 +315,17 @@ func (c *Client) fail(ctx context.Context, w *ctxWatch, op string, err error, ke
 	}
 	if fired || !keep {
 		c.drop()
+	}
+	return err
+}
+
+// ctxErr returns the error of an ended ctx, followed by its cause when the
+// cause says more (e.g. "interrupt signal received" from
+// signal.NotifyContext).
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %v", err, cause)
 	}
 	return err
 }
@@ -367,9 +378,18 @@ func (c *Client) dataBuf(n int) []byte {
 	return c.buf[:n]
 }
 
-// Put uploads the bytes of r (read to EOF) under name, in DATA frames of
-// DataFrameSize bytes. If ctx ends or r fails, it sends ABORT and the
-// daemon makes no name visible.
+// Put uploads the bytes of r under name, in DATA frames of DataFrameSize
+// bytes. It ends the upload with the empty DATA frame, which makes the
+// daemon store the blob, only when r returns io.EOF itself. If r returns
+// any other error (io.ErrUnexpectedEOF and wrapped io.EOF included) or ctx
+// ends, Put sends ABORT instead, and the daemon makes no name visible. If a
+// write to the daemon fails, or ctx ends while a DATA frame is being
+// written (the frame cannot be finished), Put drops the connection without
+// ending the upload, which the daemon discards too.
+//
+// ctx is checked after every Read of r: a Read that blocks (a pipe, a
+// terminal) delays the ABORT until it returns. Wrap such a reader so that
+// ctx ending interrupts it if that matters.
 func (c *Client) Put(ctx context.Context, name string, r io.Reader, opts PutOptions) (Info, error) {
 	op := fmt.Sprintf("put %q", name)
 	if err := blob.ValidateName(name); err != nil {
@@ -392,7 +412,7 @@ func (c *Client) Put(ctx context.Context, name string, r io.Reader, opts PutOpti
 		if ctx.Err() != nil {
 			// Checked before writing: once ctx ends, a write may be cut
 			// by the watch (then the connection is dropped, not aborted).
-			return Info{}, c.abort(ctx, w, op, ctx.Err())
+			return Info{}, c.abort(ctx, w, op, ctxErr(ctx))
 		}
 		if n > 0 {
 			if err := c.fc.data(buf[:n]); err != nil {
@@ -421,10 +441,10 @@ func (c *Client) Put(ctx context.Context, name string, r io.Reader, opts PutOpti
 }
 
 // abort sends ABORT and waits for the daemon's reply, so the connection
-// stays usable; it returns cause.
+// stays usable; it returns cause, wrapped.
 func (c *Client) abort(ctx context.Context, w *ctxWatch, op string, cause error) error {
 	w.release()
-	err := fmt.Errorf("%s: %w", op, cause)
+	err := fmt.Errorf("%s: upload aborted: %w", op, cause)
 	c.fc.c.SetDeadline(time.Now().Add(abortTimeout))
 	c.fc.frame(FrameAbort, nil)
 	if c.fc.flush() != nil {

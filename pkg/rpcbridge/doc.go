@@ -8,8 +8,10 @@
 // (u32 body length, u8 type, three zero bytes) and a body of at most 16 MiB;
 // integers are big-endian, strings are u32-length-prefixed. A connection
 // starts with HELLO (magic "OMST" + version) both ways, then carries one
-// request at a time: PUT (then DATA frames, an empty DATA ends the upload,
-// ABORT cancels it), PUT_FILE, GET (reply INFO, DATA..., END or ERROR),
+// request at a time: PUT (then DATA frames, an empty DATA ends the upload
+// and is the only end that stores it, ABORT cancels it, a cut connection
+// makes the put reader fail with ErrUploadIncomplete), PUT_FILE, GET (reply
+// INFO, DATA..., END or ERROR),
 // GET_FILE, STAT, LIST, REMOVE and STATUS (a JSON document). Errors are
 // ERROR frames with a numeric Code that maps to the blob sentinel errors,
 // so errors.Is works across the socket.

@@ -101,6 +101,14 @@ var (
 	// ErrAborted is the error the Backend's put reader returns when the
 	// client sent ABORT.
 	ErrAborted = errors.New("put aborted by the client")
+	// ErrUploadIncomplete is wrapped by the error the Backend's put reader
+	// returns when the connection closes, fails or stays silent past the
+	// server's IO timeout before the empty DATA frame that ends a PUT
+	// upload (between frames or in the middle of one). The error's text
+	// says where the stream stopped and how many bytes had arrived. It
+	// never wraps io.EOF or io.ErrUnexpectedEOF: the upload is incomplete,
+	// and the backend must store nothing.
+	ErrUploadIncomplete = errors.New("upload incomplete: the closing empty DATA frame never came")
 	// ErrClosed is returned by the methods of a closed Client.
 	ErrClosed = errors.New("rpcbridge: client closed")
 )
@@ -109,8 +117,8 @@ var (
 // the blob sentinels map to their codes (blob.ErrBadManifest to CORRUPT);
 // context.DeadlineExceeded to TIMEOUT; context.Canceled and ErrAborted to
 // ABORTED; ENOSPC/EDQUOT to NO_SPACE; malformed frames to BAD_REQUEST; other
-// file system and stream errors to IO; anything else to INTERNAL. CodeOf(nil)
-// is 0.
+// file system and stream errors (ErrUploadIncomplete included) to IO;
+// anything else to INTERNAL. CodeOf(nil) is 0.
 func CodeOf(err error) Code {
 	var e *Error
 	switch {
@@ -141,7 +149,7 @@ func CodeOf(err error) Code {
 	var le *os.LinkError
 	var errno syscall.Errno
 	if errors.As(err, &pe) || errors.As(err, &le) || errors.As(err, &errno) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.ErrShortWrite) {
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.ErrShortWrite) || errors.Is(err, ErrUploadIncomplete) {
 		return CodeIO
 	}
 	return CodeInternal

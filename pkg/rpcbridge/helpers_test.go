@@ -92,12 +92,40 @@ func (m *memBackend) Put(ctx context.Context, name string, r io.Reader, opts Put
 			return m.store(name, data, opts), nil
 		}
 	}
-	data, err := io.ReadAll(r)
+	// Read the way the node's store does (blob.Split: only io.EOF ends
+	// the upload), so that these tests see what the daemon would commit.
+	cs := opts.ChunkSize
+	if cs == 0 {
+		cs = blob.DefaultChunkSize
+	}
+	var data []byte
+	_, err := blob.Split(r, cs, func(_ int, _ blob.Hash, c []byte) error {
+		data = append(data, c...)
+		return nil
+	})
 	if err != nil {
 		m.putErrs <- err
 		return Info{}, fmt.Errorf("put %q: %w", name, err)
 	}
 	return m.store(name, data, opts), nil
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use (a log sink).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func (m *memBackend) PutFile(ctx context.Context, name, path string, opts PutOptions) (Info, error) {

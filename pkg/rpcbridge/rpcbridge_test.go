@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -506,10 +508,34 @@ func TestPutAbortByContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("backend saw no reader error")
 	}
+	// An input that reports itself cut (io.ErrUnexpectedEOF, bare or
+	// wrapped, or a wrapped io.EOF) is not its end: ABORT, no name.
+	for i, cut := range []error{io.ErrUnexpectedEOF, fmt.Errorf("pipe: %w", io.ErrUnexpectedEOF), fmt.Errorf("pipe: %w", io.EOF)} {
+		name := fmt.Sprintf("cut/%d", i)
+		_, err = c.Put(context.Background(), name, io.MultiReader(bytes.NewReader(make([]byte, 3<<20)), &errReader{cut}), PutOptions{})
+		if !errors.Is(err, cut) || !strings.Contains(err.Error(), "aborted") {
+			t.Fatalf("put of an input cut by %q: %v", cut, err)
+		}
+		select {
+		case perr := <-m.putErrs:
+			if !errors.Is(perr, ErrAborted) {
+				t.Fatalf("backend reader error %v, want ErrAborted", perr)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("backend saw no reader error")
+		}
+		if _, err := c.Stat(context.Background(), name); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("name of a cut input visible: %v", err)
+		}
+	}
 	if _, err := c.Put(context.Background(), "ok", strings.NewReader("fine"), PutOptions{}); err != nil {
 		t.Fatalf("put after abort: %v", err)
 	}
 }
+
+type errReader struct{ err error }
+
+func (r *errReader) Read([]byte) (int, error) { return 0, r.err }
 
 type iotestErr struct{}
 
@@ -526,7 +552,7 @@ func TestPutConnectionDropped(t *testing.T) {
 	r.c.Close()
 	select {
 	case perr := <-m.putErrs:
-		if !errors.Is(perr, io.ErrUnexpectedEOF) {
+		if !errors.Is(perr, ErrUploadIncomplete) {
 			t.Fatalf("backend reader error %v", perr)
 		}
 	case <-time.After(5 * time.Second):
@@ -564,6 +590,133 @@ func TestPutConnectionDropped(t *testing.T) {
 	m.with(func() { m.block = nil })
 	if _, err := c.Stat(context.Background(), "slow"); !errors.Is(err, blob.ErrNotFound) {
 		t.Fatalf("stat after cut put: %v", err)
+	}
+}
+
+// TestPutCutUploadLeavesNoName: a PUT whose connection closes before the
+// empty DATA frame, (a) between frames, (b) in the middle of a DATA frame's
+// body, (c) in the middle of a frame header, stores nothing: the backend's
+// reader fails with ErrUploadIncomplete (not io.EOF nor
+// io.ErrUnexpectedEOF, which a store could take for the end), naming the
+// bytes that arrived; the name stays invisible; the server logs the cut
+// once, and no panic; the next connection works. The backend reads like
+// the node's store (blob.Split).
+func TestPutCutUploadLeavesNoName(t *testing.T) {
+	m := newMem()
+	var logs syncBuffer
+	ts := startServer(t, m, ServerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	payload := randBytes(300_000, 5)
+	for _, tc := range []struct {
+		name  string
+		tail  []byte // written after PUT and two DATA frames, before the close
+		bytes int    // data bytes the server received
+		where string
+	}{
+		{"cut/between-frames", nil, 400_000, "between frames"},
+		{"cut/mid-body", append(appendHeader(nil, FrameData, 1000), payload[:10]...), 400_010,
+			"in the middle of a DATA frame (990 of its 1000 bytes missing)"},
+		{"cut/mid-header", appendHeader(nil, FrameData, 1000)[:3], 400_000, "in the middle of a frame header"},
+	} {
+		r := rawDial(t, ts.path, true)
+		r.send(FramePut, appendPutReq(nil, tc.name, 0))
+		r.send(FrameData, payload[:100_000])
+		r.send(FrameData, payload)
+		if tc.tail != nil {
+			r.write(tc.tail)
+		}
+		r.c.Close()
+		select {
+		case perr := <-m.putErrs:
+			if !errors.Is(perr, ErrUploadIncomplete) || errors.Is(perr, io.EOF) || errors.Is(perr, io.ErrUnexpectedEOF) {
+				t.Errorf("%s: backend reader error %v, want ErrUploadIncomplete (and not io.EOF or io.ErrUnexpectedEOF)", tc.name, perr)
+			}
+			if msg := perr.Error(); !strings.Contains(msg, fmt.Sprintf("after %d bytes", tc.bytes)) || !strings.Contains(msg, tc.where) {
+				t.Errorf("%s: reader error %q does not say %q and %d bytes", tc.name, msg, tc.where, tc.bytes)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: backend saw no reader error", tc.name)
+		}
+		c := dial(t, ts.path)
+		if in, err := c.Stat(context.Background(), tc.name); !errors.Is(err, blob.ErrNotFound) {
+			t.Errorf("%s: Stat after the cut upload = %+v, %v; want not found", tc.name, in, err)
+		}
+		// The cut is logged once, with the name.
+		deadline := time.Now().Add(5 * time.Second)
+		for strings.Count(logs.String(), "name="+tc.name) == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := strings.Count(logs.String(), "name="+tc.name); n != 1 {
+			t.Errorf("%s: logged %d times, want once:\n%s", tc.name, n, logs.String())
+		}
+		// The next connection works: the same name, complete.
+		in, err := c.Put(context.Background(), tc.name, bytes.NewReader(payload), PutOptions{})
+		if err != nil || in.Size != uint64(len(payload)) {
+			t.Fatalf("%s: complete put after the cut: %+v %v", tc.name, in, err)
+		}
+		var got bytes.Buffer
+		if _, err := c.Get(context.Background(), tc.name, &got); err != nil || !bytes.Equal(got.Bytes(), payload) {
+			t.Fatalf("%s: get after the complete put: %v (%d bytes)", tc.name, err, got.Len())
+		}
+	}
+	if strings.Contains(strings.ToLower(logs.String()), "panic") {
+		t.Fatalf("server log mentions a panic:\n%s", logs.String())
+	}
+}
+
+// TestPutStalledUploadTimesOut: an upload that stops sending (the
+// connection open) fails after the IO timeout with ERROR TIMEOUT, and
+// nothing is stored.
+func TestPutStalledUploadTimesOut(t *testing.T) {
+	m := newMem()
+	ts := startServer(t, m, ServerOptions{IOTimeout: 300 * time.Millisecond})
+	r := rawDial(t, ts.path, true)
+	r.send(FramePut, appendPutReq(nil, "stalled", 0))
+	r.send(FrameData, make([]byte, 5000))
+	r.write(appendHeader(nil, FrameData, 1000)) // and no body
+	e := r.expectError(CodeTimeout)
+	if !strings.Contains(e.Message, "stalled") || !strings.Contains(e.Message, "after 5000 bytes") {
+		t.Errorf("timeout message %q does not name the put and the bytes received", e.Message)
+	}
+	r.expectClosed()
+	select {
+	case perr := <-m.putErrs:
+		if !errors.Is(perr, ErrUploadIncomplete) || !errors.Is(perr, os.ErrDeadlineExceeded) {
+			t.Errorf("backend reader error %v, want ErrUploadIncomplete and a deadline", perr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("backend saw no reader error")
+	}
+	if _, err := m.lookup("stalled"); err == nil {
+		t.Fatal("name visible after a stalled upload")
+	}
+}
+
+// TestPutServerCloseAborts: a server that closes during an upload answers
+// ERROR ABORTED, and stores nothing.
+func TestPutServerCloseAborts(t *testing.T) {
+	m := newMem()
+	ts := startServer(t, m, ServerOptions{})
+	r := rawDial(t, ts.path, true)
+	r.send(FramePut, appendPutReq(nil, "closing", 0))
+	r.send(FrameData, make([]byte, 1000))
+	time.Sleep(50 * time.Millisecond) // the server waits for the next frame
+	if err := ts.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if e := r.expectError(CodeAborted); !strings.Contains(e.Message, "closing") {
+		t.Errorf("message %q does not name the put", e.Message)
+	}
+	r.expectClosed()
+	select {
+	case perr := <-m.putErrs:
+		if !errors.Is(perr, context.Canceled) {
+			t.Errorf("backend reader error %v, want context.Canceled", perr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("backend saw no reader error")
+	}
+	if _, err := m.lookup("closing"); err == nil {
+		t.Fatal("name visible after an upload cut by the server's close")
 	}
 }
 

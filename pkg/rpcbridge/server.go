@@ -390,7 +390,7 @@ func (sc *conn) put(ctx context.Context, body []byte) bool {
 	if err != nil {
 		return sc.badRequest(err)
 	}
-	pr := &putReader{sc: sc, ctx: ctx}
+	pr := &putReader{sc: sc}
 	var info Info
 	err = checkName(name)
 	if err == nil {
@@ -411,8 +411,19 @@ func (sc *conn) put(ctx context.Context, body []byte) bool {
 	switch {
 	case pr.broken:
 		// The stream is unusable (connection lost or a bad frame).
-		if pr.err != nil && errors.Is(pr.err, errMalformed) {
+		switch {
+		case errors.Is(pr.err, errMalformed):
 			sc.badRequest(pr.err)
+		case errors.Is(pr.err, ErrUploadIncomplete):
+			sc.s.log.Warn("local API: upload ended without its closing empty DATA frame; nothing stored",
+				"name", name, "bytes", pr.n, "err", pr.err)
+			if errors.Is(pr.err, os.ErrDeadlineExceeded) {
+				// The client may still be there, only too slow: say why
+				// before closing.
+				sc.sendError(&Error{Code: CodeTimeout, Message: fmt.Sprintf("put %q: %v", name, pr.err)})
+			}
+		case sc.s.ctx.Err() != nil:
+			sc.sendError(&Error{Code: CodeAborted, Message: fmt.Sprintf("put %q: daemon shutting down; upload discarded", name)})
 		}
 		return false
 	case pr.aborted:
@@ -421,30 +432,59 @@ func (sc *conn) put(ctx context.Context, body []byte) bool {
 	return sc.replyInfo(info, err)
 }
 
-// putReader hands the DATA frames of a PUT to the backend.
+// putReader hands the DATA frames of a PUT to the backend. It returns io.EOF
+// only after the empty DATA frame that ends the upload; ErrAborted after an
+// ABORT; an error wrapping ErrUploadIncomplete if the connection ends or
+// stalls first; a malformed-frame error for any other frame.
 type putReader struct {
-	sc      *conn
-	ctx     context.Context
-	rem     uint32 // unread bytes of the current DATA frame
-	done    bool   // the empty DATA frame was read
-	aborted bool   // ABORT was read
-	broken  bool   // the connection is unusable
-	err     error  // sticky
+	sc       *conn
+	n        int64  // data bytes received
+	frameLen uint32 // length of the current DATA frame
+	rem      uint32 // unread bytes of the current DATA frame
+	done     bool   // the empty DATA frame was read
+	aborted  bool   // ABORT was read
+	broken   bool   // the connection is unusable
+	err      error  // sticky
+}
+
+// lost records that reading the upload failed with err (where: the place
+// in the stream) and returns the sticky error that replaces it: one
+// wrapping ErrUploadIncomplete for a connection closed, reset or silent
+// past the IO timeout (never io.EOF or io.ErrUnexpectedEOF, which a reader
+// of the upload could mistake for its end).
+func (pr *putReader) lost(err error, where string) error {
+	pr.broken = true
+	switch {
+	case errors.Is(err, errMalformed):
+		pr.err = fmt.Errorf("put stream: %w", err)
+	case pr.sc.s.ctx.Err() != nil:
+		pr.err = fmt.Errorf("put stream: daemon shutting down after %d bytes of the upload: %w", pr.n, context.Canceled)
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+		pr.err = fmt.Errorf("put stream: %w: connection closed %s, after %d bytes", ErrUploadIncomplete, where, pr.n)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		pr.err = fmt.Errorf("put stream: %w: no data for %v %s, after %d bytes: %w",
+			ErrUploadIncomplete, pr.sc.s.iot, where, pr.n, err)
+	default:
+		pr.err = fmt.Errorf("put stream: %w: connection failed %s, after %d bytes: %w", ErrUploadIncomplete, where, pr.n, err)
+	}
+	return pr.err
 }
 
 // nextFrame reads the next frame header of the upload.
 func (pr *putReader) nextFrame() error {
 	if !pr.sc.setReadDeadline(pr.sc.s.iot) {
-		pr.broken = true
-		return fmt.Errorf("put stream: %w", context.Canceled)
+		return pr.lost(context.Canceled, "between frames")
 	}
 	h, err := pr.sc.fc.readHeader()
 	if err != nil {
-		pr.broken = true
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+		where := "in the middle of a frame header"
+		switch {
+		case err == io.EOF:
+			where = "between frames"
+		case !errors.Is(err, io.ErrUnexpectedEOF):
+			where = "waiting for a frame header"
 		}
-		return fmt.Errorf("put stream: %w", err)
+		return pr.lost(err, where)
 	}
 	switch h.Type {
 	case FrameData:
@@ -452,18 +492,22 @@ func (pr *putReader) nextFrame() error {
 			pr.done = true
 			return io.EOF
 		}
-		pr.rem = h.Len
+		pr.rem, pr.frameLen = h.Len, h.Len
 		return nil
 	case FrameAbort:
 		pr.aborted = true
 		if h.Len != 0 {
-			pr.broken = true
-			return fmt.Errorf("put stream: %w", malformed("ABORT with a %d byte body", h.Len))
+			return pr.lost(malformed("ABORT with a %d byte body", h.Len), "")
 		}
+		pr.err = ErrAborted
 		return ErrAborted
 	}
-	pr.broken = true
-	return fmt.Errorf("put stream: %w", malformed("unexpected %v frame in a PUT upload", h.Type))
+	return pr.lost(malformed("unexpected %v frame in a PUT upload", h.Type), "")
+}
+
+// inFrame describes the position in the middle of a DATA frame body.
+func (pr *putReader) inFrame() string {
+	return fmt.Sprintf("in the middle of a DATA frame (%d of its %d bytes missing)", pr.rem, pr.frameLen)
 }
 
 func (pr *putReader) Read(p []byte) (int, error) {
@@ -475,9 +519,6 @@ func (pr *putReader) Read(p []byte) (int, error) {
 	}
 	for pr.rem == 0 {
 		if err := pr.nextFrame(); err != nil {
-			if err != io.EOF {
-				pr.err = err
-			}
 			return 0, err
 		}
 	}
@@ -489,37 +530,32 @@ func (pr *putReader) Read(p []byte) (int, error) {
 	}
 	n, err := pr.sc.fc.br.Read(p)
 	pr.rem -= uint32(n)
+	pr.n += int64(n)
 	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		pr.broken = true
-		pr.err = fmt.Errorf("put stream: %w", err)
-		return n, pr.err
+		return n, pr.lost(err, pr.inFrame())
 	}
 	return n, nil
 }
 
 // drain skips the rest of the upload and returns how many data bytes it
-// skipped.
+// skipped; the error is nil only if the upload ended with its empty DATA
+// frame.
 func (pr *putReader) drain() (int64, error) {
 	var n int64
 	for {
 		if pr.rem > 0 {
 			d, err := pr.sc.fc.br.Discard(int(pr.rem))
 			n += int64(d)
+			pr.n += int64(d)
 			pr.rem -= uint32(d)
 			if err != nil {
-				pr.broken = true
-				pr.err = err
-				return n, err
+				return n, pr.lost(err, pr.inFrame())
 			}
 		}
 		if err := pr.nextFrame(); err != nil {
 			if err == io.EOF {
 				return n, nil
 			}
-			pr.err = err
 			return n, err
 		}
 	}

@@ -69,10 +69,13 @@ type Status struct {
 // blob.ValidatePrefix), paths are absolute. Errors should wrap the blob
 // sentinels so that CodeOf maps them to the right code.
 type Backend interface {
-	// Put stores the bytes of r under name. r returns io.EOF at the end of
-	// the upload; if the client aborts or the connection drops, r returns
-	// an error (ErrAborted, or one wrapping io.ErrUnexpectedEOF) and the
-	// backend must not make the name visible.
+	// Put stores the bytes of r under name. r returns io.EOF (itself, not
+	// wrapped) only after the empty DATA frame that ends the upload; only
+	// then may the backend make the name visible. If the client aborts, r
+	// returns ErrAborted; if the connection closes, fails or stalls first
+	// (between frames or in the middle of one), r returns an error
+	// wrapping ErrUploadIncomplete. After any error from r the backend
+	// must fail and leave no name (and return nothing it read as a blob).
 	Put(ctx context.Context, name string, r io.Reader, opts PutOptions) (Info, error)
 	// PutFile stores the file at path (read by the daemon) under name.
 	PutFile(ctx context.Context, name, path string, opts PutOptions) (Info, error)

@@ -79,12 +79,17 @@ typedef struct omst_info {
 
 /* ---- OmniStorage API, on the default daemon -------------------------- */
 
-/* Store size bytes at data under name. */
+/* Store size bytes at data under name. All or nothing: the name appears
+ * only once every byte was sent and the upload ended; a put that fails
+ * midway (connection lost, timeout, the process killed) leaves no name. */
 int OmstPutData(const char *name, const void *data, size_t size);
 /* Fill data with the blob named name; fails with OMST_ESIZE, filling
  * nothing that counts, when size is not the blob's size. */
 int OmstGetData(const char *name, void *data, size_t size);
-/* Store the file at path (read by the daemon) under name. */
+/* Store the file at path (read by the daemon) under name. A regular file
+ * that changes while the daemon reads it fails the put (OMST_EIO), leaving
+ * no name; a FIFO is read to its end of file; other file types are
+ * refused. */
 int OmstPutFile(const char *name, const char *path);
 /* Write the blob to path (by the daemon, atomically). */
 int OmstGetFile(const char *name, const char *path);
@@ -103,6 +108,7 @@ int omst_connect(const char *socket_path, omst_t **out);
  * been waited for. */
 void omst_close(omst_t *h);
 
+/* Puts are all or nothing, as OmstPutData and OmstPutFile. */
 int omst_put(omst_t *h, const char *name, const void *data, size_t size, omst_info_t *info);
 /* chunk_size 0: the daemon's default; else 4096 .. 64 MiB. */
 int omst_put_chunked(omst_t *h, const char *name, const void *data, size_t size, uint32_t chunk_size,

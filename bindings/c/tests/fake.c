@@ -3,6 +3,7 @@
  * what a real daemon does not do on demand: stall, cut a reply short, send
  * bad frames, refuse version 2, close idle connections, pass odd
  * descriptors. Each connection is served by a thread running a script.
+ * A relay in front of the real daemon cuts uploads at a chosen byte.
  */
 #include "harness.h"
 #include "internal.h"
@@ -11,12 +12,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 struct fake;
@@ -723,4 +726,195 @@ void test_fake_error_reconnects(void)
 		unsetenv("OMST_TIMEOUT_MS");
 		fake_stop(&f);
 	}
+}
+
+/* ---- cut uploads: a relay in front of the real daemon ------------------ */
+
+/*
+ * A relay accepts one connection and passes its bytes to the real daemon
+ * (t_sock) and back, but only the first `limit` bytes from the client.
+ * There it either cuts both connections (hold 0) or stops reading the
+ * client, whose writes then block, until `release` is set (hold 1), and
+ * then cuts both. Either way the daemon sees an upload end without its
+ * closing empty DATA frame, at a byte chosen by the test.
+ */
+struct relay {
+	char path[256];
+	int lfd;
+	pthread_t th;
+	size_t limit;
+	int hold;
+	size_t forwarded; /* client bytes passed on (atomic) */
+	int at_limit;     /* set once limit is reached (atomic) */
+	int release;      /* hold mode: cut now (atomic) */
+};
+
+static void *relay_thread(void *arg)
+{
+	struct relay *r = arg;
+	int c = accept(r->lfd, NULL, NULL);
+	int d = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", t_sock);
+	if (c < 0 || d < 0 || connect(d, (struct sockaddr *)&sa, sizeof sa) != 0)
+		goto out;
+	static __thread uint8_t buf[64 << 10];
+	for (;;) {
+		int at = __atomic_load_n(&r->at_limit, __ATOMIC_SEQ_CST);
+		if (at && (!r->hold || __atomic_load_n(&r->release, __ATOMIC_SEQ_CST)))
+			break;
+		struct pollfd p[2] = {{c, at ? 0 : POLLIN, 0}, {d, POLLIN, 0}};
+		if (poll(p, 2, 20) < 0 && errno != EINTR)
+			break;
+		if (!at && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+			size_t want = r->limit - r->forwarded;
+			ssize_t n = read(c, buf, want < sizeof buf ? want : sizeof buf);
+			if (n <= 0 || wr(d, buf, (size_t)n))
+				break;
+			__atomic_add_fetch(&r->forwarded, (size_t)n, __ATOMIC_SEQ_CST);
+			if (r->forwarded == r->limit)
+				__atomic_store_n(&r->at_limit, 1, __ATOMIC_SEQ_CST);
+		}
+		if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+			ssize_t n = read(d, buf, sizeof buf);
+			if (n <= 0 || wr(c, buf, (size_t)n))
+				break;
+		}
+	}
+out:
+	if (c >= 0)
+		close(c);
+	if (d >= 0)
+		close(d);
+	return NULL;
+}
+
+static int relay_start(struct relay *r, size_t limit, int hold)
+{
+	static int seq;
+	memset(r, 0, sizeof *r);
+	snprintf(r->path, sizeof r->path, "%s/relay-%d-%d.sock", t_tmp, (int)getpid(), seq++);
+	r->limit = limit;
+	r->hold = hold;
+	r->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, r->path);
+	unlink(r->path);
+	if (bind(r->lfd, (struct sockaddr *)&sa, sizeof sa) || listen(r->lfd, 4)) {
+		t_fail(__FILE__, __LINE__, "relay: bind/listen %s: %s", r->path, strerror(errno));
+		return -1;
+	}
+	pthread_create(&r->th, NULL, relay_thread, r);
+	return 0;
+}
+
+static void relay_stop(struct relay *r)
+{
+	__atomic_store_n(&r->release, 1, __ATOMIC_SEQ_CST);
+	shutdown(r->lfd, SHUT_RDWR); /* wakes an accept that got nothing */
+	pthread_join(r->th, NULL);
+	close(r->lfd);
+	unlink(r->path);
+}
+
+/* 1 if the real daemon's log mentions needle within timeout_ms. */
+static int daemon_log_has(const char *needle, int timeout_ms)
+{
+	char path[320];
+	snprintf(path, sizeof path, "%s/daemon.log", t_home);
+	double end = t_now() + timeout_ms / 1000.0;
+	do {
+		FILE *f = fopen(path, "r");
+		if (f) {
+			char line[4096];
+			int found = 0;
+			while (!found && fgets(line, sizeof line, f))
+				found = strstr(line, needle) != NULL;
+			fclose(f);
+			if (found)
+				return 1;
+		}
+		usleep(20000);
+	} while (t_now() < end);
+	return 0;
+}
+
+/* After a cut upload of name: the daemon logged it and stores nothing; a
+ * complete put of the same name then works and reads back exactly. */
+static void check_cut_left_nothing(const char *name, const uint8_t *data, size_t n)
+{
+	char needle[300];
+	snprintf(needle, sizeof needle, "name=%s ", name);
+	CHECK(daemon_log_has(needle, 5000));
+	omst_t *h = NULL;
+	CHECK_RC(omst_connect(t_sock, &h), 0);
+	if (h == NULL)
+		return;
+	omst_info_t info;
+	CHECK_RC(omst_stat(h, name, &info), OMST_ENOTFOUND);
+	CHECK_RC(omst_put(h, name, data, n, NULL), 0);
+	uint8_t *got = malloc(n);
+	CHECK_RC(omst_get(h, name, got, n, &info), 0);
+	CHECK(memcmp(got, data, n) == 0);
+	free(got);
+	omst_close(h);
+}
+
+/* A put whose connection is cut in the middle of a DATA frame (5 MiB and
+ * 100 bytes into the stream) fails with OMST_ECONN, and the daemon stores
+ * nothing. */
+void test_fake_cut_put(void)
+{
+	size_t n = 16u << 20;
+	uint8_t *data = t_pattern(n, 91);
+	char name[256];
+	snprintf(name, sizeof name, "%s", t_name("cut/put"));
+	struct relay r;
+	if (relay_start(&r, (5u << 20) + 100, 0) != 0)
+		return;
+	omst_t *h = NULL;
+	CHECK_RC(omst_connect(r.path, &h), 0);
+	if (h) {
+		CHECK_RC(omst_put(h, name, data, n, NULL), OMST_ECONN);
+		omst_close(h);
+	}
+	relay_stop(&r);
+	check_cut_left_nothing(name, data, n);
+	free(data);
+}
+
+/* A process killed in the middle of omst_put (SIGKILL while its write is
+ * blocked 8 MiB into the upload) leaves no name. */
+void test_fake_killed_putter(void)
+{
+	size_t n = 32u << 20;
+	uint8_t *data = t_pattern(n, 92);
+	char name[256];
+	snprintf(name, sizeof name, "%s", t_name("cut/killed"));
+	struct relay r;
+	if (relay_start(&r, (8u << 20) + 77, 1) != 0)
+		return;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		omst_t *h = NULL;
+		if (omst_connect(r.path, &h) != 0)
+			_exit(2);
+		omst_put(h, name, data, n, NULL);
+		_exit(3); /* not reached: the put blocks until the kill */
+	}
+	double end = t_now() + 30;
+	while (!__atomic_load_n(&r.at_limit, __ATOMIC_SEQ_CST) && t_now() < end)
+		usleep(1000);
+	CHECK(__atomic_load_n(&r.at_limit, __ATOMIC_SEQ_CST));
+	usleep(100000); /* the child is blocked writing */
+	int st = 0;
+	CHECK(waitpid(pid, &st, WNOHANG) == 0);
+	kill(pid, SIGKILL);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	relay_stop(&r);
+	check_cut_left_nothing(name, data, n);
+	free(data);
 }

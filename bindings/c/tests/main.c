@@ -1087,6 +1087,8 @@ void test_fake_idle_close(void);
 void test_fake_fds(void);
 void test_fake_garbage(void);
 void test_fake_error_reconnects(void);
+void test_fake_cut_put(void);
+void test_fake_killed_putter(void);
 
 static const struct test tests[] = {
 	{"vectors", test_vectors, 0},
@@ -1116,6 +1118,8 @@ static const struct test tests[] = {
 	{"fake_fds", test_fake_fds, 0},
 	{"fake_garbage", test_fake_garbage, 0},
 	{"fake_error_reconnects", test_fake_error_reconnects, 0},
+	{"fake_cut_put", test_fake_cut_put, 0},
+	{"fake_killed_putter", test_fake_killed_putter, 0},
 	{"kill_mid_get", test_kill_mid_get, 180},
 };
 

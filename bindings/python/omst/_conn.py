@@ -172,6 +172,28 @@ class Connection:
         except (OmstError, OSError):
             return None
 
+    def abort(self, wait: float) -> bool:
+        """Abort the upload in progress: send ABORT (the stream must be at a
+        frame boundary) and read the daemon's ERROR ABORTED, waiting at
+        most wait seconds. Returns whether that worked: the connection is
+        then in step again (else it is still busy and must be closed)."""
+        try:
+            self.sock.settimeout(wait)
+            self.send([_wire.encode_empty(FrameType.ABORT)])
+            ftype, n = self.read_header()
+            self.read_body(n)
+            if ftype != FrameType.ERROR:
+                return False
+            self.finish()
+            return True
+        except (OmstError, OSError):
+            return False
+        finally:
+            try:
+                self.sock.settimeout(self.timeout)
+            except OSError:
+                pass
+
     # --- descriptor passing (GET_FD, protocol version 2) -------------------------
 
     def begin_fds(self) -> None:

@@ -21,7 +21,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from . import _wire
 from ._conn import Buffer, Connection
-from ._wire import DATA_FRAME_SIZE, FrameType
+from ._input import put_source
+from ._wire import FrameType
 from .errors import (
     BadRequest,
     ClientClosed,
@@ -55,6 +56,10 @@ DRAIN_LIMIT = 4 << 20
 #: get_into uses GET_FD (if enabled and spoken) for buffers at least this big.
 GET_FD_MIN_SIZE = 1 << 20
 
+#: Seconds to wait for the daemon's reply to an ABORT before closing the
+#: connection instead.
+ABORT_TIMEOUT = 5.0
+
 T = TypeVar("T")
 
 
@@ -81,22 +86,6 @@ def default_timeout() -> float:
             raise ValueError(f"OMST_TIMEOUT_MS={env!r} must be positive")
         return ms / 1000.0
     return DEFAULT_TIMEOUT
-
-
-def _readable_view(data: Any) -> memoryview:
-    """A flat byte view of data without copying (copies only non-contiguous
-    buffers, in C order)."""
-    if isinstance(data, str):
-        raise TypeError("data must be bytes-like, not str (encode it first)")
-    mv = memoryview(data)
-    if mv.format == "B" and mv.ndim == 1 and mv.c_contiguous:
-        return mv
-    if not mv.c_contiguous:
-        return memoryview(mv.tobytes())
-    try:
-        return mv.cast("B")
-    except (TypeError, ValueError):
-        return memoryview(mv.tobytes())
 
 
 def _writable_view(buffer: Any) -> memoryview:
@@ -281,12 +270,25 @@ class Client:
     # --- public API ---------------------------------------------------------------------
 
     def put(self, name: NameLike, data: Any, chunk_size: int = 0) -> str:
-        """Store data (any bytes-like object, e.g. bytes, bytearray,
-        memoryview, a numpy array) under name and return the blob ID (CID).
+        """Store data under name and return the blob ID (CID).
 
-        The bytes are sent straight from data's buffer in DATA frames of
-        1 MiB, without copying (a non-contiguous array is copied once, in C
-        order). chunk_size 0 is the daemon's default, else 4 KiB ..= 64 MiB.
+        data is any bytes-like object (bytes, bytearray, memoryview, a
+        numpy array), a binary file-like object (read from its current
+        position), or an iterable of bytes-like chunks (e.g. a generator).
+        A bytes-like object is sent straight from its buffer in DATA frames
+        of 1 MiB, without copying (a non-contiguous array is copied once,
+        in C order). chunk_size 0 is the daemon's default, else 4 KiB ..=
+        64 MiB.
+
+        All or nothing: the upload is ended, and the name made visible,
+        only after the last byte of data. If reading data raises (a
+        generator's exception, a file's OSError, KeyboardInterrupt while
+        reading), the client sends ABORT and re-raises the exception; if
+        the upload is interrupted while a frame is being sent, or the
+        connection fails, the connection is closed. Either way the daemon
+        stores nothing. A file object on a regular file must not change
+        while it is read: if it shrinks, grows or is modified, the put
+        fails with OmstIOError ("file changed while it was read").
         """
         return self.put_info(name, data, chunk_size).id
 
@@ -294,24 +296,31 @@ class Client:
         """Like :meth:`put`, but return the new blob's Info."""
         raw = validate_name(name)
         validate_chunk_size(chunk_size)
-        view = _readable_view(data)
+        source = put_source(data)
         request = _wire.encode_put(raw, chunk_size)
         op = f"put {raw!r}"
 
         def run(conn: Connection) -> Info:
             conn.begin()
-            total = len(view)
             pending: List[Buffer] = [request]
-            off = 0
+            if source.stream:
+                # Send PUT before reading anything: if the connection turns
+                # out dead, the request is retried on a new one with the
+                # stream untouched.
+                conn.send(pending)
+                pending = []
+            sending = False  # a frame is being written: the stream position is unknown
             try:
-                while off < total:
-                    piece = view[off : off + DATA_FRAME_SIZE]
+                for piece in source.pieces():
                     pending.append(_wire.data_header(len(piece)))
                     pending.append(piece)
-                    off += len(piece)
+                    sending = True
                     conn.send(pending)
+                    sending = False
                     pending = []
+                # The end of the upload: only after the last byte of data.
                 pending.append(_wire.data_header(0))
+                sending = True
                 conn.send(pending)
             except ConnectionLost:
                 # The daemon may have said why before closing (e.g. ABORTED
@@ -319,6 +328,17 @@ class Client:
                 reply = conn.pending_error(1.0) if conn.sent else None
                 if reply is not None:
                     raise error_for_code(*reply) from None
+                raise
+            except BaseException:
+                # Reading data failed or was interrupted. Between frames the
+                # upload can be aborted and the connection kept; otherwise
+                # it stays busy and _run closes it (the daemon discards a
+                # cut upload too).
+                if not sending:
+                    if conn.sent == 0:
+                        conn.busy = False  # nothing was sent
+                    else:
+                        conn.abort(ABORT_TIMEOUT)
                 raise
             return _wire.decode_info(self._reply(conn, FrameType.INFO, op))
 

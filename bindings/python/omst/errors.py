@@ -117,7 +117,8 @@ class BadRequest(OmstError, ValueError):
 
 
 class OmstIOError(OmstError):
-    """A file system or stream IO error in the daemon (code 4)."""
+    """A file system or stream IO error in the daemon (code 4); also raised
+    by put when the file object it reads changes meanwhile."""
 
     default_code = IO
 
