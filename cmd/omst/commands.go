@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -48,6 +50,7 @@ func daemonCmd(g *globals) *cobra.Command {
 		chunkSize   string
 		window      int
 		noReplicate bool
+		noSiblings  bool
 		syncPuts    bool
 		logLevel    string
 		cpuProfile  string
@@ -60,7 +63,8 @@ func daemonCmd(g *globals) *cobra.Command {
 			"chunks to its children and peers, and answers the local API on HOME/omst.sock.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate, Sync: syncPuts}
+			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate,
+				NoSiblingExchange: noSiblings, Sync: syncPuts}
 			if len(parents) > 0 {
 				cfg.Parent, cfg.Fallbacks = parents[0], parents[1:]
 			}
@@ -129,6 +133,8 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.IntVar(&window, "window", 0, "chunks in flight per fetch (default 16; raise for long fat WAN links)")
 	f.BoolVar(&syncPuts, "sync", false, "make every put durable before acknowledging it (syncfs of the cache's file system, then the index): survives a power loss, at the disk's write speed")
 	f.BoolVar(&noReplicate, "no-replicate", false, "do not copy blobs put by children (results are then only on the worker that made them)")
+	f.BoolVar(&noSiblings, "no-sibling-exchange", false, "as a relay, send every chunk to every child itself instead of sending children of one site to each other\n"+
+		"(by default this node's port carries about one copy of each chunk per site; turn off for comparison)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	return c
@@ -442,8 +448,15 @@ func statusCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(tw, "cache\t%s used of %s (%s pinned, %s orphaned), %d chunks\nnames\t%d\nbytes_served\t%d\nbytes_fetched\t%d\npeer_errors\t%d\n",
 				bytesize.Format(st.CacheUsed), bytesize.Format(st.CacheCap), bytesize.Format(st.CachePinned), bytesize.Format(st.CacheOrphaned),
 				st.Chunks, st.Names, st.BytesServed, st.BytesFetched, st.PeerErrors)
+			fmt.Fprintf(tw, "bytes_in\tparent %d, child %d, sibling %d, other %d\nbytes_out\tparent %d, child %d, other (siblings) %d\n",
+				st.BytesIn["parent"], st.BytesIn["child"], st.BytesIn["sibling"], st.BytesIn["other"],
+				st.BytesOut["parent"], st.BytesOut["child"], st.BytesOut["other"])
+			fmt.Fprintf(tw, "redirects\t%d sent, %d taken, %d of them failed\n", st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures)
 			fmt.Fprintf(tw, "chunks_damaged\t%d (found damaged in this node's store and dropped)\ncorrupt_received\t%d (from peers)\ncorrupt_reports\t%d (peers told us they received a corrupt chunk)\n",
 				st.ChunksDamaged, st.CorruptReceived, st.CorruptReports)
+			for _, p := range slices.Sorted(maps.Keys(st.ErrorsByPeer)) {
+				fmt.Fprintf(tw, "  errors from\t%s: %d\n", p, st.ErrorsByPeer[p])
+			}
 			fmt.Fprintf(tw, "addrs\t%s\n", strings.Join(st.Addrs, "\n\t"))
 			return tw.Flush()
 		},

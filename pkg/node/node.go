@@ -51,6 +51,10 @@ type Config struct {
 	// directly below it (on by default: a result is durable once its head
 	// node holds a copy).
 	NoReplicate bool
+	// NoSiblingExchange makes this node, as a relay, serve every chunk to
+	// every child itself, instead of sending children of one site to each
+	// other (transfer.Config.SiblingExchange).
+	NoSiblingExchange bool
 	// Sync makes every put durable before it is acknowledged (see
 	// cache.Options.Sync).
 	Sync   bool
@@ -181,12 +185,13 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
 	n.engine, err = transfer.New(transfer.Config{
-		Host:    n.host,
-		Store:   n.store,
-		Sources: n.tree,
-		Mode:    relayMode(cfg.StoreForward),
-		Window:  cfg.Window,
-		Logger:  cfg.Logger,
+		Host:            n.host,
+		Store:           n.store,
+		Sources:         n.tree,
+		Mode:            relayMode(cfg.StoreForward),
+		Window:          cfg.Window,
+		SiblingExchange: !cfg.NoSiblingExchange,
+		Logger:          cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transfer: %w", err)
@@ -454,7 +459,16 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		ChunksDamaged:   u.DamagedChunks,
 		CorruptReceived: es.CorruptReceived,
 		CorruptReports:  es.CorruptReports,
+		BytesIn:         es.BytesIn,
+		BytesOut:        es.BytesOut,
+		RedirectsSent:   es.RedirectsSent,
+		RedirectsTaken:  es.RedirectsTaken,
+		SiblingFailures: es.SiblingFailures,
+		ErrorsByPeer:    map[string]uint64{},
 		Version:         Version,
+	}
+	for p, n := range es.ErrorsByPeer {
+		st.ErrorsByPeer[p.String()] = n
 	}
 	if ts.Parent != "" {
 		st.Parent = ts.ParentAddr

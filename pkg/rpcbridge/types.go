@@ -60,8 +60,22 @@ type Status struct {
 	// this node sent them did not.
 	CorruptReceived uint64 `json:"corrupt_received"`
 	CorruptReports  uint64 `json:"corrupt_reports"`
-	Names           int    `json:"names"`
-	Version         string `json:"version"`
+	// BytesIn counts verified chunk bytes received, by kind of source:
+	// "parent", "child", "sibling", "other". BytesOut counts chunk bytes
+	// sent, by the asker's relation to this node: "parent", "child",
+	// "other" (on a worker, "other" are its siblings).
+	BytesIn  map[string]uint64 `json:"bytes_in"`
+	BytesOut map[string]uint64 `json:"bytes_out"`
+	// RedirectsSent counts children's requests this relay answered with a
+	// sibling to ask; RedirectsTaken the redirects this node followed;
+	// SiblingFailures those whose sibling could not deliver.
+	RedirectsSent   uint64 `json:"redirects_sent"`
+	RedirectsTaken  uint64 `json:"redirects_taken"`
+	SiblingFailures uint64 `json:"sibling_failures"`
+	// ErrorsByPeer splits PeerErrors of the transfer engine by peer ID.
+	ErrorsByPeer map[string]uint64 `json:"errors_by_peer"`
+	Names        int               `json:"names"`
+	Version      string            `json:"version"`
 }
 
 // Backend is what the server serves: the node implements it. Names reach

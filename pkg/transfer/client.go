@@ -258,9 +258,31 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchRequest) ([]byte
 	switch pr.status {
 	case statusOK:
 		return pr.body, nil
+	case statusRedirect:
+		rd, err := decodeRedirect(pr.body)
+		if err == nil && !q.isGet() {
+			err = wire.Malformed("REDIRECT in reply to request 0x%02x", q.Type)
+		}
+		if err == nil && (rd.Peer == e.self || rd.Peer == p) {
+			err = wire.Malformed("REDIRECT to %s", rd.Peer)
+		}
+		if err != nil {
+			return nil, &peerError{peer: who, kind: FailUnreachable, err: fmt.Errorf("%s: %w", what, err)}
+		}
+		return nil, &redirectError{from: p, to: rd}
 	case statusNotFound:
 		return nil, &peerError{peer: who, kind: FailNotFound, err: fmt.Errorf("%s: %w: %s", what, blob.ErrNotFound, pr.body)}
 	default:
 		return nil, &peerError{peer: who, kind: FailNotFound, err: fmt.Errorf("%s: error reply: %s", what, pr.body)}
 	}
+}
+
+// redirectError is a relay's answer to a GET: ask the sibling rd instead.
+type redirectError struct {
+	from peer.ID
+	to   redirect
+}
+
+func (r *redirectError) Error() string {
+	return fmt.Sprintf("%s redirected the request to sibling %s", r.from, r.to.Peer)
 }

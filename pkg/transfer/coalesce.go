@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -63,7 +64,7 @@ func joinable(c *chunkCall, asker peer.ID) bool {
 // this chunk is wanted for: a fetch in flight from asker itself is not
 // joined (asker is asking because it lacks the chunk), the chunk is then
 // fetched from src on its own.
-func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src, asker peer.ID) ([]byte, error) {
+func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src Source, asker peer.ID) ([]byte, error) {
 	if e.store.HasChunk(q.Hash) {
 		// Verified by the store; a damaged copy is dropped there and
 		// fetched again below.
@@ -79,7 +80,7 @@ func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src, asker peer.
 	c := e.inflight[q.Hash]
 	if !joinable(c, asker) {
 		cctx, cancel := context.WithCancel(e.ctx)
-		c = &chunkCall{src: src, done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
+		c = &chunkCall{src: src.ID, done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
 		if e.inflight[q.Hash] == nil {
 			e.inflight[q.Hash] = c
 		}
@@ -102,21 +103,12 @@ func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src, asker peer.
 	}
 }
 
-func (e *Engine) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest, src peer.ID) {
+func (e *Engine) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest, src Source) {
 	defer e.wg.Done()
 	defer c.cancel()
-	data, err := e.request(ctx, src, q)
-	if err == nil {
-		if verr := q.Hash.Verify(data); verr != nil {
-			err = &peerError{peer: e.describe(src), kind: FailCorrupt, err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
-			data = nil
-			e.corruptReceived.Add(1)
-			e.goTracked(func() { e.reportCorrupt(src, q) })
-		}
-	}
-	if err != nil && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
-		// Corrupt bytes, a broken stream or an ERROR reply; NOT_FOUND is an answer.
-		e.notePeerError(src, "fetch chunk", err)
+	data, err := e.fetchVerified(ctx, src, q)
+	if rde, ok := errors.AsType[*redirectError](err); ok {
+		data, err = e.fromSibling(ctx, src, rde.to, q)
 	}
 	c.data, c.err = data, err
 	close(c.done) // waiters take the chunk now: cut-through
@@ -132,6 +124,64 @@ func (e *Engine) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest,
 	e.mu.Unlock()
 	close(c.stored)
 }
+
+// fetchVerified asks src for chunk q and verifies what it sends. A corrupt
+// chunk is counted and reported to src; a failure other than NOT_FOUND (or
+// a redirect) counts as src's error. Verified bytes are counted by src's
+// kind.
+func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) ([]byte, error) {
+	data, err := e.request(ctx, src.ID, q)
+	if err == nil {
+		if verr := q.Hash.Verify(data); verr != nil {
+			err = &peerError{peer: e.describe(src.ID), kind: FailCorrupt, err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
+			data = nil
+			e.corruptReceived.Add(1)
+			e.goTracked(func() { e.reportCorrupt(src.ID, q) })
+		}
+	}
+	if err != nil {
+		if _, redirected := errors.AsType[*redirectError](err); !redirected && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
+			// Corrupt bytes, a broken stream or an ERROR reply; NOT_FOUND is an answer.
+			e.notePeerError(src.ID, "fetch chunk", err)
+		}
+		return nil, err
+	}
+	e.bytesIn[src.Kind].Add(uint64(len(data)))
+	return data, nil
+}
+
+// fromSibling follows relay's redirect of chunk q to sibling rd, within
+// SiblingTimeout; if the sibling cannot deliver (it is gone, slow, lacks
+// the chunk, sends corrupt bytes) the chunk is asked from relay itself
+// (GET_DIRECT, naming the sibling that failed).
+func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q fetchRequest) ([]byte, error) {
+	e.redirectsTaken.Add(1)
+	if len(rd.Addrs) > 0 {
+		e.h.Peerstore().AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
+	}
+	sctx, cancel := context.WithTimeout(ctx, e.cfg.SiblingTimeout)
+	data, err := e.fetchVerified(sctx, Source{ID: rd.Peer, Kind: KindSibling}, q)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return data, err
+	}
+	e.siblingFailures.Add(1)
+	e.log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
+		"relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", err)
+	dq := q
+	dq.Type, dq.Failed = msgGetDirect, rd.Peer
+	data, err = e.fetchVerified(ctx, relay, dq)
+	if _, ok := errors.AsType[*redirectError](err); ok {
+		err = &peerError{peer: e.describe(relay.ID), kind: FailUnreachable,
+			err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
+		e.notePeerError(relay.ID, "fetch chunk", err)
+	}
+	return data, err
+}
+
+// siblingAddrTTL is how long the addresses of a sibling named in a
+// redirect are kept.
+const siblingAddrTTL = time.Hour
 
 // reportCorrupt tells src that the bytes it sent for chunk q did not match
 // the chunk's hash, so that a node serving from a damaged disk learns it
@@ -204,7 +254,7 @@ func (e *Engine) obtainChunk(ctx context.Context, q fetchRequest, sources []Sour
 		if err := sleepCtx(ctx, retryDelay(r.Attempt)); err != nil {
 			return nil, err
 		}
-		data, err := e.chunkFrom(ctx, q, sources[r.Source].ID, asker)
+		data, err := e.chunkFrom(ctx, q, sources[r.Source], asker)
 		if err == nil {
 			return data, nil
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,7 @@ const (
 	DefaultDialTimeout    = 5 * time.Second
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultStreamsPerPeer = 2
+	DefaultSiblingTimeout = 10 * time.Second
 )
 
 // Config configures New.
@@ -77,6 +79,19 @@ type Config struct {
 	// peer (default 2: replies are written in request order, and a second
 	// stream measured ~1.3x the throughput of one on loopback).
 	StreamsPerPeer int
+	// SiblingExchange makes this node, as a relay, answer a child's chunk
+	// request with a REDIRECT to a sibling of the child's site that holds
+	// the chunk or is receiving it, once it sent the chunk itself
+	// (Distributor), so that its port carries about one copy of each chunk
+	// per site. It needs a Provider that is a Grouper. Any node follows
+	// the redirects it receives, whatever this setting.
+	SiblingExchange bool
+	// Distribution tunes the relay's redirects (zero: the defaults).
+	Distribution DistributorConfig
+	// SiblingTimeout bounds a request to a sibling that a relay redirected
+	// this node to (default 10s); past it, or on any failure, the chunk is
+	// asked from the relay itself (GET_DIRECT).
+	SiblingTimeout time.Duration
 	Logger         *slog.Logger
 }
 
@@ -104,8 +119,20 @@ type Engine struct {
 	started  bool
 	closed   bool
 
+	distMu    sync.Mutex
+	dist      *Distributor // nil without SiblingExchange
+	lastSweep time.Time
+
+	errMu     sync.Mutex
+	peerFails map[peer.ID]uint64 // failures blamed on each peer (bounded)
+
 	bytesServed     atomic.Uint64
 	bytesFetched    atomic.Uint64
+	bytesIn         [numKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
+	bytesOut        [numKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
+	redirectsSent   atomic.Uint64
+	redirectsTaken  atomic.Uint64
+	siblingFailures atomic.Uint64
 	peerErrors      atomic.Uint64
 	corruptReceived atomic.Uint64
 	reportsReceived atomic.Uint64
@@ -134,20 +161,30 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.StreamsPerPeer <= 0 {
 		cfg.StreamsPerPeer = DefaultStreamsPerPeer
 	}
+	if cfg.SiblingTimeout <= 0 {
+		cfg.SiblingTimeout = DefaultSiblingTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{
-		cfg:      cfg,
-		h:        cfg.Host,
-		store:    cfg.Store,
-		sources:  cfg.Sources,
-		log:      cfg.Logger.With("component", "transfer"),
-		self:     cfg.Host.ID(),
-		inflight: map[blob.Hash]*chunkCall{},
-		peers:    map[peer.ID]*fetchPeer{},
-		replicas: map[cid.Cid]bool{},
-		whole:    map[cid.Cid]*wholeBlobCall{},
+		cfg:       cfg,
+		h:         cfg.Host,
+		store:     cfg.Store,
+		sources:   cfg.Sources,
+		log:       cfg.Logger.With("component", "transfer"),
+		self:      cfg.Host.ID(),
+		inflight:  map[blob.Hash]*chunkCall{},
+		peers:     map[peer.ID]*fetchPeer{},
+		replicas:  map[cid.Cid]bool{},
+		whole:     map[cid.Cid]*wholeBlobCall{},
+		peerFails: map[peer.ID]uint64{},
+	}
+	if cfg.SiblingExchange {
+		if _, ok := cfg.Sources.(Grouper); !ok {
+			return nil, errors.New("transfer: sibling exchange needs a source provider that knows its children (a Grouper)")
+		}
+		e.dist = NewDistributor(cfg.Distribution)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	return e, nil
@@ -209,10 +246,21 @@ type Status struct {
 	// BytesServed counts chunk and manifest bytes sent to peers,
 	// BytesFetched those received from peers.
 	BytesServed, BytesFetched uint64
+	// BytesIn counts verified chunk bytes received by kind of source
+	// (parent, child, sibling, other); BytesOut chunk bytes sent by the
+	// asker's relation to this node (a sibling asking a worker is "other"
+	// to it: the worker cannot tell a sibling from any other peer).
+	BytesIn, BytesOut map[string]uint64
+	// RedirectsSent counts requests this relay answered with a sibling;
+	// RedirectsTaken redirects this node followed; SiblingFailures those
+	// whose sibling could not deliver (the chunk then came from the relay).
+	RedirectsSent, RedirectsTaken, SiblingFailures uint64
 	// PeerErrors counts failed requests blamed on a peer: corrupt data,
 	// broken streams, ERROR replies, malformed messages (NOT_FOUND is an
-	// answer, not an error).
-	PeerErrors uint64
+	// answer, not an error). ErrorsByPeer splits them by peer (for at most
+	// maxErrorPeers peers).
+	PeerErrors   uint64
+	ErrorsByPeer map[peer.ID]uint64
 	// CorruptReceived counts chunks received from peers that did not match
 	// their hash (each was reported to its sender and fetched again).
 	CorruptReceived uint64
@@ -223,14 +271,30 @@ type Status struct {
 
 // Status returns a snapshot.
 func (e *Engine) Status() Status {
-	return Status{
+	st := Status{
 		BytesServed:     e.bytesServed.Load(),
 		BytesFetched:    e.bytesFetched.Load(),
+		BytesIn:         map[string]uint64{},
+		BytesOut:        map[string]uint64{},
+		RedirectsSent:   e.redirectsSent.Load(),
+		RedirectsTaken:  e.redirectsTaken.Load(),
+		SiblingFailures: e.siblingFailures.Load(),
 		PeerErrors:      e.peerErrors.Load(),
 		CorruptReceived: e.corruptReceived.Load(),
 		CorruptReports:  e.reportsReceived.Load(),
 	}
+	for k := range SourceKind(numKinds) {
+		st.BytesIn[k.String()] = e.bytesIn[k].Load()
+		st.BytesOut[k.String()] = e.bytesOut[k].Load()
+	}
+	e.errMu.Lock()
+	st.ErrorsByPeer = maps.Clone(e.peerFails)
+	e.errMu.Unlock()
+	return st
 }
+
+// maxErrorPeers bounds the peers Status.ErrorsByPeer keeps counts for.
+const maxErrorPeers = 64
 
 // describe names a peer for messages.
 func (e *Engine) describe(p peer.ID) string { return e.sources.Describe(p) }
@@ -238,6 +302,11 @@ func (e *Engine) describe(p peer.ID) string { return e.sources.Describe(p) }
 // notePeerError counts and logs a failure blamed on p.
 func (e *Engine) notePeerError(p peer.ID, what string, err error) {
 	e.peerErrors.Add(1)
+	e.errMu.Lock()
+	if _, ok := e.peerFails[p]; ok || len(e.peerFails) < maxErrorPeers {
+		e.peerFails[p]++
+	}
+	e.errMu.Unlock()
 	e.log.Warn("peer error", "peer", e.describe(p), "what", what, "err", err)
 }
 

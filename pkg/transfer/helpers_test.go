@@ -46,6 +46,17 @@ func (s *staticSources) Sources(_ cid.Cid, exclude peer.ID) []Source {
 
 func (s *staticSources) Describe(p peer.ID) string { return "peer " + p.String() }
 
+func (s *staticSources) Relation(p peer.ID) SourceKind {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, src := range s.list {
+		if src.ID == p {
+			return src.Kind
+		}
+	}
+	return KindOther
+}
+
 func newTestHost(t testing.TB, extra ...libp2p.Option) host.Host {
 	return p2ptest.NewHost(t, extra...)
 }

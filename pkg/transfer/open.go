@@ -88,7 +88,7 @@ func (bf *blobFetch) run(req Request) {
 	var data []byte
 	err := sleepCtx(bf.ctx, retryDelay(req.Attempt))
 	if err == nil {
-		data, err = bf.e.chunkFrom(bf.ctx, q, bf.sources[req.Source].ID, "")
+		data, err = bf.e.chunkFrom(bf.ctx, q, bf.sources[req.Source], "")
 	}
 	if err == nil && len(data) != bf.m.ChunkLen(i) {
 		err = fmt.Errorf("chunk %d of %s has %d bytes, manifest says %d: %w", i, bf.r.ID, len(data), bf.m.ChunkLen(i), blob.ErrCorrupt)

@@ -10,6 +10,7 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
@@ -22,6 +23,7 @@ const maxQueuedPerStream = 64
 
 type fetchSlot struct {
 	done   chan struct{}
+	chunk  bool // a reply to GET or GET_DIRECT
 	status byte
 	body   []byte
 }
@@ -38,9 +40,10 @@ func (e *Engine) handleFetch(s network.Stream) {
 	defer stop()
 	slots := make(chan *fetchSlot, maxQueuedPerStream)
 	writerDone := make(chan struct{})
+	rel := e.sources.Relation(p)
 	go func() {
 		defer close(writerDone)
-		e.writeReplies(ctx, cancel, s, slots)
+		e.writeReplies(ctx, cancel, s, slots, rel)
 	}()
 	br := bufio.NewReaderSize(s, 16<<10)
 	var err error
@@ -65,6 +68,7 @@ func (e *Engine) handleFetch(s network.Stream) {
 		case msgManifest:
 			go e.serveManifest(ctx, p, q.ID, sl)
 		default:
+			sl.chunk = true
 			go e.serveChunk(ctx, p, q, sl)
 		}
 	}
@@ -85,7 +89,9 @@ func (e *Engine) handleFetch(s network.Stream) {
 	s.Close()
 }
 
-func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, slots chan *fetchSlot) {
+// writeReplies writes the replies of one stream in request order; rel is
+// what the asker is to this node (for Status.BytesOut).
+func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, slots chan *fetchSlot, rel SourceKind) {
 	bw := bufio.NewWriterSize(s, 64<<10)
 	var hdr []byte
 	failed := false
@@ -114,6 +120,9 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 		}
 		if sl.status == statusOK {
 			e.bytesServed.Add(uint64(len(sl.body)))
+			if sl.chunk {
+				e.bytesOut[rel].Add(uint64(len(sl.body)))
+			}
 		}
 	}
 	if !failed {
@@ -139,6 +148,11 @@ func (e *Engine) reply(sl *fetchSlot, data []byte, err error) {
 // the blob (never back to the asker).
 func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fetchSlot) {
 	defer close(sl.done)
+	if rd, ok := e.redirectFor(p, q); ok {
+		e.redirectsSent.Add(1)
+		sl.status, sl.body = statusRedirect, appendRedirect(nil, rd)
+		return
+	}
 	if data, err := e.store.ReadChunk(q.Hash); err == nil {
 		sl.status, sl.body = statusOK, data
 		return
@@ -154,6 +168,40 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *
 		data, err = e.obtainChunk(ctx, q, e.sources.Sources(q.ID, p), p)
 	}
 	e.reply(sl, data, err)
+}
+
+// sweepEvery is how often the distributor forgets idle blobs.
+const sweepEvery = time.Minute
+
+// redirectFor decides whether a chunk request from p is answered with a
+// sibling to ask instead (SiblingExchange, p a connected child).
+func (e *Engine) redirectFor(p peer.ID, q fetchRequest) (redirect, bool) {
+	if e.dist == nil {
+		return redirect{}, false
+	}
+	g := e.sources.(Grouper)
+	group, _, ok := g.Group(p)
+	if !ok {
+		return redirect{}, false
+	}
+	var addrs []ma.Multiaddr
+	eligible := func(t peer.ID) bool {
+		_, a, ok := g.Group(t)
+		addrs = a
+		return ok
+	}
+	now := time.Now()
+	e.distMu.Lock()
+	defer e.distMu.Unlock()
+	if now.Sub(e.lastSweep) > sweepEvery {
+		e.dist.Sweep(now)
+		e.lastSweep = now
+	}
+	t := e.dist.Decide(now, q.ID, q.Index, p, group, q.Type == msgGetDirect, q.Failed, eligible)
+	if t == "" {
+		return redirect{}, false
+	}
+	return redirect{Peer: t, Addrs: addrs}, true
 }
 
 // Bodies of the OK reply to a REPORT.

@@ -3,6 +3,7 @@ package transfer
 import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // SourceKind says how a source relates to this node: where the bytes a
@@ -18,6 +19,8 @@ const (
 	KindSibling
 	// KindOther is any other peer (e.g. a provider found in a DHT).
 	KindOther
+
+	numKinds = 4
 )
 
 func (k SourceKind) String() string {
@@ -51,4 +54,16 @@ type Provider interface {
 	// Describe names p for messages and logs, e.g. "parent
 	// /ip4/10.0.0.1/tcp/4040/p2p/12D3KooW...".
 	Describe(p peer.ID) string
+	// Relation returns what p is to this node: KindParent (a parent or a
+	// fallback), KindChild, or KindOther for any other peer.
+	Relation(p peer.ID) SourceKind
+}
+
+// Grouper is implemented by a Provider that knows which peers asking this
+// node are its children, and their groups (the tree: a relay's children
+// and their sites). A relay with Config.SiblingExchange sends a child that
+// asks for a chunk to a sibling of the same group.
+type Grouper interface {
+	// Group returns p's group and addresses if p is a connected child.
+	Group(p peer.ID) (group string, addrs []ma.Multiaddr, ok bool)
 }

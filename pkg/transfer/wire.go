@@ -7,26 +7,30 @@ import (
 	"io"
 
 	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 )
 
 // ProtoFetch is the fetch protocol's ID; docs/protocol.md specifies every
-// message byte by byte. 1.1.0 added REPORT and MANIFEST (manifests moved
-// here from the names protocol).
+// message byte by byte. 1.1.0 added REPORT, MANIFEST (manifests moved here
+// from the names protocol), GET_DIRECT and the REDIRECT reply.
 const ProtoFetch protocol.ID = "/omst/fetch/1.1.0"
 
 // Request types and reply statuses.
 const (
-	msgGet      byte = 0x20 // chunk bytes
-	msgReport   byte = 0x21 // the chunk received for this request did not match its hash
-	msgManifest byte = 0x22 // a blob's encoded manifest
+	msgGet       byte = 0x20 // chunk bytes
+	msgReport    byte = 0x21 // the chunk received for this request did not match its hash
+	msgManifest  byte = 0x22 // a blob's encoded manifest
+	msgGetDirect byte = 0x23 // chunk bytes from this node itself: a redirect failed
 
 	statusOK       byte = 0
 	statusNotFound byte = 1
 	statusError    byte = 2
+	statusRedirect byte = 3 // ask the sibling named in the body
 )
 
 // Limits enforced by the decoders.
@@ -36,18 +40,28 @@ const (
 	maxManifestBytes = 24 + blob.HashSize*blob.MaxChunks
 	replyHeaderLen   = 5
 	chunkReqLen      = 1 + 2 + 4 + blob.HashSize // GET and REPORT, without the CID bytes
+	maxPeerIDLen     = 128                       // a peer ID's bytes
+	maxRedirectAddrs = 8
+	maxAddrBytes     = 256 // one binary multiaddr
+	maxRedirectBody  = 1 + maxPeerIDLen + 1 + maxRedirectAddrs*(2+maxAddrBytes)
 )
 
 // fetchRequest is one request: Type msgGet asks for chunk Index (hash
-// Hash) of blob ID; msgReport tells the server that the bytes it sent for
-// that chunk did not match Hash; msgManifest asks for blob ID's manifest
-// (Index and Hash are unused).
+// Hash) of blob ID; msgGetDirect too, from the server itself, because the
+// sibling it redirected the client to (Failed, if known) could not deliver;
+// msgReport tells the server that the bytes it sent for that chunk did not
+// match Hash; msgManifest asks for blob ID's manifest (Index and Hash are
+// unused).
 type fetchRequest struct {
-	Type  byte
-	ID    cid.Cid
-	Index uint32
-	Hash  blob.Hash
+	Type   byte
+	ID     cid.Cid
+	Index  uint32
+	Hash   blob.Hash
+	Failed peer.ID // GET_DIRECT only
 }
+
+// isGet reports whether q asks for chunk bytes (GET or GET_DIRECT).
+func (q fetchRequest) isGet() bool { return q.Type == msgGet || q.Type == msgGetDirect }
 
 // replyLimit is the largest OK body a reply to q may carry.
 func (q fetchRequest) replyLimit() int {
@@ -69,7 +83,12 @@ func appendFetchRequest(b []byte, q fetchRequest) []byte {
 		return b
 	}
 	b = binary.BigEndian.AppendUint32(b, q.Index)
-	return append(b, q.Hash[:]...)
+	b = append(b, q.Hash[:]...)
+	if q.Type == msgGetDirect {
+		b = append(b, byte(len(q.Failed)))
+		b = append(b, q.Failed...)
+	}
+	return b
 }
 
 // readFetchRequest reads one request.
@@ -81,7 +100,7 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	}
 	q.Type = hdr[0]
 	switch q.Type {
-	case msgGet, msgReport, msgManifest:
+	case msgGet, msgReport, msgManifest, msgGetDirect:
 	default:
 		return q, wire.Malformed("unknown fetch request 0x%02x", hdr[0])
 	}
@@ -110,6 +129,26 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	if q.Hash.IsZero() {
 		return q, wire.Malformed("zero chunk hash")
 	}
+	if q.Type == msgGetDirect {
+		k, err := r.ReadByte()
+		if err != nil {
+			return q, wire.Unexpected(err)
+		}
+		if k > maxPeerIDLen {
+			return q, wire.Malformed("peer ID of %d bytes", k)
+		}
+		if k > 0 {
+			f := make([]byte, k)
+			if _, err := io.ReadFull(r, f); err != nil {
+				return q, wire.Unexpected(err)
+			}
+			id, err := peer.IDFromBytes(f)
+			if err != nil {
+				return q, wire.Malformed("bad peer ID: %v", err)
+			}
+			q.Failed = id
+		}
+	}
 	return q, nil
 }
 
@@ -124,8 +163,11 @@ func decodeFetchRequest(b []byte) (fetchRequest, error) {
 		return q, err
 	}
 	want := chunkReqLen + len(q.ID.Bytes())
-	if q.Type == msgManifest {
+	switch q.Type {
+	case msgManifest:
 		want = 3 + len(q.ID.Bytes())
+	case msgGetDirect:
+		want += 1 + len(q.Failed)
 	}
 	if r.Buffered() != 0 || len(b) != want {
 		return q, wire.Malformed("trailing bytes after fetch request")
@@ -154,6 +196,10 @@ func checkFetchReplyHeader(hdr [replyHeaderLen]byte, limit int) (byte, int, erro
 		if n > maxErrorMsg {
 			return 0, 0, wire.Malformed("message of %d bytes exceeds %d", n, maxErrorMsg)
 		}
+	case statusRedirect:
+		if n > maxRedirectBody {
+			return 0, 0, wire.Malformed("redirect of %d bytes exceeds %d", n, maxRedirectBody)
+		}
 	default:
 		return 0, 0, wire.Malformed("unknown fetch status %d", status)
 	}
@@ -174,6 +220,71 @@ func decodeFetchReply(b []byte, limit int) (status byte, body []byte, err error)
 		return 0, nil, wire.Malformed("fetch reply says %d bytes, holds %d", n, len(b)-replyHeaderLen)
 	}
 	return status, b[replyHeaderLen:], nil
+}
+
+// redirect is the body of a REDIRECT reply: the sibling to ask, and
+// addresses to reach it at.
+type redirect struct {
+	Peer  peer.ID
+	Addrs []ma.Multiaddr
+}
+
+// appendRedirect appends r's body: peer ID (u8 length + bytes), u8 number
+// of addresses, each a u16 length + binary multiaddr. Addresses beyond the
+// limits are left out.
+func appendRedirect(b []byte, r redirect) []byte {
+	b = append(b, byte(len(r.Peer)))
+	b = append(b, r.Peer...)
+	var addrs [][]byte
+	for _, a := range r.Addrs {
+		if ab := a.Bytes(); len(ab) <= maxAddrBytes && len(addrs) < maxRedirectAddrs {
+			addrs = append(addrs, ab)
+		}
+	}
+	b = append(b, byte(len(addrs)))
+	for _, ab := range addrs {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(ab)))
+		b = append(b, ab...)
+	}
+	return b
+}
+
+// decodeRedirect parses a REDIRECT body.
+func decodeRedirect(b []byte) (redirect, error) {
+	var r redirect
+	if len(b) < 1 || int(b[0]) > maxPeerIDLen || len(b) < 1+int(b[0])+1 {
+		return r, wire.Malformed("truncated redirect")
+	}
+	id, err := peer.IDFromBytes(b[1 : 1+b[0]])
+	if err != nil {
+		return r, wire.Malformed("redirect to a bad peer ID: %v", err)
+	}
+	r.Peer = id
+	b = b[1+b[0]:]
+	n := int(b[0])
+	b = b[1:]
+	if n > maxRedirectAddrs {
+		return r, wire.Malformed("redirect with %d addresses", n)
+	}
+	for range n {
+		if len(b) < 2 {
+			return r, wire.Malformed("truncated redirect address")
+		}
+		k := int(binary.BigEndian.Uint16(b))
+		if k > maxAddrBytes || len(b) < 2+k {
+			return r, wire.Malformed("redirect address of %d bytes", k)
+		}
+		a, err := ma.NewMultiaddrBytes(b[2 : 2+k])
+		if err != nil {
+			return r, wire.Malformed("bad redirect address: %v", err)
+		}
+		r.Addrs = append(r.Addrs, a)
+		b = b[2+k:]
+	}
+	if len(b) != 0 {
+		return r, wire.Malformed("%d bytes after the redirect", len(b))
+	}
+	return r, nil
 }
 
 // errorBody is err's message as the body of a NOT_FOUND or ERROR reply.

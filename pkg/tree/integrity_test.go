@@ -156,3 +156,52 @@ func TestLongNamesError(t *testing.T) {
 		t.Fatalf("decoded %d-byte message, valid UTF-8 %v, err %v", len(rep.Message), utf8.ValidString(rep.Message), err)
 	}
 }
+
+// sibling exchange on: the relay redirects its children to each other.
+func siblings(c *nodeCfg) { c.Engine.SiblingExchange = true }
+
+// TestSiblingExchange: six workers read a blob at once through their head:
+// each gets exact bytes, the head's port carries about one copy (the rest
+// goes between siblings), and the root serves one copy.
+func TestSiblingExchange(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", nil, siblings)
+	var ws []*testNode
+	for range 6 {
+		ws = append(ws, newNode(t, head, "siteA", nil, siblings))
+	}
+	waitConnected(t, append([]*testNode{head}, ws...)...)
+	data := randBlob(4<<20+99, 11)
+	put(t, root, "shared/init", data, 64<<10)
+
+	var wg sync.WaitGroup
+	got := make([][]byte, len(ws))
+	for i, w := range ws {
+		wg.Go(func() { got[i] = readAll(t, w, "shared/init") })
+	}
+	wg.Wait()
+	var fromSiblings uint64
+	for i, w := range ws {
+		if !bytes.Equal(got[i], data) {
+			t.Fatalf("worker %d got wrong bytes", i)
+		}
+		st := w.eng.Status()
+		fromSiblings += st.BytesIn["sibling"]
+		if st.PeerErrors != 0 {
+			t.Errorf("worker %d: %d peer errors", i, st.PeerErrors)
+		}
+	}
+	hs := head.eng.Status()
+	n := uint64(len(data))
+	t.Logf("head sent %.2f copies to its children, redirected %d requests; siblings carried %.2f copies",
+		float64(hs.BytesOut["child"])/float64(n), hs.RedirectsSent, float64(fromSiblings)/float64(n))
+	if hs.BytesOut["child"] > n+n/2 {
+		t.Errorf("head sent %d bytes to its children for a %d-byte blob: want at most 1.5 copies", hs.BytesOut["child"], n)
+	}
+	if fromSiblings < 4*n {
+		t.Errorf("siblings carried %d bytes, want at least 4 copies of %d", fromSiblings, n)
+	}
+	if rs := root.eng.Status(); rs.BytesServed > n+n/10 {
+		t.Errorf("root served %d bytes, want about one copy (%d)", rs.BytesServed, n)
+	}
+}

@@ -220,8 +220,10 @@ func (t *Tree) handleTree(s network.Stream) {
 		t.notePeerError(p, "tree hello", err)
 		return
 	}
+	var maddrs []ma.Multiaddr
 	for _, a := range h.Addrs {
 		if m, err := ma.NewMultiaddr(a); err == nil {
+			maddrs = append(maddrs, m)
 			t.h.Peerstore().AddAddr(p, m, peerstore.RecentlyConnectedAddrTTL)
 		}
 	}
@@ -231,7 +233,7 @@ func (t *Tree) handleTree(s network.Stream) {
 		t.mu.Unlock()
 		return
 	}
-	t.children[p] = &childInfo{site: h.Site, addrs: h.Addrs, session: session, connected: true}
+	t.children[p] = &childInfo{site: h.Site, addrs: h.Addrs, maddrs: maddrs, session: session, connected: true}
 	t.mu.Unlock()
 	t.h.ConnManager().Protect(p, protectTag)
 	defer func() {

@@ -5,13 +5,44 @@ import (
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/pkg/transfer"
 )
 
 // The tree is a transfer.Provider: it knows, for a blob, the child it came
-// up through and the parents above.
-var _ transfer.Provider = (*Tree)(nil)
+// up through and the parents above; and a transfer.Grouper: it knows its
+// children and their sites.
+var (
+	_ transfer.Provider = (*Tree)(nil)
+	_ transfer.Grouper  = (*Tree)(nil)
+)
+
+// Relation says whether p is one of this node's parents, one of its
+// children (connected or not), or another peer.
+func (t *Tree) Relation(p peer.ID) transfer.SourceKind {
+	if t.parentIndex(p) >= 0 {
+		return transfer.KindParent
+	}
+	t.mu.Lock()
+	_, child := t.children[p]
+	t.mu.Unlock()
+	if child {
+		return transfer.KindChild
+	}
+	return transfer.KindOther
+}
+
+// Group returns the site and addresses of p if p is a connected child.
+func (t *Tree) Group(p peer.ID) (string, []ma.Multiaddr, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.children[p]
+	if !ok || !c.connected {
+		return "", nil, false
+	}
+	return c.site, c.maddrs, true
+}
 
 // Sources returns where to fetch blob id from, best first (SourcesFor):
 // the child it was announced through, then the current parent, then the

@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -99,8 +100,9 @@ type Tree struct {
 
 type childInfo struct {
 	site      string
-	addrs     []string
-	session   uint64 // distinguishes reconnects
+	addrs     []string       // as the child sent them
+	maddrs    []ma.Multiaddr // those that parse
+	session   uint64         // distinguishes reconnects
 	connected bool
 }
 

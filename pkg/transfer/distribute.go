@@ -1,0 +1,166 @@
+package transfer
+
+import (
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// This file holds the relay's in-site distribution decisions as plain code:
+// requests in (a child asks for chunk i of a blob), decisions out (send the
+// chunk, or redirect the child to a sibling that holds it or is receiving
+// it). The clock is passed in. The edge is server.go.
+//
+// The aim is that each chunk crosses the relay's port about once per site:
+// the first children to ask for a chunk get it from the relay (Direct
+// copies), later ones are sent to the earliest sibling that asked for it and
+// has room, each holder taking at most Fanout siblings per chunk, so that a
+// chunk spreads through the site breadth first, a tree of depth about
+// log2(n), while the relay's port carries one copy.
+
+// DistributorConfig tunes a Distributor.
+type DistributorConfig struct {
+	// Direct is the number of copies of a chunk the relay sends itself
+	// before it redirects (default 1).
+	Direct int
+	// Fanout is the number of siblings one holder of a chunk is sent per
+	// chunk (default 2).
+	Fanout int
+	// MaxFailures is the number of failures reported against a holder,
+	// per blob, after which it is no longer a redirect target for that
+	// blob (default 2).
+	MaxFailures int
+	// Idle is how long a blob's state is kept after its last request
+	// (default 10 minutes).
+	Idle time.Duration
+}
+
+// Distributor decides, at a relay, how its children's chunk requests are
+// answered. Children are grouped (by site): a child is only ever sent to a
+// sibling of its own group. Not safe for concurrent use.
+type Distributor struct {
+	cfg   DistributorConfig
+	blobs map[cid.Cid]*blobDist
+}
+
+type blobDist struct {
+	chunks   map[uint32]*chunkDist
+	failures map[peer.ID]int // failures reported against each holder
+	lastUse  time.Time
+}
+
+// chunkDist is who holds (or is receiving) one chunk.
+type chunkDist struct {
+	direct  int         // copies the relay sent itself
+	holders []holderRef // in the order they were assigned
+}
+
+type holderRef struct {
+	peer  peer.ID
+	group string
+	fed   int // siblings sent to it for this chunk
+}
+
+// NewDistributor returns a Distributor; zero fields of cfg take defaults.
+func NewDistributor(cfg DistributorConfig) *Distributor {
+	if cfg.Direct <= 0 {
+		cfg.Direct = 1
+	}
+	if cfg.Fanout <= 0 {
+		cfg.Fanout = 2
+	}
+	if cfg.MaxFailures <= 0 {
+		cfg.MaxFailures = 2
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = 10 * time.Minute
+	}
+	return &Distributor{cfg: cfg, blobs: map[cid.Cid]*blobDist{}}
+}
+
+// Request is a child's request for chunk index of blob id, at now. group is
+// the child's group (its site). direct reports a retry that must not be
+// redirected (the child's redirect failed); failed, when not empty, is the
+// sibling the child was sent to that could not deliver. eligible, when not
+// nil, vetoes a target (one that left); the last call it returned true for
+// is the target's. Decide returns the sibling to redirect the child to, or
+// "" for the relay to send the chunk itself. Either way the child becomes a
+// holder of the chunk.
+func (d *Distributor) Decide(now time.Time, id cid.Cid, index uint32, child peer.ID, group string, direct bool, failed peer.ID, eligible func(peer.ID) bool) peer.ID {
+	b := d.blobs[id]
+	if b == nil {
+		b = &blobDist{chunks: map[uint32]*chunkDist{}, failures: map[peer.ID]int{}}
+		d.blobs[id] = b
+	}
+	b.lastUse = now
+	c := b.chunks[index]
+	if c == nil {
+		c = &chunkDist{}
+		b.chunks[index] = c
+	}
+	if failed != "" {
+		b.failures[failed]++
+		c.remove(failed)
+	}
+	if i := c.find(child); i >= 0 {
+		// A holder asks again: it lost the chunk (or never got it). It
+		// is no holder any more, and it is served directly.
+		c.remove(child)
+		direct = true
+	}
+	target := peer.ID("")
+	if !direct && c.direct >= d.cfg.Direct {
+		// The earliest holder with room: the chunk spreads breadth
+		// first, a tree of depth about log_Fanout(n).
+		for i := range c.holders {
+			h := &c.holders[i]
+			if h.group == group && h.fed < d.cfg.Fanout && b.failures[h.peer] < d.cfg.MaxFailures &&
+				(eligible == nil || eligible(h.peer)) {
+				h.fed++
+				target = h.peer
+				break
+			}
+		}
+	}
+	if target == "" {
+		c.direct++
+	}
+	c.holders = append(c.holders, holderRef{peer: child, group: group})
+	return target
+}
+
+func (c *chunkDist) find(p peer.ID) int {
+	for i, h := range c.holders {
+		if h.peer == p {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *chunkDist) remove(p peer.ID) {
+	if i := c.find(p); i >= 0 {
+		c.holders = append(c.holders[:i], c.holders[i+1:]...)
+	}
+}
+
+// DropPeer forgets p as a holder of anything (it left: its tree session
+// ended), so that no child is sent to it.
+func (d *Distributor) DropPeer(p peer.ID) {
+	for _, b := range d.blobs {
+		delete(b.failures, p)
+		for _, c := range b.chunks {
+			c.remove(p)
+		}
+	}
+}
+
+// Sweep forgets blobs not requested since now - Idle.
+func (d *Distributor) Sweep(now time.Time) {
+	for id, b := range d.blobs {
+		if now.Sub(b.lastUse) > d.cfg.Idle {
+			delete(d.blobs, id)
+		}
+	}
+}

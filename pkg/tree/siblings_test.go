@@ -1,0 +1,172 @@
+package tree
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer"
+)
+
+// siteOf starts a root with a slow store (one chunk every delay), a head
+// with sibling exchange, and n workers (with opts) under it.
+func siteOf(t *testing.T, n int, delay time.Duration, opts ...nodeOpt) (root, head *testNode, ws []*testNode) {
+	t.Helper()
+	root = newNode(t, nil, "master", func(m *memStore) nodeStore { return &slowStore{memStore: m, delay: delay} })
+	head = newNode(t, root, "siteA", nil, siblings)
+	for range n {
+		ws = append(ws, newNode(t, head, "siteA", nil, append([]nodeOpt{siblings}, opts...)...))
+	}
+	waitConnected(t, append([]*testNode{head}, ws...)...)
+	return root, head, ws
+}
+
+// readAllAsync reads name at every worker but skip, in parallel.
+func readAllAsync(t *testing.T, ws []*testNode, name string, skip int) [][]byte {
+	var wg sync.WaitGroup
+	got := make([][]byte, len(ws))
+	for i, w := range ws {
+		if i != skip {
+			wg.Go(func() { got[i] = readAll(t, w, name) })
+		}
+	}
+	wg.Wait()
+	return got
+}
+
+// TestSiblingKilledMidBroadcast: a worker stops serving while its siblings
+// fetch chunks from it (its transfer engine closes; its tree session stays
+// up, so the head keeps sending children to it until they report it); they
+// complete with exact bytes, in bounded time. (A killed process, whose
+// tree session ends with it, is in the fault suite.)
+func TestSiblingKilledMidBroadcast(t *testing.T) {
+	root, _, ws := siteOf(t, 5, 10*time.Millisecond)
+	data := randBlob(96*16<<10, 12) // 96 chunks of 16 KiB: about a second from the root
+	put(t, root, "b/x", data, 16<<10)
+	victim := 2
+	go func() { // the victim fetches too, so that the head sends siblings to it
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if r, err := ws[victim].tree.Lookup(ctx, "b/x"); err == nil {
+			ws[victim].eng.Fetch(ctx, r)
+		}
+	}()
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		ws[victim].eng.Close()
+	}()
+	start := time.Now()
+	var wg sync.WaitGroup
+	got := make([][]byte, len(ws))
+	for i, w := range ws {
+		if i == victim {
+			continue
+		}
+		wg.Go(func() { got[i] = readAll(t, w, "b/x") })
+	}
+	wg.Wait()
+	took := time.Since(start)
+	var failures uint64
+	for i, w := range ws {
+		if i == victim {
+			continue
+		}
+		if !bytes.Equal(got[i], data) {
+			t.Fatalf("worker %d got wrong bytes", i)
+		}
+		failures += w.eng.Status().SiblingFailures
+	}
+	t.Logf("broadcast took %v with a sibling gone at 400ms; %d sibling failures", took, failures)
+	if failures == 0 {
+		t.Fatal("no request went to the dead sibling: the test proves nothing")
+	}
+	if took > 8*time.Second {
+		t.Fatalf("broadcast took %v: a dead sibling stalled it", took)
+	}
+}
+
+// corruptAll serves a damaged copy of every chunk it holds and never
+// admits it (a sibling with a bad disk and a lying store).
+type corruptAll struct{ *memStore }
+
+func (c *corruptAll) ReadChunk(h blob.Hash) ([]byte, error) {
+	b, err := c.memStore.ReadChunk(h)
+	if err == nil {
+		b = bytes.Clone(b)
+		b[0] ^= 1
+	}
+	return b, err
+}
+
+func (c *corruptAll) RecheckChunk(blob.Hash) (bool, error) { return false, nil }
+
+// TestCorruptSiblingDropped: a sibling that serves corrupt chunks gets no
+// corrupt byte accepted; the head stops sending children to it; every
+// worker completes.
+func TestCorruptSiblingDropped(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", nil, siblings)
+	bad := newNode(t, head, "siteA", func(m *memStore) nodeStore { return &corruptAll{m} }, siblings)
+	var ws []*testNode
+	for range 4 {
+		ws = append(ws, newNode(t, head, "siteA", nil, siblings))
+	}
+	waitConnected(t, append([]*testNode{head, bad}, ws...)...)
+	data := randBlob(64*16<<10, 13)
+	put(t, root, "c/x", data, 16<<10)
+	// The bad sibling fetches first, so it holds (and is asked for) chunks.
+	readAll(t, bad, "c/x")
+	got := readAllAsync(t, ws, "c/x", -1)
+	var corrupt uint64
+	for i := range ws {
+		if !bytes.Equal(got[i], data) {
+			t.Fatalf("worker %d got wrong bytes", i)
+		}
+		corrupt += ws[i].eng.Status().CorruptReceived
+	}
+	hs := head.eng.Status()
+	t.Logf("workers received %d corrupt chunks from the bad sibling; head redirected %d requests", corrupt, hs.RedirectsSent)
+	if corrupt == 0 {
+		t.Fatal("the bad sibling was never asked: the test proves nothing")
+	}
+	// Dropped after MaxFailures failures; what was already in flight to it
+	// fails once more per worker and window.
+	if limit := uint64(2 + len(ws)*transfer.DefaultWindow); corrupt > limit {
+		t.Fatalf("%d corrupt chunks received, want at most %d: the bad sibling was not dropped", corrupt, limit)
+	}
+}
+
+// TestHeadKilledSiblingsAndFallback: the head dies mid-broadcast; workers
+// with the root as fallback parent complete, from the root and from each
+// other.
+func TestHeadKilledSiblingsAndFallback(t *testing.T) {
+	root := newNode(t, nil, "master", func(m *memStore) nodeStore { return &slowStore{memStore: m, delay: 5 * time.Millisecond} }, siblings)
+	head := newNode(t, root, "siteA", nil, siblings)
+	fallback := func(c *nodeCfg) {
+		c.Fallbacks = []peer.AddrInfo{*root.info()}
+		c.Keepalive = 200 * time.Millisecond
+		c.Engine.SiblingExchange = true
+	}
+	var ws []*testNode
+	for range 4 {
+		ws = append(ws, newNode(t, head, "siteA", nil, fallback))
+	}
+	waitConnected(t, append([]*testNode{head}, ws...)...)
+	data := randBlob(128*16<<10, 14)
+	put(t, root, "h/x", data, 16<<10)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		head.stop()
+	}()
+	got := readAllAsync(t, ws, "h/x", -1)
+	for i := range ws {
+		if !bytes.Equal(got[i], data) {
+			t.Fatalf("worker %d got wrong bytes", i)
+		}
+	}
+}
