@@ -14,10 +14,13 @@ import (
 //
 // The aim is that each chunk crosses the relay's port about once per site:
 // the first children to ask for a chunk get it from the relay (Direct
-// copies), later ones are sent to the earliest sibling that asked for it and
-// has room, each holder taking at most Fanout siblings per chunk, so that a
-// chunk spreads through the site breadth first, a tree of depth about
-// log2(n), while the relay's port carries one copy.
+// copies), later ones are sent to a sibling that asked for it before them,
+// each holder taking at most Fanout siblings per chunk: the holder that has
+// fed the fewest siblings so far for this blob, so that feeding the site is
+// spread over every worker's port (a worker that is always the first to ask
+// would otherwise feed Fanout siblings of every chunk, and with a LAN twice
+// as fast as the WAN that is its whole port). The relay's port carries one
+// copy.
 
 // DistributorConfig tunes a Distributor.
 type DistributorConfig struct {
@@ -47,6 +50,7 @@ type Distributor struct {
 type blobDist struct {
 	chunks   map[uint32]*chunkDist
 	failures map[peer.ID]int // failures reported against each holder
+	fed      map[peer.ID]int // siblings sent to each holder, over all chunks
 	lastUse  time.Time
 }
 
@@ -83,14 +87,13 @@ func NewDistributor(cfg DistributorConfig) *Distributor {
 // the child's group (its site). direct reports a retry that must not be
 // redirected (the child's redirect failed); failed, when not empty, is the
 // sibling the child was sent to that could not deliver. eligible, when not
-// nil, vetoes a target (one that left); the last call it returned true for
-// is the target's. Decide returns the sibling to redirect the child to, or
+// nil, vetoes a target (one that left). Decide returns the sibling to redirect the child to, or
 // "" for the relay to send the chunk itself. Either way the child becomes a
 // holder of the chunk.
 func (d *Distributor) Decide(now time.Time, id cid.Cid, index uint32, child peer.ID, group string, direct bool, failed peer.ID, eligible func(peer.ID) bool) peer.ID {
 	b := d.blobs[id]
 	if b == nil {
-		b = &blobDist{chunks: map[uint32]*chunkDist{}, failures: map[peer.ID]int{}}
+		b = &blobDist{chunks: map[uint32]*chunkDist{}, failures: map[peer.ID]int{}, fed: map[peer.ID]int{}}
 		d.blobs[id] = b
 	}
 	b.lastUse = now
@@ -111,16 +114,26 @@ func (d *Distributor) Decide(now time.Time, id cid.Cid, index uint32, child peer
 	}
 	target := peer.ID("")
 	if !direct && c.direct >= d.cfg.Direct {
-		// The earliest holder with room: the chunk spreads breadth
-		// first, a tree of depth about log_Fanout(n).
+		// Among the holders with room for this chunk, the one that has
+		// fed the fewest siblings of this blob (the earliest on a tie).
+		best := -1
 		for i := range c.holders {
 			h := &c.holders[i]
-			if h.group == group && h.fed < d.cfg.Fanout && b.failures[h.peer] < d.cfg.MaxFailures &&
-				(eligible == nil || eligible(h.peer)) {
-				h.fed++
-				target = h.peer
-				break
+			if h.group != group || h.fed >= d.cfg.Fanout || b.failures[h.peer] >= d.cfg.MaxFailures {
+				continue
 			}
+			if best >= 0 && b.fed[h.peer] >= b.fed[c.holders[best].peer] {
+				continue
+			}
+			if eligible == nil || eligible(h.peer) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			h := &c.holders[best]
+			h.fed++
+			b.fed[h.peer]++
+			target = h.peer
 		}
 	}
 	if target == "" {
@@ -150,6 +163,7 @@ func (c *chunkDist) remove(p peer.ID) {
 func (d *Distributor) DropPeer(p peer.ID) {
 	for _, b := range d.blobs {
 		delete(b.failures, p)
+		delete(b.fed, p)
 		for _, c := range b.chunks {
 			c.remove(p)
 		}

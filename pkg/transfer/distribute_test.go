@@ -5,24 +5,63 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
 )
 
-func TestDistributorSpreadsBreadthFirst(t *testing.T) {
+// The relay sends each chunk once; a holder feeds at most Fanout siblings
+// of a chunk; over a blob, feeding is spread over the workers even when
+// the same worker always asks first.
+func TestDistributorSpreadsLoad(t *testing.T) {
 	d := NewDistributor(DistributorConfig{})
 	id := sampleID().ID
 	now := time.Unix(1000, 0)
+	const workers, chunks = 8, 64
 	w := func(i int) peer.ID { return peer.ID(fmt.Sprintf("w%d", i)) }
-	want := []peer.ID{"", w(1), w(1), w(2), w(2), w(3), w(3), w(4)}
-	for i := 1; i <= 8; i++ {
-		if got := d.Decide(now, id, 0, w(i), "siteA", false, "", nil); got != want[i-1] {
-			t.Fatalf("worker %d sent to %q, want %q", i, got, want[i-1])
+	fed := map[peer.ID]int{}
+	for c := range uint32(chunks) {
+		perChunk := map[peer.ID]int{}
+		direct := 0
+		for i := 1; i <= workers; i++ { // always in the same order: w1 first
+			to := d.Decide(now, id, c, w(i), "siteA", false, "", nil)
+			if to == "" {
+				direct++
+				continue
+			}
+			if to == w(i) {
+				t.Fatalf("chunk %d: %s sent to itself", c, to)
+			}
+			perChunk[to]++
+			fed[to]++
+		}
+		if direct != 1 {
+			t.Fatalf("chunk %d: the relay sent %d copies, want 1", c, direct)
+		}
+		for p, n := range perChunk {
+			if n > 2 {
+				t.Fatalf("chunk %d: %s fed %d siblings, want at most 2", c, p, n)
+			}
 		}
 	}
-	// Another chunk starts over: its first asker gets it from the relay.
-	if got := d.Decide(now, id, 1, w(5), "siteA", false, "", nil); got != "" {
-		t.Fatalf("first asker of chunk 1 redirected to %q", got)
+	// (workers-1) feeds per chunk, spread: nobody feeds much more than
+	// its share, and w1 (always first) is not the site's only feeder.
+	share := chunks * (workers - 1) / workers
+	for i := 1; i <= workers; i++ {
+		if fed[w(i)] > share+chunks/4 {
+			t.Errorf("%s fed %d siblings over %d chunks; a fair share is %d", w(i), fed[w(i)], chunks, share)
+		}
 	}
+	// Another blob starts over: its first asker gets it from the relay.
+	if got := d.Decide(now, sampleID2(), 0, w(5), "siteA", false, "", nil); got != "" {
+		t.Fatalf("first asker of another blob redirected to %q", got)
+	}
+}
+
+func sampleID2() cid.Cid {
+	m := &blob.Manifest{Size: 2, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{8}}}
+	return m.CID()
 }
 
 func TestDistributorGroupsAndDirect(t *testing.T) {
@@ -36,8 +75,8 @@ func TestDistributorGroupsAndDirect(t *testing.T) {
 	if got := d.Decide(now, id, 0, "a2", "A", true, "", nil); got != "" {
 		t.Fatalf("a direct request was redirected to %q", got)
 	}
-	if got := d.Decide(now, id, 0, "a3", "A", false, "", nil); got != "a1" {
-		t.Fatalf("a3 sent to %q, want a1", got)
+	if got := d.Decide(now, id, 0, "a3", "A", false, "", nil); got != "a1" && got != "a2" {
+		t.Fatalf("a3 sent to %q, want a1 or a2", got)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
@@ -184,23 +183,22 @@ func (e *Engine) redirectFor(p peer.ID, q fetchRequest) (redirect, bool) {
 	if !ok {
 		return redirect{}, false
 	}
-	var addrs []ma.Multiaddr
 	eligible := func(t peer.ID) bool {
-		_, a, ok := g.Group(t)
-		addrs = a
+		_, _, ok := g.Group(t)
 		return ok
 	}
 	now := time.Now()
 	e.distMu.Lock()
-	defer e.distMu.Unlock()
 	if now.Sub(e.lastSweep) > sweepEvery {
 		e.dist.Sweep(now)
 		e.lastSweep = now
 	}
 	t := e.dist.Decide(now, q.ID, q.Index, p, group, q.Type == msgGetDirect, q.Failed, eligible)
+	e.distMu.Unlock()
 	if t == "" {
 		return redirect{}, false
 	}
+	_, addrs, _ := g.Group(t)
 	return redirect{Peer: t, Addrs: addrs}, true
 }
 

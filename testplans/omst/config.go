@@ -16,6 +16,7 @@ const (
 	modeTree         = "tree"          // omst's default: worker -> head -> root, pull-through
 	modeStar         = "star"          // every worker's parent is the root (the baseline)
 	modeStoreForward = "store-forward" // tree, with the daemons' --relay-mode store-forward
+	modeTreeAlone    = "tree-alone"    // tree without sibling exchange: the head serves every worker (--no-sibling-exchange)
 )
 
 // Group IDs the compositions must use.
@@ -101,9 +102,9 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		return nil, p.err
 	}
 	switch c.mode {
-	case modeTree, modeStar, modeStoreForward:
+	case modeTree, modeStar, modeStoreForward, modeTreeAlone:
 	default:
-		return nil, fmt.Errorf("param mode=%q: want tree, star or store-forward", c.mode)
+		return nil, fmt.Errorf("param mode=%q: want tree, tree-alone, star or store-forward", c.mode)
 	}
 	switch c.transport {
 	case "tcp", "quic":

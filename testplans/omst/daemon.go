@@ -26,12 +26,14 @@ type daemonSpec struct {
 	parents   []string // multiaddrs with /p2p/ID: the first preferred, the others fallbacks
 	site      string
 	relayMode string // "" = the daemon's default
-	window    int
-	cacheSize string
-	chunkSize int64
-	logLevel  string
-	logPath   string // daemon stdout+stderr
-	keepHome  bool
+	// noSiblings runs the daemon with --no-sibling-exchange.
+	noSiblings bool
+	window     int
+	cacheSize  string
+	chunkSize  int64
+	logLevel   string
+	logPath    string // daemon stdout+stderr
+	keepHome   bool
 }
 
 // daemon is one running `omst daemon` child process.
@@ -89,6 +91,9 @@ func startDaemon(ctx context.Context, tag string, spec daemonSpec) (*daemon, err
 	}
 	if spec.relayMode != "" {
 		args = append(args, "--relay-mode", spec.relayMode)
+	}
+	if spec.noSiblings {
+		args = append(args, "--no-sibling-exchange")
 	}
 	if spec.window > 0 {
 		args = append(args, "--window", fmt.Sprint(spec.window))

@@ -356,8 +356,11 @@ func (in *instance) daemonSpec(parents []string) daemonSpec {
 	} else {
 		spec.site = "root"
 	}
-	if cfg.mode == modeStoreForward {
+	switch cfg.mode {
+	case modeStoreForward:
 		spec.relayMode = "store-forward"
+	case modeTreeAlone:
+		spec.noSiblings = true
 	}
 	return spec
 }
