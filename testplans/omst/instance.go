@@ -442,6 +442,7 @@ func (in *instance) counters(rec *record) {
 	defer cancel()
 	if st, err := in.d.client.Status(ctx); err == nil {
 		rec.BytesServed, rec.BytesFetched, rec.PeerErrors = st.BytesServed, st.BytesFetched, st.PeerErrors
+		rec.BytesIn, rec.BytesOut, rec.RedirectsSent, rec.SiblingFailures = st.BytesIn, st.BytesOut, st.RedirectsSent, st.SiblingFailures
 	}
 }
 

@@ -37,28 +37,40 @@ type record struct {
 	BytesServed  uint64 `json:"bytes_served,omitempty"`
 	BytesFetched uint64 `json:"bytes_fetched,omitempty"`
 	PeerErrors   uint64 `json:"peer_errors,omitempty"`
+	// Chunk bytes by kind of source (bytes_in) and by the asker's
+	// relation (bytes_out), as the daemon counts them; redirects.
+	BytesIn         map[string]uint64 `json:"bytes_in,omitempty"`
+	BytesOut        map[string]uint64 `json:"bytes_out,omitempty"`
+	RedirectsSent   uint64            `json:"redirects_sent,omitempty"`
+	SiblingFailures uint64            `json:"sibling_failures,omitempty"`
 }
 
 // summary is what the root writes to summary.json when every instance has
 // reported.
 type summary struct {
-	Case           string   `json:"case"`
-	Mode           string   `json:"mode"`
-	Run            string   `json:"run"`
-	Sites          int      `json:"sites"`
-	WorkersPerSite int      `json:"workers_per_site"`
-	Bytes          int64    `json:"bytes"` // per measured transfer
-	Expected       int      `json:"expected"`
-	Verified       int      `json:"verified"`
-	TimeToLast     float64  `json:"time_to_last"` // seconds, start signal to the last verified transfer
-	Min            float64  `json:"min"`
-	Median         float64  `json:"median"`
-	Max            float64  `json:"max"`
-	RootServed     uint64   `json:"root_bytes_served"`
-	Pass           bool     `json:"pass"`
-	Failures       []string `json:"failures,omitempty"`
-	Notes          []string `json:"notes,omitempty"`
-	Records        []record `json:"records"`
+	Case           string  `json:"case"`
+	Mode           string  `json:"mode"`
+	Run            string  `json:"run"`
+	Sites          int     `json:"sites"`
+	WorkersPerSite int     `json:"workers_per_site"`
+	Bytes          int64   `json:"bytes"` // per measured transfer
+	Expected       int     `json:"expected"`
+	Verified       int     `json:"verified"`
+	TimeToLast     float64 `json:"time_to_last"` // seconds, start signal to the last verified transfer
+	Min            float64 `json:"min"`
+	Median         float64 `json:"median"`
+	Max            float64 `json:"max"`
+	RootServed     uint64  `json:"root_bytes_served"`
+	// HeadToChildren is, per site, the chunk bytes its head sent its
+	// workers, in blobs (bytes / Bytes); SiteIn the chunk bytes that
+	// entered the site from outside it (the head's from its parent, plus
+	// in mode star the workers' from theirs), in blobs.
+	HeadToChildren []float64 `json:"head_to_children_blobs,omitempty"`
+	SiteIn         []float64 `json:"site_in_blobs,omitempty"`
+	Pass           bool      `json:"pass"`
+	Failures       []string  `json:"failures,omitempty"`
+	Notes          []string  `json:"notes,omitempty"`
+	Records        []record  `json:"records"`
 }
 
 // resultsFile appends records as JSON lines.
@@ -155,6 +167,7 @@ func (in *instance) collect(ctx context.Context, own record) error {
 		s.Min, s.Max, s.Median = secs[0], secs[len(secs)-1], secs[len(secs)/2]
 		s.TimeToLast = s.Max
 	}
+	s.HeadToChildren, s.SiteIn = siteBytes(in.cfg, all, s.Bytes)
 	s.Notes = append(s.Notes, caseNotes(in, all)...)
 	s.Pass = len(s.Failures) == 0
 
@@ -173,4 +186,27 @@ func (in *instance) collect(ctx context.Context, own record) error {
 		return fmt.Errorf("%s/%s failed: %d failure(s), first: %s", s.Case, s.Mode, len(s.Failures), s.Failures[0])
 	}
 	return nil
+}
+
+// siteBytes returns, per site, what its head sent to its workers and what
+// entered the site from outside, in blobs of size bytes.
+func siteBytes(cfg *config, all []record, size int64) (headOut, in []float64) {
+	if size <= 0 {
+		return nil, nil
+	}
+	headOut = make([]float64, cfg.sites)
+	in = make([]float64, cfg.sites)
+	for _, r := range all {
+		if r.Site < 0 || r.Site >= cfg.sites {
+			continue
+		}
+		switch {
+		case r.Role == roleHead:
+			headOut[r.Site] += float64(r.BytesOut["child"]) / float64(size)
+			in[r.Site] += float64(r.BytesIn["parent"]) / float64(size)
+		case r.Role == roleWorker && cfg.mode == modeStar:
+			in[r.Site] += float64(r.BytesIn["parent"]) / float64(size)
+		}
+	}
+	return headOut, in
 }
