@@ -27,8 +27,9 @@ type fetchPeer struct {
 	err     error // set when closed
 }
 
-// fetchStream is one pipelined stream: requests are written in order and
-// replies come back in the same order.
+// fetchStream is one stream of tagged requests: requests are written as
+// they come, and replies, which come in the order they are ready, are
+// matched to them by tag.
 type fetchStream struct {
 	fp  *fetchPeer
 	s   network.Stream
@@ -37,7 +38,9 @@ type fetchStream struct {
 	buf []byte
 
 	mu      sync.Mutex
-	pending []*pendingReq
+	pending map[uint32]*pendingReq // nil once the stream failed
+	late    map[uint32]struct{}    // tags whose caller left; their replies are discarded
+	nextTag uint32
 	err     error
 }
 
@@ -95,7 +98,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: open fetch stream: %w: %v", e.describe(fp.id), blob.ErrUnreachable, err)
 	}
-	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096)}
+	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), pending: map[uint32]*pendingReq{}, late: map[uint32]struct{}{}}
 	fp.streams = append(fp.streams, fs)
 	go fs.readReplies()
 	return fs, nil
@@ -123,7 +126,7 @@ func (fp *fetchPeer) close(err error) {
 	}
 }
 
-// send queues q on the stream and writes it.
+// send registers q under a new tag and writes it.
 func (fs *fetchStream) send(q fetchRequest) (*pendingReq, error) {
 	pr := &pendingReq{limit: q.replyLimit(), done: make(chan struct{})}
 	fs.wmu.Lock()
@@ -134,7 +137,16 @@ func (fs *fetchStream) send(q fetchRequest) (*pendingReq, error) {
 		fs.mu.Unlock()
 		return nil, err
 	}
-	fs.pending = append(fs.pending, pr)
+	for {
+		fs.nextTag++
+		_, used := fs.pending[fs.nextTag]
+		_, late := fs.late[fs.nextTag]
+		if !used && !late {
+			break
+		}
+	}
+	q.Tag = fs.nextTag
+	fs.pending[q.Tag] = pr
 	fs.mu.Unlock()
 	fs.buf = appendFetchRequest(fs.buf[:0], q)
 	_ = fs.s.SetWriteDeadline(time.Now().Add(fs.fp.e.cfg.RequestTimeout))
@@ -146,6 +158,20 @@ func (fs *fetchStream) send(q fetchRequest) (*pendingReq, error) {
 		fs.fail(err)
 	}
 	return pr, nil
+}
+
+// forget drops a request whose caller stopped waiting; a reply that comes
+// later for its tag is read and discarded.
+func (fs *fetchStream) forget(pr *pendingReq) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for tag, p := range fs.pending {
+		if p == pr {
+			delete(fs.pending, tag)
+			fs.late[tag] = struct{}{}
+			return
+		}
+	}
 }
 
 // fail ends the stream: every pending request gets err.
@@ -167,7 +193,7 @@ func (fs *fetchStream) fail(err error) {
 	}
 }
 
-// readReplies delivers replies, in order, to the pending requests.
+// readReplies delivers replies to the pending requests, by tag.
 func (fs *fetchStream) readReplies() {
 	e := fs.fp.e
 	br := bufio.NewReaderSize(fs.s, 64<<10)
@@ -177,40 +203,51 @@ func (fs *fetchStream) readReplies() {
 			fs.fail(err)
 			return
 		}
+		tag, status, n := parseFetchReplyHeader(hdr)
 		fs.mu.Lock()
-		if len(fs.pending) == 0 {
-			fs.mu.Unlock()
-			err := wire.Malformed("reply with no request outstanding")
-			e.notePeerError(fs.fp.id, "fetch reply", err)
-			fs.fail(err)
-			return
-		}
-		pr := fs.pending[0]
+		pr, ok := fs.pending[tag]
+		_, late := fs.late[tag]
 		fs.mu.Unlock()
-		status, n, err := checkFetchReplyHeader(hdr, pr.limit)
-		if err != nil {
+		limit := blob.MaxChunkSize
+		if ok {
+			limit = pr.limit
+		} else if !late {
+			err := wire.Malformed("reply to tag %d, which has no request outstanding", tag)
 			e.notePeerError(fs.fp.id, "fetch reply", err)
 			fs.fail(err)
 			return
 		}
-		body, err := wire.ReadN(br, n)
+		if err := checkReplyLen(status, n, limit); err != nil {
+			e.notePeerError(fs.fp.id, "fetch reply", err)
+			fs.fail(err)
+			return
+		}
+		body, err := wire.ReadN(br, int(n))
 		if err != nil {
 			fs.fail(err)
 			return
 		}
 		fs.mu.Lock()
-		if len(fs.pending) == 0 || fs.pending[0] != pr { // failed meanwhile
+		if fs.pending == nil { // failed meanwhile
 			fs.mu.Unlock()
 			return
 		}
-		fs.pending[0] = nil
-		fs.pending = fs.pending[1:]
+		delete(fs.late, tag)
+		if ok {
+			if fs.pending[tag] != pr {
+				ok = false
+			} else {
+				delete(fs.pending, tag)
+			}
+		}
 		fs.mu.Unlock()
 		if status == statusOK {
 			e.bytesFetched.Add(uint64(n))
 		}
-		pr.status, pr.body = status, body
-		close(pr.done)
+		if ok {
+			pr.status, pr.body = status, body
+			close(pr.done)
+		}
 	}
 }
 
@@ -246,7 +283,8 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchRequest) ([]byte
 	select {
 	case <-pr.done:
 	case <-ctx.Done():
-		return nil, ctx.Err() // the reply, when it comes, is dropped
+		fs.forget(pr) // the reply, when it comes, is dropped
+		return nil, ctx.Err()
 	case <-tm.C:
 		err := fmt.Errorf("no reply within %v", e.cfg.RequestTimeout)
 		fs.fail(err)

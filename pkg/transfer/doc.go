@@ -6,12 +6,15 @@
 //
 // One protocol, specified byte by byte in docs/protocol.md:
 //
-//	/omst/fetch/1.1.0  pipelined GET, REPORT and MANIFEST requests,
-//	                   replies in request order
+//	/omst/fetch/1.1.0  tagged GET, GET_DIRECT, REPORT and MANIFEST
+//	                   requests; replies as they are ready (REDIRECT: ask
+//	                   a sibling)
 //
 // Files: engine.go (Config, Engine, Status), sources.go (Source, Provider:
 // the seam to the tree and other providers), schedule.go (the pure
 // decisions: which chunk next, from which source, retry or give up),
+// distribute.go (the relay's pure decisions: send a chunk to a child or
+// redirect it to a sibling),
 // coalesce.go (one upstream fetch per chunk hash), client.go (pipelined
 // streams to a peer), server.go (the handler), manifest.go, open.go (Open,
 // Fetch, Replicate), wire.go (encoders and decoders).
@@ -42,6 +45,12 @@
 //     holds at most 2*Window verified chunks ahead of its reader.
 //   - A request for a peer is never sent back to that peer: the Provider
 //     excludes it from the sources it returns.
+//   - With SiblingExchange, a relay sends each chunk itself to one child
+//     per site and redirects the others to siblings (Distributor), each
+//     feeding at most Fanout per chunk; a redirected child that does not
+//     get the chunk from the sibling within SiblingTimeout asks the relay
+//     directly (GET_DIRECT), and the relay stops naming a sibling that
+//     failed MaxFailures times for a blob. Redirects never cross sites.
 //   - Decoders are pure, check every length against an explicit limit
 //     (which for a reply depends on the request) before allocating, and
 //     never panic; a malformed request gets an ERROR reply and the stream

@@ -75,9 +75,9 @@ type Config struct {
 	RequestTimeout time.Duration // per chunk or manifest request to a peer, default 30s
 	// Mode is the relay forwarding mode (default ModeCutThrough).
 	Mode Mode
-	// StreamsPerPeer is the number of pipelined fetch streams opened to one
-	// peer (default 2: replies are written in request order, and a second
-	// stream measured ~1.3x the throughput of one on loopback).
+	// StreamsPerPeer is the number of fetch streams opened to one peer
+	// (default 2: a second stream measured ~1.3x the throughput of one on
+	// loopback when replies were written in request order).
 	StreamsPerPeer int
 	// SiblingExchange makes this node, as a relay, answer a child's chunk
 	// request with a REDIRECT to a sibling of the child's site that holds

@@ -75,8 +75,9 @@ func TestJoinable(t *testing.T) {
 	}
 }
 
-// A server answers a malformed request with an ERROR reply after the
-// replies to the requests before it, closes the stream, and keeps serving.
+// A server answers a malformed request with an ERROR reply (tag 0) after
+// the replies to the requests before it, closes the stream, and keeps
+// serving.
 func TestMalformedRequestOnTheWire(t *testing.T) {
 	root := newEngine(t, nil)
 	c := newTestHost(t)
@@ -90,17 +91,20 @@ func TestMalformedRequestOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := sampleID()
-	fs.Write(appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Index: 0, Hash: blob.HashChunk([]byte("zz"))}))
+	fs.Write(appendFetchRequest(nil, fetchRequest{Type: msgGet, Tag: 7, ID: r.ID, Index: 0, Hash: blob.HashChunk([]byte("zz"))}))
 	fs.Write([]byte{0x99, 1, 2, 3})
 	br := bufio.NewReader(fs)
-	for _, want := range []byte{statusNotFound, statusError} {
+	for _, want := range []struct {
+		tag    uint32
+		status byte
+	}{{7, statusNotFound}, {0, statusError}} {
 		var hdr [replyHeaderLen]byte
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			t.Fatal(err)
 		}
-		st, n, err := checkFetchReplyHeader(hdr, blob.MaxChunkSize)
-		if err != nil || st != want {
-			t.Fatalf("status %d %v, want %d", st, err, want)
+		tag, st, n := parseFetchReplyHeader(hdr)
+		if err := checkReplyLen(st, n, blob.MaxChunkSize); err != nil || st != want.status || tag != want.tag {
+			t.Fatalf("reply to tag %d status %d %v, want tag %d status %d", tag, st, err, want.tag, want.status)
 		}
 		io.CopyN(io.Discard, br, int64(n))
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -21,29 +22,31 @@ import (
 const maxQueuedPerStream = 64
 
 type fetchSlot struct {
-	done   chan struct{}
+	tag    uint32
 	chunk  bool // a reply to GET or GET_DIRECT
 	status byte
 	body   []byte
 }
 
-// handleFetch serves one pipelined fetch stream: requests are resolved
+// handleFetch serves one stream of tagged requests: requests are resolved
 // concurrently (a relay starts its upstream fetches for all of them at
-// once) and answered in request order, each as soon as it and all before it
-// are ready.
+// once, at most maxQueuedPerStream at a time) and each is answered as soon
+// as it is ready, whatever the order of the requests.
 func (e *Engine) handleFetch(s network.Stream) {
 	p := s.Conn().RemotePeer()
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
-	slots := make(chan *fetchSlot, maxQueuedPerStream)
+	room := make(chan struct{}, maxQueuedPerStream) // a token per request being resolved or written
+	ready := make(chan *fetchSlot, maxQueuedPerStream+1)
 	writerDone := make(chan struct{})
 	rel := e.sources.Relation(p)
 	go func() {
 		defer close(writerDone)
-		e.writeReplies(ctx, cancel, s, slots, rel)
+		e.writeReplies(ctx, cancel, s, ready, room, rel)
 	}()
+	var serving sync.WaitGroup
 	br := bufio.NewReaderSize(s, 16<<10)
 	var err error
 	for {
@@ -52,35 +55,35 @@ func (e *Engine) handleFetch(s network.Stream) {
 		if err != nil {
 			break
 		}
-		sl := &fetchSlot{done: make(chan struct{})}
 		select {
-		case slots <- sl:
+		case room <- struct{}{}:
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
 		if err != nil {
 			break
 		}
-		switch q.Type {
-		case msgReport:
-			go e.serveReport(p, q, sl)
-		case msgManifest:
-			go e.serveManifest(ctx, p, q.ID, sl)
-		default:
-			sl.chunk = true
-			go e.serveChunk(ctx, p, q, sl)
-		}
+		sl := &fetchSlot{tag: q.Tag}
+		serving.Go(func() {
+			switch q.Type {
+			case msgReport:
+				e.serveReport(p, q, sl)
+			case msgManifest:
+				e.serveManifest(ctx, p, q.ID, sl)
+			default:
+				sl.chunk = true
+				e.serveChunk(ctx, p, q, sl)
+			}
+			ready <- sl
+		})
 	}
+	serving.Wait()
 	if errors.Is(err, wire.ErrMalformed) {
+		// After the replies to every request before it.
 		e.notePeerError(p, "fetch request", err)
-		sl := &fetchSlot{done: make(chan struct{}), status: statusError, body: errorBody(err.Error())}
-		close(sl.done)
-		select {
-		case slots <- sl:
-		case <-ctx.Done():
-		}
+		ready <- &fetchSlot{status: statusError, body: errorBody(err.Error())}
 	}
-	close(slots)
+	close(ready)
 	<-writerDone
 	// Close, not Reset: a reset would discard the replies still in flight,
 	// including the error reply. Anything the peer sends after a malformed
@@ -88,40 +91,37 @@ func (e *Engine) handleFetch(s network.Stream) {
 	s.Close()
 }
 
-// writeReplies writes the replies of one stream in request order; rel is
-// what the asker is to this node (for Status.BytesOut).
-func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, slots chan *fetchSlot, rel SourceKind) {
+// writeReplies writes the replies of one stream as they become ready,
+// freeing a request token (room) for each; rel is what the asker is to
+// this node (for Status.BytesOut).
+func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, ready chan *fetchSlot, room chan struct{}, rel SourceKind) {
 	bw := bufio.NewWriterSize(s, 64<<10)
 	var hdr []byte
 	failed := false
-	for sl := range slots {
-		select {
-		case <-sl.done:
-		case <-ctx.Done():
-			failed = true
-		}
-		if failed {
-			continue // drain
-		}
-		hdr = appendFetchReplyHeader(hdr[:0], sl.status, len(sl.body))
-		_ = s.SetWriteDeadline(time.Now().Add(e.cfg.RequestTimeout))
-		_, err := bw.Write(hdr)
-		if err == nil {
-			_, err = bw.Write(sl.body)
-		}
-		if err == nil && len(slots) == 0 {
-			err = bw.Flush()
-		}
-		if err != nil {
-			failed = true
-			cancel()
-			continue
-		}
-		if sl.status == statusOK {
-			e.bytesServed.Add(uint64(len(sl.body)))
-			if sl.chunk {
-				e.bytesOut[rel].Add(uint64(len(sl.body)))
+	for sl := range ready {
+		if !failed && ctx.Err() == nil {
+			hdr = appendFetchReplyHeader(hdr[:0], sl.tag, sl.status, len(sl.body))
+			_ = s.SetWriteDeadline(time.Now().Add(e.cfg.RequestTimeout))
+			_, err := bw.Write(hdr)
+			if err == nil {
+				_, err = bw.Write(sl.body)
 			}
+			if err == nil && len(ready) == 0 {
+				err = bw.Flush()
+			}
+			if err != nil {
+				failed = true
+				cancel()
+			} else if sl.status == statusOK {
+				e.bytesServed.Add(uint64(len(sl.body)))
+				if sl.chunk {
+					e.bytesOut[rel].Add(uint64(len(sl.body)))
+				}
+			}
+		}
+		select {
+		case <-room:
+		default: // the error reply after a malformed request holds no token
 		}
 	}
 	if !failed {
@@ -146,7 +146,6 @@ func (e *Engine) reply(sl *fetchSlot, data []byte, err error) {
 // damaged copy is dropped), else pull-through from this node's sources for
 // the blob (never back to the asker).
 func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fetchSlot) {
-	defer close(sl.done)
 	if rd, ok := e.redirectFor(p, q); ok {
 		e.redirectsSent.Add(1)
 		sl.status, sl.body = statusRedirect, appendRedirect(nil, rd)
@@ -213,7 +212,6 @@ const (
 // and verified, and dropped if damaged, so that the peer's next request is
 // served from a fresh copy (pulled from this node's own sources).
 func (e *Engine) serveReport(p peer.ID, q fetchRequest, sl *fetchSlot) {
-	defer close(sl.done)
 	e.reportsReceived.Add(1)
 	damaged, err := e.store.RecheckChunk(q.Hash)
 	e.log.Warn("peer reports that a chunk it received from us does not match its hash",
@@ -228,7 +226,6 @@ func (e *Engine) serveReport(p peer.ID, q fetchRequest, sl *fetchSlot) {
 // fetched from this node's sources for the blob (never the asker),
 // verified and stored.
 func (e *Engine) serveManifest(ctx context.Context, p peer.ID, id cid.Cid, sl *fetchSlot) {
-	defer close(sl.done)
 	m, err := e.store.Manifest(id)
 	if errors.Is(err, blob.ErrNotFound) {
 		m, err = e.fetchManifest(ctx, id, e.sources.Sources(id, p))

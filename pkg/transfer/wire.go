@@ -38,8 +38,9 @@ const (
 	maxErrorMsg = 1024
 	// maxManifestBytes is the largest encoded manifest (blob.MaxChunks chunks).
 	maxManifestBytes = 24 + blob.HashSize*blob.MaxChunks
-	replyHeaderLen   = 5
-	chunkReqLen      = 1 + 2 + 4 + blob.HashSize // GET and REPORT, without the CID bytes
+	replyHeaderLen   = 4 + 1 + 4                     // tag, status, length
+	reqHeaderLen     = 1 + 4 + 2                     // type, tag, CID length
+	chunkReqLen      = reqHeaderLen + 4 + blob.HashSize // GET and REPORT, without the CID bytes
 	maxPeerIDLen     = 128                       // a peer ID's bytes
 	maxRedirectAddrs = 8
 	maxAddrBytes     = 256 // one binary multiaddr
@@ -51,9 +52,12 @@ const (
 // sibling it redirected the client to (Failed, if known) could not deliver;
 // msgReport tells the server that the bytes it sent for that chunk did not
 // match Hash; msgManifest asks for blob ID's manifest (Index and Hash are
-// unused).
+// unused). Tag, chosen by the client and unique among its requests
+// outstanding on the stream, comes back in the reply: replies come in the
+// order they are ready, not the order of the requests.
 type fetchRequest struct {
 	Type   byte
+	Tag    uint32
 	ID     cid.Cid
 	Index  uint32
 	Hash   blob.Hash
@@ -77,6 +81,7 @@ func (q fetchRequest) replyLimit() int {
 func appendFetchRequest(b []byte, q fetchRequest) []byte {
 	idb := q.ID.Bytes()
 	b = append(b, q.Type)
+	b = binary.BigEndian.AppendUint32(b, q.Tag)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(idb)))
 	b = append(b, idb...)
 	if q.Type == msgManifest {
@@ -94,17 +99,21 @@ func appendFetchRequest(b []byte, q fetchRequest) []byte {
 // readFetchRequest reads one request.
 func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	var q fetchRequest
-	var hdr [3]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return q, err
+	var hdr [reqHeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:1]); err != nil {
+		return q, err // io.EOF between requests: the client is done
 	}
 	q.Type = hdr[0]
-	switch q.Type {
+	switch q.Type { // before waiting for more bytes
 	case msgGet, msgReport, msgManifest, msgGetDirect:
 	default:
 		return q, wire.Malformed("unknown fetch request 0x%02x", hdr[0])
 	}
-	n := int(binary.BigEndian.Uint16(hdr[1:]))
+	if _, err := io.ReadFull(r, hdr[1:]); err != nil {
+		return q, wire.Unexpected(err)
+	}
+	q.Tag = binary.BigEndian.Uint32(hdr[1:])
+	n := int(binary.BigEndian.Uint16(hdr[5:]))
 	if n > wire.MaxCIDLen {
 		return q, wire.Malformed("CID of %d bytes", n)
 	}
@@ -165,7 +174,7 @@ func decodeFetchRequest(b []byte) (fetchRequest, error) {
 	want := chunkReqLen + len(q.ID.Bytes())
 	switch q.Type {
 	case msgManifest:
-		want = 3 + len(q.ID.Bytes())
+		want = reqHeaderLen + len(q.ID.Bytes())
 	case msgGetDirect:
 		want += 1 + len(q.Failed)
 	}
@@ -175,51 +184,56 @@ func decodeFetchRequest(b []byte) (fetchRequest, error) {
 	return q, nil
 }
 
-// appendFetchReplyHeader appends the fixed part of a reply.
-func appendFetchReplyHeader(b []byte, status byte, n int) []byte {
+// appendFetchReplyHeader appends the fixed part of a reply to request tag.
+func appendFetchReplyHeader(b []byte, tag uint32, status byte, n int) []byte {
+	b = binary.BigEndian.AppendUint32(b, tag)
 	b = append(b, status)
 	return binary.BigEndian.AppendUint32(b, uint32(n))
 }
 
-// checkFetchReplyHeader validates a reply header to a request whose OK
-// body may hold at most limit bytes; it returns the status and the body
-// length.
-func checkFetchReplyHeader(hdr [replyHeaderLen]byte, limit int) (byte, int, error) {
-	status := hdr[0]
-	n := binary.BigEndian.Uint32(hdr[1:])
+// parseFetchReplyHeader splits a reply header into the request's tag, the
+// status and the body length (checked by checkReplyLen once the request is
+// known).
+func parseFetchReplyHeader(hdr [replyHeaderLen]byte) (tag uint32, status byte, n uint32) {
+	return binary.BigEndian.Uint32(hdr[:]), hdr[4], binary.BigEndian.Uint32(hdr[5:])
+}
+
+// checkReplyLen validates the status and body length of a reply to a
+// request whose OK body may hold at most limit bytes.
+func checkReplyLen(status byte, n uint32, limit int) error {
 	switch status {
 	case statusOK:
 		if uint64(n) > uint64(limit) {
-			return 0, 0, wire.Malformed("reply body of %d bytes exceeds %d", n, limit)
+			return wire.Malformed("reply body of %d bytes exceeds %d", n, limit)
 		}
 	case statusNotFound, statusError:
 		if n > maxErrorMsg {
-			return 0, 0, wire.Malformed("message of %d bytes exceeds %d", n, maxErrorMsg)
+			return wire.Malformed("message of %d bytes exceeds %d", n, maxErrorMsg)
 		}
 	case statusRedirect:
 		if n > maxRedirectBody {
-			return 0, 0, wire.Malformed("redirect of %d bytes exceeds %d", n, maxRedirectBody)
+			return wire.Malformed("redirect of %d bytes exceeds %d", n, maxRedirectBody)
 		}
 	default:
-		return 0, 0, wire.Malformed("unknown fetch status %d", status)
+		return wire.Malformed("unknown fetch status %d", status)
 	}
-	return status, int(n), nil
+	return nil
 }
 
 // decodeFetchReply parses one whole reply held in b, to a request whose OK
 // body may hold at most limit bytes.
-func decodeFetchReply(b []byte, limit int) (status byte, body []byte, err error) {
+func decodeFetchReply(b []byte, limit int) (tag uint32, status byte, body []byte, err error) {
 	if len(b) < replyHeaderLen {
-		return 0, nil, wire.Malformed("truncated fetch reply")
+		return 0, 0, nil, wire.Malformed("truncated fetch reply")
 	}
-	status, n, err := checkFetchReplyHeader([replyHeaderLen]byte(b[:replyHeaderLen]), limit)
-	if err != nil {
-		return 0, nil, err
+	tag, status, n := parseFetchReplyHeader([replyHeaderLen]byte(b[:replyHeaderLen]))
+	if err := checkReplyLen(status, n, limit); err != nil {
+		return 0, 0, nil, err
 	}
-	if len(b) != replyHeaderLen+n {
-		return 0, nil, wire.Malformed("fetch reply says %d bytes, holds %d", n, len(b)-replyHeaderLen)
+	if uint64(len(b)) != replyHeaderLen+uint64(n) {
+		return 0, 0, nil, wire.Malformed("fetch reply says %d bytes, holds %d", n, len(b)-replyHeaderLen)
 	}
-	return status, b[replyHeaderLen:], nil
+	return tag, status, b[replyHeaderLen:], nil
 }
 
 // redirect is the body of a REDIRECT reply: the sibling to ask, and

@@ -4,6 +4,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -16,9 +20,11 @@ func sampleID() blob.Record {
 func TestWireRoundTrip(t *testing.T) {
 	r := sampleID()
 	for _, q := range []fetchRequest{
-		{Type: msgGet, ID: r.ID, Index: 77, Hash: blob.HashChunk([]byte("x"))},
-		{Type: msgReport, ID: r.ID, Index: 3, Hash: blob.HashChunk([]byte("y"))},
-		{Type: msgManifest, ID: r.ID},
+		{Type: msgGet, Tag: 1, ID: r.ID, Index: 77, Hash: blob.HashChunk([]byte("x"))},
+		{Type: msgReport, Tag: 1 << 31, ID: r.ID, Index: 3, Hash: blob.HashChunk([]byte("y"))},
+		{Type: msgManifest, Tag: 3, ID: r.ID},
+		{Type: msgGetDirect, Tag: 4, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z")), Failed: samplePeer(t)},
+		{Type: msgGetDirect, Tag: 5, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z"))},
 	} {
 		enc := appendFetchRequest(nil, q)
 		back, err := decodeFetchRequest(enc)
@@ -29,17 +35,35 @@ func TestWireRoundTrip(t *testing.T) {
 			t.Fatalf("request type 0x%02x, want 0x%02x", enc[0], q.Type)
 		}
 	}
-	st, body, err := decodeFetchReply(append(appendFetchReplyHeader(nil, statusOK, 3), 1, 2, 3), blob.MaxChunkSize)
-	if err != nil || st != statusOK || len(body) != 3 {
-		t.Fatal(st, body, err)
+	tag, st, body, err := decodeFetchReply(append(appendFetchReplyHeader(nil, 9, statusOK, 3), 1, 2, 3), blob.MaxChunkSize)
+	if err != nil || tag != 9 || st != statusOK || len(body) != 3 {
+		t.Fatal(tag, st, body, err)
 	}
+	rd := redirect{Peer: samplePeer(t), Addrs: []ma.Multiaddr{ma.StringCast("/ip4/10.1.0.3/tcp/4040"), ma.StringCast("/ip6/::1/udp/9/quic-v1")}}
+	back, err := decodeRedirect(appendRedirect(nil, rd))
+	if err != nil || back.Peer != rd.Peer || len(back.Addrs) != 2 || !back.Addrs[1].Equal(rd.Addrs[1]) {
+		t.Fatalf("redirect: %+v %v", back, err)
+	}
+}
+
+func samplePeer(t testing.TB) peer.ID {
+	_, pub, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 func TestWireRejects(t *testing.T) {
 	r := sampleID()
 	for name, b := range map[string][]byte{
-		"huge CID length": {msgGet, 0xff, 0xff},
-		"unknown type":    {0x99, 0, 0},
+		"huge CID length": {msgGet, 0, 0, 0, 1, 0xff, 0xff},
+		"unknown type":    {0x99, 0, 0, 0, 0, 0, 0},
+		"long peer ID":    append(appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Hash: blob.Hash{1}}), 200),
 		"zero hash":       appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID}),
 		"truncated":       appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Hash: blob.Hash{1}})[:10],
 		"trailing":        append(appendFetchRequest(nil, fetchRequest{Type: msgManifest, ID: r.ID}), 0),
@@ -52,14 +76,25 @@ func TestWireRejects(t *testing.T) {
 		b     []byte
 		limit int
 	}{
-		"oversize chunk":    {appendFetchReplyHeader(nil, statusOK, blob.MaxChunkSize+1), blob.MaxChunkSize},
-		"oversize report":   {appendFetchReplyHeader(nil, statusOK, 2), msgReportLimit()},
-		"oversize manifest": {appendFetchReplyHeader(nil, statusOK, maxManifestBytes+1), maxManifestBytes},
-		"oversize message":  {appendFetchReplyHeader(nil, statusError, maxErrorMsg+1), blob.MaxChunkSize},
-		"unknown status":    {appendFetchReplyHeader(nil, 9, 0), blob.MaxChunkSize},
+		"oversize chunk":    {appendFetchReplyHeader(nil, 1, statusOK, blob.MaxChunkSize+1), blob.MaxChunkSize},
+		"oversize report":   {appendFetchReplyHeader(nil, 1, statusOK, 2), msgReportLimit()},
+		"oversize manifest": {appendFetchReplyHeader(nil, 1, statusOK, maxManifestBytes+1), maxManifestBytes},
+		"oversize message":  {appendFetchReplyHeader(nil, 1, statusError, maxErrorMsg+1), blob.MaxChunkSize},
+		"oversize redirect": {appendFetchReplyHeader(nil, 1, statusRedirect, maxRedirectBody+1), blob.MaxChunkSize},
+		"unknown status":    {appendFetchReplyHeader(nil, 1, 9, 0), blob.MaxChunkSize},
 	} {
-		if _, _, err := decodeFetchReply(tc.b, tc.limit); !errors.Is(err, wire.ErrMalformed) {
+		if _, _, _, err := decodeFetchReply(tc.b, tc.limit); !errors.Is(err, wire.ErrMalformed) {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"empty":          {},
+		"bad peer":       {3, 1, 2, 3, 0},
+		"too many addrs": append(appendRedirect(nil, redirect{Peer: samplePeer(t)})[:1+38], 9),
+		"trailing":       append(appendRedirect(nil, redirect{Peer: samplePeer(t)}), 0),
+	} {
+		if _, err := decodeRedirect(b); !errors.Is(err, wire.ErrMalformed) {
+			t.Errorf("redirect %s: %v", name, err)
 		}
 	}
 }
