@@ -38,10 +38,10 @@ const (
 	maxErrorMsg = 1024
 	// maxManifestBytes is the largest encoded manifest (blob.MaxChunks chunks).
 	maxManifestBytes = 24 + blob.HashSize*blob.MaxChunks
-	replyHeaderLen   = 4 + 1 + 4                     // tag, status, length
-	reqHeaderLen     = 1 + 4 + 2                     // type, tag, CID length
+	replyHeaderLen   = 4 + 1 + 4                        // tag, status, length
+	reqHeaderLen     = 1 + 4 + 2                        // type, tag, CID length
 	chunkReqLen      = reqHeaderLen + 4 + blob.HashSize // GET and REPORT, without the CID bytes
-	maxPeerIDLen     = 128                       // a peer ID's bytes
+	maxPeerIDLen     = 128                              // a peer ID's bytes
 	maxRedirectAddrs = 8
 	maxAddrBytes     = 256 // one binary multiaddr
 	maxRedirectBody  = 1 + maxPeerIDLen + 1 + maxRedirectAddrs*(2+maxAddrBytes)
