@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -36,7 +37,7 @@ func main() {
 func run() int {
 	fs := flag.NewFlagSet("omst-faults", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/omst", "the omst binary to test")
-	seed := fs.Uint64("seed", 0, "RNG seed (0: draw one); a failure prints the seed that replays it")
+	seed := fs.Uint64("seed", 0, "RNG seed (0: $SEED if set, else draw one); printed at the start and with every failure")
 	duration := fs.Duration("duration", 0, "0: each case once (small form); else rounds until this has passed (soak)")
 	cases := fs.String("cases", "", "comma-separated cases to run (default all): "+strings.Join(faults.CaseNames(), ","))
 	keep := fs.Bool("keep", false, "keep the temp directory (daemon homes and logs) of failed cases")
@@ -59,6 +60,16 @@ func run() int {
 			fmt.Printf("%-15s %s\n", c.Name, c.Doc)
 		}
 		return 0
+	}
+	if *seed == 0 {
+		if env := os.Getenv("SEED"); env != "" {
+			v, err := strconv.ParseUint(env, 10, 64)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "omst-faults: SEED=%q: not a seed\n", env)
+				return 2
+			}
+			*seed = v
+		}
 	}
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())&(1<<53-1) | 1

@@ -229,7 +229,7 @@ func runOne(ctx context.Context, cfg Config, root string, round int, seed uint64
 			kind = "INTERRUPTED"
 		}
 		fmt.Fprintf(out, "FAIL %s (%v): %s\n  seed: %d\n  case: %s\n  step: %s\n  %v\n", c.Name, took, kind, seed, c.Name, e.step, err)
-		replay := fmt.Sprintf("go run ./cmd/omst-faults -seed %d -cases %s -keep -v", seed, c.Name)
+		replay := fmt.Sprintf("make faults SEED=%d CASES=%s (or bin/omst-faults -seed %d -cases %s -keep -v)", seed, c.Name, seed, c.Name)
 		fmt.Fprintf(out, "  replay: %s\n", replay)
 		if cfg.Keep {
 			fmt.Fprintf(out, "  kept: %s (daemon logs: %s/*.log)\n", dir, dir)
