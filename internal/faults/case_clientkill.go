@@ -35,6 +35,10 @@ func caseClientKill(e *Env) error {
 	if err := e.GetExact(d, "ck/warm", 0, "a plain get"); err != nil {
 		return err
 	}
+	// A bigger blob for the downloads, so a kill lands inside them.
+	if err := e.MustPut(d, "ck/dl", e.Blob(e.Size(16<<20, 48<<20))); err != nil {
+		return err
+	}
 	if err := d.SetBaseline(); err != nil {
 		return err
 	}
@@ -68,8 +72,7 @@ func caseClientKill(e *Env) error {
 	}
 
 	for it := 1; it <= 2; it++ {
-		names := e.Ledger.CompletedNames()
-		name := names[e.Rng.IntN(len(names))]
+		name := "ck/dl"
 		size := mustDone(e, name).Size
 		mode := e.RandGetMode()
 		at := e.Rng.Int64N(max(size, 1))
