@@ -97,10 +97,14 @@ func caseChunkDamage(e *Env) error {
 				return err
 			}
 		}
-		for _, d := range []*Daemon{target, h1} {
+		for _, d := range uniq(target, h1) {
 			st, raw, err := d.Status(e.Ctx)
 			if err == nil {
-				e.Logf("%s: %s", d.Name, Counters(st, raw))
+				if HasExtraCounters(raw) {
+					e.Printf("damage %d at %s: %s: %s", it+1, target.Name, d.Name, Counters(st, raw))
+				} else {
+					e.Logf("%s: %s", d.Name, Counters(st, raw))
+				}
 			}
 		}
 	}
@@ -148,4 +152,14 @@ func waitFile(path string, within time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func uniq(ds ...*Daemon) []*Daemon {
+	var out []*Daemon
+	for _, d := range ds {
+		if !contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }

@@ -10,9 +10,10 @@ import (
 
 // caseIndexDamage: a root, a head h1 and a worker h1w1. Twice: blobs are
 // put at the root and at h1w1 and read everywhere; then a node drawn at
-// random is stopped (SIGKILL or SIGTERM, drawn), its index directory
-// (HOME/cache/index, BadgerDB) is deleted or has bits flipped / a file
-// truncated in 1..3 of its files, and the node restarts. It either starts
+// random has its index directory (HOME/cache/index, BadgerDB) deleted or
+// bits flipped / a file truncated in 1..3 of its files, after a SIGTERM,
+// after a SIGKILL, or while it runs followed by a SIGKILL (drawn), and the
+// node restarts. It either starts
 // (names it held may be lost: data loss from injected damage is allowed)
 // or exits with a clear error (non-zero exit code, a message, no panic).
 // If it refused, its index is deleted (the operator's remedy) and it must
@@ -48,27 +49,32 @@ func caseIndexDamage(e *Env) error {
 			}
 		}
 		target := t.All[e.Rng.IntN(len(t.All))]
-		kill := e.Rng.IntN(2) == 0
 		del := e.Rng.IntN(3) == 0
-		how := "SIGTERM"
-		if kill {
-			how = "SIGKILL"
-		}
-		e.Step("index %d: stop %s (%s), damage its index", it, target.Name, how)
-		if kill {
-			err = target.Kill()
-		} else {
-			err = target.Stop(StopTimeout)
-		}
-		if err != nil {
-			return violation("%v", err)
+		// How the node goes down around the damage: stopped (SIGTERM) or
+		// killed (SIGKILL) before it, or damaged while it runs and then
+		// killed (BadgerDB still has the files open and mapped).
+		how := [...]string{"SIGTERM, then damage", "SIGKILL, then damage", "damage while running, then SIGKILL"}[e.Rng.IntN(3)]
+		e.Step("index %d: %s: %s its index", it, target.Name, how)
+		if how == "SIGTERM, then damage" {
+			if err := target.Stop(StopTimeout); err != nil {
+				return violation("%v", err)
+			}
+		} else if how == "SIGKILL, then damage" {
+			if err := target.Kill(); err != nil {
+				return err
+			}
 		}
 		desc, err := DamageIndex(target.Home, del, e.Rng)
 		if err != nil {
 			return err
 		}
+		if target.Running() {
+			if err := target.Kill(); err != nil {
+				return err
+			}
+		}
 		target.indexDamaged = true
-		e.Printf("index %d: %s stopped by %s; %s", it, target.Name, how, strings.ReplaceAll(desc, target.Home+"/", ""))
+		e.Printf("index %d: %s: %s: %s", it, target.Name, how, strings.ReplaceAll(desc, target.Home+"/", ""))
 
 		e.Step("index %d: restart %s on its damaged index", it, target.Name)
 		err = target.Start(e.Ctx, StartTimeout, false)

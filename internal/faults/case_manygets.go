@@ -106,8 +106,13 @@ func caseManyGets(e *Env) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			<-start
 			res := &results[i]
+			defer func() {
+				if r := recover(); r != nil {
+					res.err = fmt.Errorf("harness panic in get %d: %v", i, r)
+				}
+			}()
+			<-start
 			res.kind = kinds[i]
 			res.sum, res.n, res.err = oneGet(ctx, e.Bin, d.Home, sock, name, kinds[i], filepath.Join(outDir, fmt.Sprint(i)))
 		}()

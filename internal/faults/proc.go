@@ -384,6 +384,16 @@ func (d *Daemon) Status(ctx context.Context) (rpcbridge.Status, map[string]any, 
 // them (newer daemons do), and tolerates the absence of.
 var ExtraCounters = []string{"chunks_damaged", "cache_orphaned"}
 
+// HasExtraCounters reports whether a raw status holds any ExtraCounters.
+func HasExtraCounters(raw map[string]any) bool {
+	for _, k := range ExtraCounters {
+		if _, ok := raw[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // Counters formats the byte counters of a status, with ExtraCounters when
 // present.
 func Counters(st rpcbridge.Status, raw map[string]any) string {
