@@ -8,18 +8,26 @@ import (
 	"time"
 )
 
+// MemoFlushBytes is pushed through the nodes to evict the chunks a
+// daemon keeps in memory (pkg/cache's verified-chunk memory, 64 MiB by
+// default) before their files are damaged.
+const MemoFlushBytes = 72 << 20
+
 // caseChunkDamage: a root, a head h1, workers h1w1 (fallback parent: the
-// root) and h1w2 (no fallback: it depends on h1 alone). Three times, with the damaged node drawn from root, h1, h1w1
-// in random order: a fresh blob is put at the root and fetched by h1w1 (so
-// the root, h1 and h1w1 hold its chunk files), then 1..3 of its chunk
-// files at the drawn node are damaged (bit flips, truncation or deletion,
-// drawn) while the daemons run. Then gets: first at the nodes below the
-// damaged one that do not hold the blob yet (h1w2, whose chunks come
-// through h1), then at the damaged node, then everywhere. Only the root
-// has no intact copy to repair from: a get there may fail (clearly). Every
-// other get must return the put bytes: a damaged chunk is noticed (its
-// hash) and fetched again from the parent, by a node for itself and for
-// its children.
+// root) and h1w2 (no fallback: it depends on h1 alone). Three times, with
+// the damaged node drawn from root, h1, h1w1 in random order: a fresh blob
+// is put at the root and fetched by h1w1 and h1 (so the root, h1 and h1w1
+// hold its chunk files), then 1..3 of its chunk files at the drawn node are
+// damaged (bit flips, truncation or deletion, drawn): either while the
+// daemons run, after MemoFlushBytes of other chunks went through them (so
+// that the damaged files are read again), or followed by a restart of the
+// damaged node (drawn). Then gets: first at the nodes below the damaged
+// one that do not hold the blob yet (h1w2, whose chunks come through h1),
+// then at the damaged node, then everywhere. Only the root has no intact
+// copy to repair from: a get there may fail (clearly). Every other get
+// must return the put bytes: a damaged chunk is noticed (its hash) and
+// fetched again from the parent, by a node for itself and for its
+// children.
 func caseChunkDamage(e *Env) error {
 	e.Step("start root, h1, h1w1 (fallback: root), h1w2 (no fallback)")
 	t, err := e.StartTree(TreeSpec{Heads: 1, WorkersPerHead: 2, Fallback: true, NoFallback: map[string]bool{"h1w2": true}})
@@ -36,12 +44,35 @@ func caseChunkDamage(e *Env) error {
 		target := targets[ti]
 		name := fmt.Sprintf("cd/b%d", it+1)
 		data := e.Blob(e.Size(3<<20, 24<<20))
-		e.Step("damage %d: put %q (%d bytes) at the root, get it at h1w1", it+1, name, len(data))
+		e.Step("damage %d: put %q (%d bytes) at the root, get it at h1w1 and h1", it+1, name, len(data))
 		if err := e.MustPut(root, name, data); err != nil {
 			return err
 		}
-		if err := e.GetExact(w1, name, 0, "no fault yet"); err != nil {
-			return err
+		// h1w1 may be on its fallback parent (the root) since an earlier
+		// restart of h1, and fetch some chunks around h1: the get at h1
+		// makes sure h1 holds a whole copy too.
+		for _, d := range []*Daemon{w1, h1} {
+			if err := e.GetExact(d, name, 0, "no fault yet"); err != nil {
+				return err
+			}
+		}
+		// A daemon keeps the bytes of recently verified chunks in memory
+		// (pkg/cache: 64 MiB by default) and serves them from there, so
+		// damage to their files would go unseen. Either push MemoFlushBytes
+		// of other chunks through the nodes first (damage while running),
+		// or restart the damaged node after the damage (drawn).
+		restart := e.Rng.IntN(2) == 0
+		if !restart {
+			filler := fmt.Sprintf("cd/filler%d", it+1)
+			e.Step("damage %d: push %d MiB through root, h1, h1w1 to flush their chunk memories", it+1, MemoFlushBytes>>20)
+			if err := e.MustPut(root, filler, e.Blob(MemoFlushBytes)); err != nil {
+				return err
+			}
+			for _, d := range []*Daemon{w1, h1} {
+				if err := e.GetExact(d, filler, 0, "no fault yet"); err != nil {
+					return err
+				}
+			}
 		}
 		hashes := ChunkHashes(data, 1<<20)
 		n := 1 + e.Rng.IntN(min(3, len(hashes)))
@@ -62,7 +93,23 @@ func caseChunkDamage(e *Env) error {
 			}
 			did = append(did, fmt.Sprintf("chunk %d: %s", ci, strings.Replace(desc, target.Home+"/", "", 1)))
 		}
-		e.Printf("damage %d at %s: %s", it+1, target.Name, strings.Join(did, "; "))
+		when := "while it runs"
+		if restart {
+			when = "then restarted"
+		}
+		e.Printf("damage %d at %s (%s): %s", it+1, target.Name, when, strings.Join(did, "; "))
+		if restart {
+			e.Step("damage %d: restart %s", it+1, target.Name)
+			if err := target.Stop(StopTimeout); err != nil {
+				return violation("%v", err)
+			}
+			if err := e.Restart(target, true, "damage to its chunk files"); err != nil {
+				return err
+			}
+			if err := target.SetBaseline(); err != nil {
+				return err
+			}
+		}
 		if target == root {
 			rootDamaged[name] = true
 		}
@@ -111,6 +158,9 @@ func caseChunkDamage(e *Env) error {
 	e.Step("every name at every node")
 	for _, d := range t.All {
 		for _, name := range e.Ledger.Names() {
+			if strings.HasPrefix(name, "cd/filler") {
+				continue
+			}
 			lost := d == root && rootDamaged[name]
 			v, rd, err := e.Get(d, name, e.RandGetMode(), lost)
 			if err != nil {
