@@ -45,7 +45,7 @@ race: ## unit tests (with fuzz seed corpora) under the race detector
 integration: ## multi-process tests: real daemons on loopback
 	$(GO) test -count=1 -timeout 15m -run 'Test' ./cmd/omst/
 
-faults: build ## fault injection, small form: each case once against real daemons (~2 min; SEED=n replays, CASES=a,b)
+faults: build ## fault injection, small form: each case once against real daemons (~1 min; SEED=n replays, CASES=a,b)
 	$(GO) build -o bin/omst-faults ./cmd/omst-faults
 	./$(FAULTS)
 
