@@ -84,7 +84,7 @@ func caseChunkDamage(e *Env) error {
 			if err := waitFile(path, 5*time.Second); err != nil {
 				return fmt.Errorf("chunk %d of %q at %s: %w (the store layout of pkg/cache changed?)", ci, name, target.Name, err)
 			}
-			desc, err := Damage(path, kind, e.Rng)
+			desc, err := Damage(path, kind, e.Fork())
 			if errors.Is(err, ErrEmpty) {
 				continue
 			}

@@ -64,7 +64,7 @@ func caseIndexDamage(e *Env) error {
 				return err
 			}
 		}
-		desc, err := DamageIndex(target.Home, del, e.Rng)
+		desc, err := DamageIndex(target.Home, del, e.Fork())
 		if err != nil {
 			return err
 		}

@@ -25,12 +25,13 @@ const (
 	ManyGetsCLI = 16
 	// MaxRSSAfterBurst bounds the daemon's resident set once the burst is
 	// over and its descriptors are back at the baseline. A daemon idles at
-	// ~30 MiB; the burst was seen to leave it at 135-159 MiB (per-connection
-	// buffers kept by pools and the Go heap's slack). 256 MiB catches a
-	// daemon that keeps a blob's worth (here up to 4 MiB) per connection
-	// (1000 x 4 MiB) or grows without bound across rounds, while leaving
-	// room for the current figure. Tighten it when the memory fix lands.
-	MaxRSSAfterBurst = 256 << 20
+	// ~30 MiB. Before cf9f603 every concurrent GET held a 1 MiB buffer that
+	// sync.Pool kept after the burst: 330 MiB (256 KiB blobs) to 1.4 GiB
+	// (2 MiB blobs) stayed resident. Since then the burst leaves 52-75 MiB
+	// (blobs of 256 KiB..4 MiB, 18 rounds of a soak on a 2-core machine). 128 MiB is
+	// ~1.7x the highest seen, and far below what a per-connection buffer
+	// (1000 x >= 128 KiB) would keep: lower it if the figures stay put.
+	MaxRSSAfterBurst = 128 << 20
 )
 
 // caseManyGets: one daemon, one blob of 256 KiB..4 MiB; ManyGets gets of

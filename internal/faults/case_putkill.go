@@ -33,9 +33,11 @@ func casePutKill(e *Env) error {
 	}
 	for it := 1; it <= 3; it++ {
 		name := fmt.Sprintf("pk/n%d", it)
-		if e.Rng.IntN(3) == 0 {
-			done := e.Ledger.CompletedNames()
-			name = done[e.Rng.IntN(len(done))] // overwrite a completed name
+		overwrite, pick := e.Rng.IntN(3) == 0, e.Rng.Uint64()
+		if done := e.Ledger.CompletedNames(); overwrite {
+			// Which puts completed depends on timing: one draw whatever
+			// their number, so the later draws replay.
+			name = done[pick%uint64(len(done))] // overwrite a completed name
 		}
 		data := e.Blob(e.Size(1<<20, 32<<20))
 		mode := e.RandPutMode()

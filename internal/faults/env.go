@@ -133,6 +133,14 @@ func portTaken(err error) bool {
 	return errors.As(err, &se) && strings.Contains(se.LogTail, "address already in use")
 }
 
+// Fork returns a new RNG seeded from two draws of the case's RNG. A step
+// whose number of draws depends on the machine (files a daemon happened to
+// write, retries) draws from a fork, so that the case's later decisions
+// replay whatever that step consumed.
+func (e *Env) Fork() *rand.Rand {
+	return rand.New(rand.NewPCG(e.Rng.Uint64(), e.Rng.Uint64()))
+}
+
 // Blob returns size random bytes drawn from the case's RNG.
 func (e *Env) Blob(size int64) []byte {
 	r := rand.New(rand.NewPCG(e.Rng.Uint64(), e.Rng.Uint64()))
@@ -325,9 +333,11 @@ func (e *Env) output(mode GetMode, path string, stdout []byte) (*Version, error)
 func (e *Env) GetExact(d *Daemon, name string, within time.Duration, why string) error {
 	deadline := time.Now().Add(within)
 	tries := 0
+	first := e.RandGetMode() // one draw, however many tries follow
 	for {
+		mode := GetMode((int(first) + tries) % 2)
 		tries++
-		v, rd, err := e.Get(d, name, e.RandGetMode(), false)
+		v, rd, err := e.Get(d, name, mode, false)
 		if err != nil {
 			return err
 		}
