@@ -28,9 +28,10 @@ const (
 	// ~30 MiB. Before cf9f603 every concurrent GET held a 1 MiB buffer that
 	// sync.Pool kept after the burst: 330 MiB (256 KiB blobs) to 1.4 GiB
 	// (2 MiB blobs) stayed resident. Since then the burst leaves 52-75 MiB
-	// (blobs of 256 KiB..4 MiB, 18 rounds of a soak on a 2-core machine). 128 MiB is
-	// ~1.7x the highest seen, and far below what a per-connection buffer
-	// (1000 x >= 128 KiB) would keep: lower it if the figures stay put.
+	// (blobs of 256 KiB..4 MiB, 18 rounds of a soak on a 2-core machine).
+	// 128 MiB is ~1.7x the highest seen, and far below what a buffer per
+	// connection (1000 x >= 128 KiB) would keep: lower it if the figures
+	// stay put.
 	MaxRSSAfterBurst = 128 << 20
 )
 
