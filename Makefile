@@ -6,8 +6,14 @@ export GOFLAGS ?= -buildvcs=false
 BIN     := bin/omst
 PKGS    := ./...
 FUZZTIME ?= 10s
+# Fault injection (docs/faults.md): SEED=n replays a run, CASES=a,b selects
+# cases, SOAK is how long `make soak` runs.
+SEED    ?=
+CASES   ?=
+SOAK    ?= 30m
+FAULTS  = bin/omst-faults -bin $(BIN) $(if $(SEED),-seed $(SEED)) $(if $(CASES),-cases $(CASES))
 
-.PHONY: all build demo test check unit race integration bindings ctest pytest examples wan-small fuzz bench bench-bindings bench-wan clean deps
+.PHONY: all build demo test check unit race integration faults soak bindings ctest pytest examples wan-small fuzz bench bench-bindings bench-wan clean deps
 
 all: build
 
@@ -22,7 +28,7 @@ build: deps ## build bin/omst
 demo: build ## build omst and run the in-process emulated grid demo
 	./$(BIN) demo
 
-test: deps check race integration bindings examples wan-small ## everything CI runs
+test: deps check race integration faults bindings examples wan-small ## everything CI runs
 	@echo "make test: all passed"
 
 check: ## formatting, vet, and go.mod/go.sum tidy (main module and the test plans)
@@ -38,6 +44,14 @@ race: ## unit tests (with fuzz seed corpora) under the race detector
 
 integration: ## multi-process tests: real daemons on loopback
 	$(GO) test -count=1 -timeout 15m -run 'Test' ./cmd/omst/
+
+faults: build ## fault injection, small form: each case once against real daemons (~1 min; SEED=n replays, CASES=a,b)
+	$(GO) build -o bin/omst-faults ./cmd/omst-faults
+	./$(FAULTS)
+
+soak: build ## fault injection in randomized rounds until SOAK has passed (make soak SOAK=1h; SEED=n, CASES=a,b)
+	$(GO) build -o bin/omst-faults ./cmd/omst-faults
+	./$(FAULTS) -duration $(SOAK)
 
 bindings: ctest pytest ## the C library and the Python package, against real daemons
 

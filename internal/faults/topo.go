@@ -1,0 +1,103 @@
+package faults
+
+import (
+	"fmt"
+)
+
+// TreeSpec describes a tree of daemons on loopback.
+type TreeSpec struct {
+	Heads          int  // head nodes under the root, sites s1, s2, ...
+	WorkersPerHead int  // workers under each head
+	RootWorkers    int  // workers directly under the root
+	Fallback       bool // workers under a head get the root as fallback parent
+	// NoFallback names workers that get no fallback parent even with
+	// Fallback set (they depend on their head alone).
+	NoFallback map[string]bool
+	RootArgs   []string
+	HeadArgs   []string
+	WorkerArgs []string
+}
+
+// Tree is a running tree. Every daemon listens on a port picked up front,
+// so a restart on the same home keeps identity and address.
+type Tree struct {
+	Root    *Daemon
+	Heads   []*Daemon
+	Workers []*Daemon // head 1's, head 2's, ..., then the root's own
+	All     []*Daemon // root, heads, workers
+}
+
+// Below returns the daemons under d (by first parent), depth first.
+func (t *Tree) Below(d *Daemon) []*Daemon {
+	var out []*Daemon
+	for _, x := range t.All {
+		if len(x.Parents) > 0 && x.Parents[0] == d {
+			out = append(out, x)
+			out = append(out, t.Below(x)...)
+		}
+	}
+	return out
+}
+
+// StartTree starts the daemons of spec, parents first, each waiting for
+// its parent session.
+func (e *Env) StartTree(spec TreeSpec) (*Tree, error) {
+	n := 1 + spec.Heads*(1+spec.WorkersPerHead) + spec.RootWorkers
+	ports, err := FreePorts(n)
+	if err != nil {
+		return nil, err
+	}
+	next := func() int { p := ports[0]; ports = ports[1:]; return p }
+	t := &Tree{}
+	mk := func(name string, parents []*Daemon, args []string) *Daemon {
+		d := e.NewDaemonAt(name, e.Dir+"/"+name, next(), parents, args...)
+		t.All = append(t.All, d)
+		return d
+	}
+	t.Root = mk("root", nil, spec.RootArgs)
+	if err := e.Start(t.Root); err != nil {
+		return nil, err
+	}
+	for h := 1; h <= spec.Heads; h++ {
+		site := fmt.Sprintf("s%d", h)
+		hd := mk(fmt.Sprintf("h%d", h), []*Daemon{t.Root}, append([]string{"--site", site}, spec.HeadArgs...))
+		t.Heads = append(t.Heads, hd)
+	}
+	for _, hd := range t.Heads {
+		if err := e.Start(hd); err != nil {
+			return nil, err
+		}
+	}
+	var ws []*Daemon
+	for h, hd := range t.Heads {
+		for w := 1; w <= spec.WorkersPerHead; w++ {
+			name := fmt.Sprintf("h%dw%d", h+1, w)
+			parents := []*Daemon{hd}
+			if spec.Fallback && !spec.NoFallback[name] {
+				parents = append(parents, t.Root)
+			}
+			ws = append(ws, mk(name, parents,
+				append([]string{"--site", fmt.Sprintf("s%d", h+1)}, spec.WorkerArgs...)))
+		}
+	}
+	for w := 1; w <= spec.RootWorkers; w++ {
+		ws = append(ws, mk(fmt.Sprintf("rw%d", w), []*Daemon{t.Root}, spec.WorkerArgs))
+	}
+	for _, w := range ws {
+		if err := e.Start(w); err != nil {
+			return nil, err
+		}
+	}
+	t.Workers = ws
+	return t, nil
+}
+
+// SetBaselines records every running daemon's descriptor baseline.
+func (e *Env) SetBaselines(ds ...*Daemon) error {
+	for _, d := range ds {
+		if err := d.SetBaseline(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
