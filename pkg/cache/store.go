@@ -213,17 +213,29 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithNumCompactors(2).
 		WithNumLevelZeroTables(2).
 		WithMetricsEnabled(false)
+	if err := withDirLock(bopts.Dir, func() error { return checkIndexTables(bopts.Dir, bopts) }); err != nil {
+		if errors.Is(err, ErrIndexDamaged) {
+			return nil, fmt.Errorf("open store %s: %w; %s", dir, err, damagedIndexHelp(bopts.Dir))
+		}
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
 	db, err := badger.Open(bopts)
 	if err != nil {
 		if strings.Contains(err.Error(), "Cannot acquire directory lock") {
 			return nil, fmt.Errorf("open store %s: %w (index %s is locked: is another omst daemon running with this home?)",
 				dir, ErrLocked, bopts.Dir)
 		}
-		return nil, fmt.Errorf("open store %s: open index: %w", dir, noSpace(err))
+		if isNoSpace(err) || errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("open store %s: open index: %w", dir, noSpace(err))
+		}
+		return nil, fmt.Errorf("open store %s: open index: %w; if it is damaged, %s", dir, err, damagedIndexHelp(bopts.Dir))
 	}
 	s.db = db
-	if err := s.load(); err != nil {
+	if err := s.loadRecovering(); err != nil {
 		db.Close()
+		if errors.Is(err, ErrIndexDamaged) {
+			return nil, fmt.Errorf("open store %s: %w; %s", dir, err, damagedIndexHelp(bopts.Dir))
+		}
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	s.mu.Lock()
@@ -240,6 +252,18 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.stop = cancel
 	go s.flushLoop(ctx)
 	return s, nil
+}
+
+// loadRecovering is load, with a panic of the index code (a damaged block
+// that passed the table checks) turned into an error wrapping
+// ErrIndexDamaged.
+func (s *Store) loadRecovering() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: reading it failed: %v", ErrIndexDamaged, firstLine(fmt.Sprint(r)))
+		}
+	}()
+	return s.load()
 }
 
 // load rebuilds the in-memory state from the index and the chunk files.
