@@ -88,6 +88,8 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ue), errors.Is(err, blob.ErrInvalidName):
 		return exitUsage
+	case errors.Is(err, blob.ErrUnavailable): // the name exists; its bytes are what is missing
+		return exitError
 	case errors.Is(err, blob.ErrNotFound):
 		return exitNotFound
 	case errors.Is(err, blob.ErrUnreachable), errors.Is(err, rpcbridge.ErrNoDaemon):

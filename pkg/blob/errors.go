@@ -19,4 +19,9 @@ var (
 	ErrUnreachable = errors.New("peer unreachable")
 	// ErrSizeMismatch: a blob's size differs from what the caller expected.
 	ErrSizeMismatch = errors.New("size mismatch")
+	// ErrUnavailable: a name is known but (part of) its blob is nowhere to
+	// be had: missing or damaged here, and no source has it. Errors that
+	// wrap it may wrap ErrNotFound too (a peer's answer); ErrUnavailable
+	// takes precedence.
+	ErrUnavailable = errors.New("blob data unavailable")
 )

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -177,4 +179,33 @@ func TestDamagedHeadServesFreshCopy(t *testing.T) {
 		checkChunkFiles(t, headHome, m)
 	}
 	_ = w2
+}
+
+// TestLostChunkUnavailable: at the root, whose blob has no other source, a
+// chunk file deleted on disk makes a get fail with UNAVAILABLE (the name
+// exists; its bytes are gone), not NOT_FOUND.
+func TestLostChunkUnavailable(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	home := filepath.Join(dir, "root")
+	root := startNode(t, home, "", "")
+	data := make([]byte, 1<<20+3)
+	rand.Read(data)
+	info, err := dial(t, home).Put(ctx, "lost/x", bytes.NewReader(data), rpcbridge.PutOptions{ChunkSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	m, err := root.store.Manifest(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root.Close()
+	os.Remove(chunkFile(home, m.Chunks[2]))
+	startNode(t, home, "", "")
+	_, err = dial(t, home).Get(ctx, "lost/x", io.Discard)
+	if !errors.Is(err, blob.ErrUnavailable) || errors.Is(err, blob.ErrNotFound) || rpcbridge.CodeOf(err) != rpcbridge.CodeUnavailable {
+		t.Fatalf("get of a blob with a lost chunk: %v (code %v), want UNAVAILABLE", err, rpcbridge.CodeOf(err))
+	}
 }

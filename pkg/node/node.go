@@ -310,6 +310,9 @@ func (n *Node) resolve(ctx context.Context, name string) (blob.Record, *blob.Man
 		return blob.Record{}, nil, err
 	}
 	m, err := n.engine.Manifest(ctx, rec.ID)
+	if errors.Is(err, blob.ErrNotFound) { // the name exists: its blob is what is missing
+		err = fmt.Errorf("%w: %w", blob.ErrUnavailable, err)
+	}
 	if err != nil {
 		return blob.Record{}, nil, fmt.Errorf("manifest of %q (%s): %w", name, rec.ID, err)
 	}

@@ -30,12 +30,14 @@ const (
 	CodeInternal           Code = 10 // anything else
 	CodeAborted            Code = 11 // the request was aborted (client ABORT, daemon shutting down)
 	CodeTimeout            Code = 12 // a deadline expired
+	CodeUnavailable        Code = 13 // the name exists but its bytes can be had nowhere (blob.ErrUnavailable)
 )
 
 var codeNames = [...]string{
 	CodeNotFound: "NOT_FOUND", CodeInvalidName: "INVALID_NAME", CodeBadRequest: "BAD_REQUEST", CodeIO: "IO",
 	CodeNoSpace: "NO_SPACE", CodeUnreachable: "UNREACHABLE", CodeCorrupt: "CORRUPT", CodeSizeMismatch: "SIZE_MISMATCH",
 	CodeUnsupportedVersion: "UNSUPPORTED_VERSION", CodeInternal: "INTERNAL", CodeAborted: "ABORTED", CodeTimeout: "TIMEOUT",
+	CodeUnavailable: "UNAVAILABLE",
 }
 
 func (c Code) String() string {
@@ -64,6 +66,8 @@ func (c Code) sentinel() error {
 		return ErrAborted
 	case CodeTimeout:
 		return context.DeadlineExceeded
+	case CodeUnavailable:
+		return blob.ErrUnavailable
 	}
 	return nil
 }
@@ -126,6 +130,8 @@ func CodeOf(err error) Code {
 		return 0
 	case errors.As(err, &e):
 		return e.Code
+	case errors.Is(err, blob.ErrUnavailable): // before ErrNotFound, which it may wrap too
+		return CodeUnavailable
 	case errors.Is(err, blob.ErrNotFound):
 		return CodeNotFound
 	case errors.Is(err, blob.ErrInvalidName):

@@ -68,7 +68,7 @@ func (bf *blobFetch) pump() {
 		return
 	}
 	if len(bf.sources) == 0 && !bf.sch.Complete() && !bf.keep {
-		bf.err = fmt.Errorf("get %q (%s): %w: no source to fetch missing chunks from", bf.r.Name, bf.r.ID, blob.ErrNotFound)
+		bf.err = fmt.Errorf("get %q (%s): %w: chunks are missing here and there is no source to fetch them from", bf.r.Name, bf.r.ID, blob.ErrUnavailable)
 		bf.cond.Broadcast()
 		return
 	}
@@ -106,6 +106,9 @@ func (bf *blobFetch) run(req Request) {
 		bf.e.log.Info("chunk request failed", "blob", bf.r.ID, "chunk", i, "err", err, "decision", a)
 		if a == GiveUp {
 			bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
+			if errors.Is(err, blob.ErrNotFound) { // no source has it
+				bf.err = fmt.Errorf("get %q (%s): chunk %d: %w: %w", bf.r.Name, bf.r.ID, i, blob.ErrUnavailable, err)
+			}
 			bf.cond.Broadcast()
 			bf.cancel()
 			return
@@ -147,7 +150,7 @@ func (bf *blobFetch) wait(i int) ([]byte, error) {
 			}
 			bf.e.log.Info("local chunk unusable, fetching it again", "blob", bf.r.ID, "chunk", i, "err", err)
 			if len(bf.sources) == 0 {
-				bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
+				bf.err = fmt.Errorf("get %q (%s): chunk %d: %w (no source to fetch it from): %w", bf.r.Name, bf.r.ID, i, blob.ErrUnavailable, err)
 				return nil, bf.err
 			}
 			bf.sch.Lost(i)
@@ -155,7 +158,7 @@ func (bf *blobFetch) wait(i int) ([]byte, error) {
 			continue
 		}
 		if len(bf.sources) == 0 {
-			bf.err = fmt.Errorf("get %q (%s): chunk %d: %w: no source to fetch it from", bf.r.Name, bf.r.ID, i, blob.ErrNotFound)
+			bf.err = fmt.Errorf("get %q (%s): chunk %d: %w: it is missing here and there is no source to fetch it from", bf.r.Name, bf.r.ID, i, blob.ErrUnavailable)
 			return nil, bf.err
 		}
 		bf.cond.Wait()

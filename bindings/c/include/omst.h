@@ -52,6 +52,7 @@ enum omst_error {
 	OMST_EINTERNAL = -10,    /* daemon bug */
 	OMST_EABORTED = -11,     /* request aborted (daemon shutting down) */
 	OMST_ETIMEDOUT = -12,    /* a deadline expired */
+	OMST_EUNAVAILABLE = -13, /* the name exists but its bytes can be had nowhere */
 	OMST_EINVAL = -100,      /* bad argument (NULL pointer, bad flags, ...) */
 	OMST_ENODAEMON = -101,   /* no daemon answers at the socket */
 	OMST_ECONN = -102,       /* connection lost during the call (daemon died) */

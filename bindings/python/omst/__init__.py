@@ -35,6 +35,7 @@ from .errors import (
     ProtocolError,
     SizeMismatch,
     Timeout,
+    Unavailable,
     Unreachable,
     UnsupportedVersion,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "InternalError",
     "Aborted",
     "Timeout",
+    "Unavailable",
     "DaemonUnavailable",
     "ConnectionLost",
     "ProtocolError",

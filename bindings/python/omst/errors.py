@@ -29,6 +29,7 @@ __all__ = [
     "InternalError",
     "Aborted",
     "Timeout",
+    "Unavailable",
     "DaemonUnavailable",
     "ConnectionLost",
     "ProtocolError",
@@ -49,6 +50,7 @@ UNSUPPORTED_VERSION = 9
 INTERNAL = 10
 ABORTED = 11
 TIMEOUT = 12
+UNAVAILABLE = 13
 
 CODE_NAMES: Dict[int, str] = {
     NOT_FOUND: "NOT_FOUND",
@@ -63,6 +65,7 @@ CODE_NAMES: Dict[int, str] = {
     INTERNAL: "INTERNAL",
     ABORTED: "ABORTED",
     TIMEOUT: "TIMEOUT",
+    UNAVAILABLE: "UNAVAILABLE",
 }
 
 
@@ -174,6 +177,13 @@ class Timeout(OmstError):
     default_code = TIMEOUT
 
 
+class Unavailable(OmstError):
+    """The name exists but its bytes are missing here and no source has them
+    (code 13)."""
+
+    default_code = UNAVAILABLE
+
+
 class DaemonUnavailable(OmstError):
     """Nothing listens on the socket: no omst daemon there (client-side)."""
 
@@ -203,6 +213,7 @@ _BY_CODE: Dict[int, Type[OmstError]] = {
     INTERNAL: InternalError,
     ABORTED: Aborted,
     TIMEOUT: Timeout,
+    UNAVAILABLE: Unavailable,
 }
 
 
