@@ -308,6 +308,34 @@ func TestPutBackendFailsEarly(t *testing.T) {
 	}
 }
 
+// An endless upload that the backend refused early is not read to its end:
+// past the drain limit the daemon says why and closes the connection.
+func TestPutEndlessUploadRefused(t *testing.T) {
+	m := newMem()
+	m.with(func() { m.putMax = 1 << 20 })
+	ts := startServer(t, m, ServerOptions{})
+	c := dial(t, ts.path)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Put(ctx, "endless", endlessZeros{}, PutOptions{})
+	if !errors.Is(err, blob.ErrNoSpace) {
+		t.Fatalf("endless put into a full store: %v, want the backend's no-space error", err)
+	}
+	if el := time.Since(start); el > 20*time.Second {
+		t.Fatalf("the refused endless put took %v", el)
+	}
+	// A new connection works.
+	if _, err := dial(t, ts.path).Put(ctx, "fits", bytes.NewReader(make([]byte, 1000)), PutOptions{}); err != nil {
+		t.Fatalf("put after the refused one: %v", err)
+	}
+}
+
+// endlessZeros is an input that never ends.
+type endlessZeros struct{}
+
+func (endlessZeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
 func TestErrorMapping(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
@@ -320,6 +348,8 @@ func TestErrorMapping(t *testing.T) {
 		{blob.ErrCorrupt, CodeCorrupt},
 		{blob.ErrBadManifest, CodeCorrupt},
 		{blob.ErrSizeMismatch, CodeSizeMismatch},
+		{blob.ErrUnavailable, CodeUnavailable},
+		{fmt.Errorf("%w: %w", blob.ErrUnavailable, blob.ErrNotFound), CodeUnavailable},
 		{context.DeadlineExceeded, CodeTimeout},
 		{context.Canceled, CodeAborted},
 		{ErrAborted, CodeAborted},

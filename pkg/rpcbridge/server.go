@@ -401,8 +401,18 @@ func (sc *conn) put(ctx context.Context, body []byte) bool {
 	}
 	if !pr.done && pr.err == nil {
 		// The backend failed (or stopped reading) early: skip the rest
-		// of the upload to find the next frame.
-		n, derr := pr.drain()
+		// of the upload to find the next frame, unless it goes on for
+		// long (an endless input): then say why and close.
+		n, derr := pr.drain(maxDrain)
+		if errors.Is(derr, errDrainLimit) {
+			if err == nil {
+				err = &Error{Code: CodeInternal, Message: "daemon did not read the whole upload"}
+			}
+			sc.s.log.Info("local API: put failed; closing the connection instead of reading the rest of the upload",
+				"name", name, "skipped", n, "err", err)
+			sc.sendError(errorFor(err))
+			return false
+		}
 		if derr == nil && err == nil && n > 0 {
 			sc.s.log.Error("local API: backend returned from Put before the end of the upload", "name", name)
 			err = &Error{Code: CodeInternal, Message: "daemon did not read the whole upload"}
@@ -537,12 +547,22 @@ func (pr *putReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// maxDrain bounds the upload bytes a failed PUT skips to find the next
+// request; past it the connection is closed (after the ERROR reply).
+const maxDrain = 64 << 20
+
+// errDrainLimit: the upload went on past the drain limit.
+var errDrainLimit = errors.New("upload goes on past the drain limit")
+
 // drain skips the rest of the upload and returns how many data bytes it
 // skipped; the error is nil only if the upload ended with its empty DATA
-// frame.
-func (pr *putReader) drain() (int64, error) {
+// frame, errDrainLimit once limit bytes were skipped without its end.
+func (pr *putReader) drain(limit int64) (int64, error) {
 	var n int64
 	for {
+		if n >= limit {
+			return n, errDrainLimit
+		}
 		if pr.rem > 0 {
 			d, err := pr.sc.fc.br.Discard(int(pr.rem))
 			n += int64(d)
