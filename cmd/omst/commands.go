@@ -51,6 +51,8 @@ func daemonCmd(g *globals) *cobra.Command {
 		window      int
 		noReplicate bool
 		noSiblings  bool
+		upRate      string
+		upStreams   int
 		syncPuts    bool
 		logLevel    string
 		cpuProfile  string
@@ -84,6 +86,15 @@ func daemonCmd(g *globals) *cobra.Command {
 				return usageError{fmt.Errorf("--relay-mode %q: want cut-through or store-forward", relayMode)}
 			}
 			var err error
+			if upRate != "" {
+				if cfg.MaxUploadRate, err = bytesize.Parse(upRate); err != nil {
+					return usageError{fmt.Errorf("--max-upload-rate: %w", err)}
+				}
+			}
+			if upStreams < 0 {
+				return usageError{fmt.Errorf("--max-upload-streams %d: want 0 (no limit) or more", upStreams)}
+			}
+			cfg.MaxUploadStreams = upStreams
 			if cacheSize != "" {
 				if cfg.CacheSize, err = bytesize.Parse(cacheSize); err != nil {
 					return usageError{fmt.Errorf("--cache-size: %w", err)}
@@ -135,6 +146,9 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.BoolVar(&noReplicate, "no-replicate", false, "do not copy blobs put by children (results are then only on the worker that made them)")
 	f.BoolVar(&noSiblings, "no-sibling-exchange", false, "as a relay, send every chunk to every child itself instead of sending children of one site to each other\n"+
 		"(by default this node's port carries about one copy of each chunk per site; turn off for comparison)")
+	f.StringVar(&upRate, "max-upload-rate", "", "cap on the bytes per second this node sends to peers, e.g. 50M (default: no cap)")
+	f.IntVar(&upStreams, "max-upload-streams", 0, "cap on the fetch streams served at once to peers that are neither children nor parents\n"+
+		"(on a worker: its siblings; refused ones get the chunk from their head instead; default 0: no cap)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	return c
@@ -451,7 +465,7 @@ func statusCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(tw, "bytes_in\tparent %d, child %d, sibling %d, other %d\nbytes_out\tparent %d, child %d, other (siblings) %d\n",
 				st.BytesIn["parent"], st.BytesIn["child"], st.BytesIn["sibling"], st.BytesIn["other"],
 				st.BytesOut["parent"], st.BytesOut["child"], st.BytesOut["other"])
-			fmt.Fprintf(tw, "redirects\t%d sent, %d taken, %d of them failed\n", st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures)
+			fmt.Fprintf(tw, "redirects\t%d sent, %d taken, %d of them failed\nuploads_refused\t%d\n", st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures, st.UploadsRefused)
 			fmt.Fprintf(tw, "chunks_damaged\t%d (found damaged in this node's store and dropped)\ncorrupt_received\t%d (from peers)\ncorrupt_reports\t%d (peers told us they received a corrupt chunk)\n",
 				st.ChunksDamaged, st.CorruptReceived, st.CorruptReports)
 			for _, p := range slices.Sorted(maps.Keys(st.ErrorsByPeer)) {

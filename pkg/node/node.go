@@ -55,6 +55,11 @@ type Config struct {
 	// every child itself, instead of sending children of one site to each
 	// other (transfer.Config.SiblingExchange).
 	NoSiblingExchange bool
+	// MaxUploadRate bounds the bytes per second sent to peers (0: none);
+	// MaxUploadStreams the fetch streams served at once to peers that are
+	// neither children nor parents (0: none). See transfer.Config.
+	MaxUploadRate    int64
+	MaxUploadStreams int
 	// Sync makes every put durable before it is acknowledged (see
 	// cache.Options.Sync).
 	Sync   bool
@@ -185,13 +190,15 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
 	n.engine, err = transfer.New(transfer.Config{
-		Host:            n.host,
-		Store:           n.store,
-		Sources:         n.tree,
-		Mode:            relayMode(cfg.StoreForward),
-		Window:          cfg.Window,
-		SiblingExchange: !cfg.NoSiblingExchange,
-		Logger:          cfg.Logger,
+		Host:             n.host,
+		Store:            n.store,
+		Sources:          n.tree,
+		Mode:             relayMode(cfg.StoreForward),
+		Window:           cfg.Window,
+		SiblingExchange:  !cfg.NoSiblingExchange,
+		MaxUploadRate:    cfg.MaxUploadRate,
+		MaxUploadStreams: cfg.MaxUploadStreams,
+		Logger:           cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("transfer: %w", err)
@@ -467,6 +474,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		RedirectsSent:   es.RedirectsSent,
 		RedirectsTaken:  es.RedirectsTaken,
 		SiblingFailures: es.SiblingFailures,
+		UploadsRefused:  es.UploadsRefused,
 		ErrorsByPeer:    map[string]uint64{},
 		Version:         Version,
 	}

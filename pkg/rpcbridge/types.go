@@ -72,6 +72,9 @@ type Status struct {
 	RedirectsSent   uint64 `json:"redirects_sent"`
 	RedirectsTaken  uint64 `json:"redirects_taken"`
 	SiblingFailures uint64 `json:"sibling_failures"`
+	// UploadsRefused counts fetch streams refused for the daemon's
+	// --max-upload-streams.
+	UploadsRefused uint64 `json:"uploads_refused"`
 	// ErrorsByPeer splits PeerErrors of the transfer engine by peer ID.
 	ErrorsByPeer map[string]uint64 `json:"errors_by_peer"`
 	Names        int               `json:"names"`

@@ -13,6 +13,7 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -92,7 +93,15 @@ type Config struct {
 	// this node to (default 10s); past it, or on any failure, the chunk is
 	// asked from the relay itself (GET_DIRECT).
 	SiblingTimeout time.Duration
-	Logger         *slog.Logger
+	// MaxUploadRate bounds the bytes per second this node sends to peers
+	// (chunks and manifests, all peers together); 0 means no bound.
+	MaxUploadRate int64
+	// MaxUploadStreams bounds the fetch streams this node serves at once
+	// to peers that are neither its children nor its parents (on a worker:
+	// its siblings); more are refused (reset), and a sibling refused so
+	// asks the relay instead. 0 means no bound.
+	MaxUploadStreams int
+	Logger           *slog.Logger
 }
 
 // Engine moves blob bytes between nodes: it serves the fetch protocol and
@@ -126,10 +135,14 @@ type Engine struct {
 	errMu     sync.Mutex
 	peerFails map[peer.ID]uint64 // failures blamed on each peer (bounded)
 
+	upLimit      *rate.Limiter // nil without MaxUploadRate
+	otherStreams atomic.Int64  // fetch streams served to peers of KindOther
+
 	bytesServed     atomic.Uint64
 	bytesFetched    atomic.Uint64
 	bytesIn         [numKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
 	bytesOut        [numKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
+	uploadsRefused  atomic.Uint64
 	redirectsSent   atomic.Uint64
 	redirectsTaken  atomic.Uint64
 	siblingFailures atomic.Uint64
@@ -179,6 +192,12 @@ func New(cfg Config) (*Engine, error) {
 		replicas:  map[cid.Cid]bool{},
 		whole:     map[cid.Cid]*wholeBlobCall{},
 		peerFails: map[peer.ID]uint64{},
+	}
+	if cfg.MaxUploadRate < 0 || cfg.MaxUploadStreams < 0 {
+		return nil, errors.New("transfer: negative upload limit")
+	}
+	if cfg.MaxUploadRate > 0 {
+		e.upLimit = rate.NewLimiter(rate.Limit(cfg.MaxUploadRate), int(max(cfg.MaxUploadRate/10, 256<<10)))
 	}
 	if cfg.SiblingExchange {
 		if _, ok := cfg.Sources.(Grouper); !ok {
@@ -251,6 +270,8 @@ type Status struct {
 	// asker's relation to this node (a sibling asking a worker is "other"
 	// to it: the worker cannot tell a sibling from any other peer).
 	BytesIn, BytesOut map[string]uint64
+	// UploadsRefused counts fetch streams refused for MaxUploadStreams.
+	UploadsRefused uint64
 	// RedirectsSent counts requests this relay answered with a sibling;
 	// RedirectsTaken redirects this node followed; SiblingFailures those
 	// whose sibling could not deliver (the chunk then came from the relay).
@@ -276,6 +297,7 @@ func (e *Engine) Status() Status {
 		BytesFetched:    e.bytesFetched.Load(),
 		BytesIn:         map[string]uint64{},
 		BytesOut:        map[string]uint64{},
+		UploadsRefused:  e.uploadsRefused.Load(),
 		RedirectsSent:   e.redirectsSent.Load(),
 		RedirectsTaken:  e.redirectsTaken.Load(),
 		SiblingFailures: e.siblingFailures.Load(),

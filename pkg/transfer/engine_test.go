@@ -10,6 +10,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/omst-project/omst/internal/memstore"
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -121,5 +122,70 @@ func TestMalformedRequestOnTheWire(t *testing.T) {
 	w := newEngine(t, nil, root)
 	if got := readBlob(t, w, rec); !bytes.Equal(got, data) {
 		t.Fatal("engine stopped serving")
+	}
+}
+
+// newEngineWith is newEngine with extra configuration.
+func newEngineWith(t testing.TB, cfg func(*Config), from ...*engineNode) *engineNode {
+	t.Helper()
+	n := &engineNode{h: newTestHost(t), mem: memstore.New(), sources: &staticSources{}}
+	for _, f := range from {
+		n.h.Peerstore().AddAddrs(f.h.ID(), f.h.Addrs(), time.Hour)
+		n.sources.list = append(n.sources.list, Source{ID: f.h.ID(), Kind: KindParent})
+	}
+	c := Config{Host: n.h, Store: n.mem, Sources: n.sources, DialTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second}
+	cfg(&c)
+	e, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	n.eng = e
+	return n
+}
+
+// MaxUploadRate paces what a node sends.
+func TestMaxUploadRate(t *testing.T) {
+	const rateBps = 4 << 20
+	root := newEngineWith(t, func(c *Config) { c.MaxUploadRate = rateBps })
+	w := newEngine(t, nil, root)
+	data := randBlob(6<<20, 21)
+	r := putBlob(t, root.mem, "slow", data, 256<<10)
+	start := time.Now()
+	if got := readBlob(t, w, r); !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes")
+	}
+	// 6 MiB at 4 MiB/s, less the burst (0.4 MiB): about 1.4 s.
+	if el := time.Since(start); el < 1200*time.Millisecond {
+		t.Fatalf("6 MiB sent in %v at a 4 MiB/s limit", el)
+	}
+}
+
+// MaxUploadStreams refuses the fetch streams of peers that are neither
+// children nor parents beyond the cap; others are served.
+func TestMaxUploadStreams(t *testing.T) {
+	src := newEngineWith(t, func(c *Config) { c.MaxUploadStreams = 1; c.StreamsPerPeer = 1 })
+	data := randBlob(1<<20, 22)
+	r := putBlob(t, src.mem, "x", data, 64<<10)
+	a := newEngineWith(t, func(c *Config) { c.StreamsPerPeer = 1 }, src)
+	if got := readBlob(t, a, r); !bytes.Equal(got, data) { // a's stream stays open
+		t.Fatal("wrong bytes at a")
+	}
+	b := newEngineWith(t, func(c *Config) { c.StreamsPerPeer = 1 }, src)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.eng.Fetch(ctx, r); err == nil {
+		t.Fatal("a second peer was served past the stream cap")
+	}
+	if st := src.eng.Status(); st.UploadsRefused == 0 {
+		t.Fatalf("no refused stream counted: %+v", st)
+	}
+	// A parent (here: a peer the source counts as its parent) is served.
+	src.sources.set(Source{ID: b.h.ID(), Kind: KindParent})
+	if err := b.eng.Fetch(ctx, r); err != nil {
+		t.Fatalf("a parent was refused: %v", err)
 	}
 }

@@ -34,6 +34,17 @@ type fetchSlot struct {
 // as it is ready, whatever the order of the requests.
 func (e *Engine) handleFetch(s network.Stream) {
 	p := s.Conn().RemotePeer()
+	rel := e.sources.Relation(p)
+	if rel == KindOther && e.cfg.MaxUploadStreams > 0 {
+		if e.otherStreams.Add(1) > int64(e.cfg.MaxUploadStreams) {
+			e.otherStreams.Add(-1)
+			e.uploadsRefused.Add(1)
+			e.log.Debug("fetch stream refused: upload stream limit", "peer", p, "limit", e.cfg.MaxUploadStreams)
+			s.Reset()
+			return
+		}
+		defer e.otherStreams.Add(-1)
+	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
@@ -41,7 +52,6 @@ func (e *Engine) handleFetch(s network.Stream) {
 	room := make(chan struct{}, maxQueuedPerStream) // a token per request being resolved or written
 	ready := make(chan *fetchSlot, maxQueuedPerStream+1)
 	writerDone := make(chan struct{})
-	rel := e.sources.Relation(p)
 	go func() {
 		defer close(writerDone)
 		e.writeReplies(ctx, cancel, s, ready, room, rel)
@@ -99,6 +109,13 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 	var hdr []byte
 	failed := false
 	for sl := range ready {
+		if !failed && ctx.Err() == nil && sl.status == statusOK && e.upLimit != nil {
+			// Flush what is buffered first: the wait must not hold it back.
+			if bw.Flush() != nil || e.waitUpload(ctx, len(sl.body)) != nil {
+				failed = true
+				cancel()
+			}
+		}
 		if !failed && ctx.Err() == nil {
 			hdr = appendFetchReplyHeader(hdr[:0], sl.tag, sl.status, len(sl.body))
 			_ = s.SetWriteDeadline(time.Now().Add(e.cfg.RequestTimeout))
@@ -127,6 +144,18 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 	if !failed {
 		_ = bw.Flush()
 	}
+}
+
+// waitUpload waits until MaxUploadRate allows n more bytes out.
+func (e *Engine) waitUpload(ctx context.Context, n int) error {
+	for n > 0 {
+		k := min(n, e.upLimit.Burst())
+		if err := e.upLimit.WaitN(ctx, k); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
 }
 
 // reply fills sl from the outcome of a request: data, or NOT_FOUND, or
