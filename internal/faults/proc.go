@@ -382,7 +382,7 @@ func (d *Daemon) Status(ctx context.Context) (rpcbridge.Status, map[string]any, 
 
 // ExtraCounters are status counters the suite prints when a daemon reports
 // them (newer daemons do), and tolerates the absence of.
-var ExtraCounters = []string{"chunks_damaged", "cache_orphaned"}
+var ExtraCounters = []string{"chunks_damaged", "cache_orphaned", "corrupt_received", "corrupt_reports", "redirects_sent", "redirects_taken", "sibling_failures"}
 
 // HasExtraCounters reports whether a raw status holds any ExtraCounters.
 func HasExtraCounters(raw map[string]any) bool {

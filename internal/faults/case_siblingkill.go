@@ -1,0 +1,106 @@
+package faults
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// caseSiblingKill: a root paced to 16 MiB/s (--max-upload-rate), a head
+// h1 with 4 workers (fallback: the root) that exchange chunks (the head
+// sends each chunk once and redirects the other workers to siblings). All
+// four get a fresh blob at once; a worker drawn at random is SIGKILLed
+// after a random delay, while its siblings fetch chunks from it.
+//
+// The other three complete with exact bytes (their requests to the dead
+// sibling fail fast, and they ask the head instead); the killed one exits
+// clearly and, restarted, gets the blob; the head's status shows it
+// redirected requests to siblings; no daemon panics or leaks descriptors.
+func caseSiblingKill(e *Env) error {
+	e.Step("start root (paced to 16 MiB/s), h1, 4 workers (fallback: root)")
+	t, err := e.StartTree(TreeSpec{Heads: 1, WorkersPerHead: 4, Fallback: true,
+		RootArgs: []string{"--max-upload-rate", "16M"}, WorkerArgs: []string{"--parent-retry", "2s"}})
+	if err != nil {
+		return err
+	}
+	if err := e.SetBaselines(t.All...); err != nil {
+		return err
+	}
+	root, h1, ws := t.Root, t.Heads[0], t.Workers
+
+	name := "sk/blob"
+	data := e.Blob(e.Size(24<<20, 48<<20))
+	e.Step("put %q (%d bytes) at the root", name, len(data))
+	if err := e.MustPut(root, name, data); err != nil {
+		return err
+	}
+	victim := e.Rng.IntN(len(ws))
+	delay := time.Duration(200+e.Rng.IntN(1200)) * time.Millisecond
+	modes := make([]GetMode, len(ws))
+	outs := make([]string, len(ws))
+	for i := range ws {
+		modes[i], outs[i] = e.RandGetMode(), e.Path("out-")
+	}
+	e.Step("get %q at every worker at once; SIGKILL %s after %v", name, ws[victim].Name, delay)
+	results := make([]CLIResult, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			args := []string{"--home", w.Home, "get", name}
+			if modes[i] == GetFile {
+				args = append(args, "-o", outs[i])
+			}
+			results[i] = RunCLI(e.Ctx, e.Bin, OpTimeout, nil, args...)
+		})
+	}
+	killErr := make(chan error, 1)
+	go func() {
+		e.sleep(delay)
+		killErr <- ws[victim].Kill()
+	}()
+	wg.Wait()
+	if err := <-killErr; err != nil {
+		return err
+	}
+	for i, w := range ws {
+		r := results[i]
+		if r.Err != nil {
+			return r.Err
+		}
+		got, err := e.output(modes[i], outs[i], r.Stdout)
+		if err != nil {
+			return err
+		}
+		rd := Read{ToStdout: modes[i] == GetStdout, Code: r.Code, Signal: r.Signal, Hung: r.TimedOut, Stderr: r.Stderr, Got: got}
+		v, err := e.Ledger.Judge(name, rd, JudgeOpts{})
+		if err != nil {
+			return fmt.Errorf("at %s (get to %s, %s killed): %w", w.Name, modes[i], ws[victim].Name, err)
+		}
+		e.Printf("%s: %s%s", w.Name, v, failText(r))
+		if i != victim && v != Exact {
+			return violation("get %q at %s must return the put bytes while its sibling %s died mid-broadcast: %s, exit %d: %s",
+				name, w.Name, ws[victim].Name, v, r.Code, trim(r.Stderr))
+		}
+	}
+	st, _, err := h1.Status(e.Ctx)
+	if err != nil {
+		return err
+	}
+	e.Printf("h1 redirected %d requests to siblings; sent %d chunk bytes to its workers (%.2f blobs)",
+		st.RedirectsSent, st.BytesOut["child"], float64(st.BytesOut["child"])/float64(len(data)))
+	if st.RedirectsSent == 0 {
+		return violation("h1 redirected no request: the workers did not exchange chunks (the case proves nothing)")
+	}
+	e.Step("restart %s, get %q there", ws[victim].Name, name)
+	if err := e.Restart(ws[victim], true, "SIGKILL mid-broadcast"); err != nil {
+		return err
+	}
+	if err := e.GetExact(ws[victim], name, reconnectWithin, "restarted, its head and siblings up"); err != nil {
+		return err
+	}
+	for _, w := range ws {
+		e.ShowStatus(w)
+	}
+	e.Step("daemons alive, answering, no panics, no leaked descriptors")
+	return e.CheckDaemons(t.All...)
+}
