@@ -89,7 +89,7 @@ func (m *Manifest) Check() error {
 
 // Encode returns the canonical bytes of m. m must pass Check.
 func (m *Manifest) Encode() []byte {
-	b := make([]byte, manifestHeaderLen+HashSize*len(m.Chunks))
+	b := make([]byte, EncodedManifestLen(len(m.Chunks)))
 	copy(b, manifestMagic[:])
 	b[4] = hashAlgBLAKE3
 	binary.BigEndian.PutUint32(b[8:], m.ChunkSize)
@@ -100,6 +100,10 @@ func (m *Manifest) Encode() []byte {
 	}
 	return b
 }
+
+// EncodedManifestLen is the length of the encoding of a manifest of n
+// chunks.
+func EncodedManifestLen(n int) int { return manifestHeaderLen + HashSize*n }
 
 // DecodeManifest parses and checks the bytes produced by Encode. Any other
 // input yields an error wrapping ErrBadManifest.

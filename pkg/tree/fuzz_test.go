@@ -73,7 +73,9 @@ func FuzzDecodeNamesRequest(f *testing.F) {
 }
 
 func FuzzDecodeNamesReply(f *testing.F) {
-	f.Add(msgFound, sampleRecord().Encode())
+	f.Add(msgFound, encodeFound(sampleRecord(), nil)[frameHeaderLen:])
+	m := &blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{7}}}
+	f.Add(msgFound, encodeFound(sampleRecord(), m.Encode())[frameHeaderLen:])
 	f.Add(msgNotFound, []byte{})
 	f.Add(msgError, []byte("\x01boom"))
 	f.Fuzz(func(t *testing.T, typ byte, b []byte) {
@@ -81,7 +83,7 @@ func FuzzDecodeNamesReply(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if p.Type == msgFound && (blob.ValidateName(p.Record.Name) != nil) {
+		if p.Type == msgFound && (blob.ValidateName(p.Record.Name) != nil || len(p.Manifest) > maxInlineManifest) {
 			t.Fatalf("bad record accepted: %+v", p.Record)
 		}
 	})

@@ -96,6 +96,15 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 			t.notePeerError(parent, "lookup", fmt.Errorf("asked for %q, got a record of %q", name, r.Name))
 			break
 		}
+		if rep.Manifest != nil {
+			// Checked against the blob ID before it is kept: a parent
+			// cannot pass off other chunks for the blob.
+			if m, err := blob.VerifyManifest(r.ID, rep.Manifest); err != nil {
+				t.notePeerError(parent, "lookup", fmt.Errorf("manifest sent with %q: %w", name, err))
+			} else if _, err := t.store.PutManifest(m); err != nil {
+				t.log.Warn("store manifest from parent", "id", r.ID, "err", err)
+			}
+		}
 		if haveLocal && !r.Newer(local) {
 			return local, nil
 		}
@@ -246,7 +255,13 @@ func (t *Tree) serveLookup(ctx context.Context, name string) []byte {
 	if err != nil {
 		return errorFrame(err)
 	}
-	return appendFrame(nil, msgFound, r.Encode())
+	// The manifest rides along when it is here and small: the asker
+	// then needs no round trip for it before the first chunk.
+	var mb []byte
+	if m, err := t.store.Manifest(r.ID); err == nil && blob.EncodedManifestLen(len(m.Chunks)) <= maxInlineManifest {
+		mb = m.Encode()
+	}
+	return encodeFound(r, mb)
 }
 
 func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []byte {

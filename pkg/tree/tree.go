@@ -35,6 +35,11 @@ type Store interface {
 	Routes() (map[string]string, error)
 	// List returns the records whose names start with prefix.
 	List(prefix string) ([]blob.Record, error)
+	// Manifest returns the manifest of blob id, or blob.ErrNotFound; the
+	// tree sends a small one along with a name it looks up for a child.
+	Manifest(id cid.Cid) (*blob.Manifest, error)
+	// PutManifest stores m (the tree has checked it against its blob ID).
+	PutManifest(m *blob.Manifest) (cid.Cid, error)
 }
 
 // Defaults for Config.

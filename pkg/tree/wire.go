@@ -26,6 +26,10 @@ const (
 	maxAddrLen     = 1024
 	maxErrorMsg    = 1024
 	maxRecordBytes = 4096
+	// maxInlineManifest bounds a manifest carried in a FOUND reply
+	// (32768 chunks: a 32 GiB blob of 1 MiB chunks); a bigger one is
+	// fetched on its own.
+	maxInlineManifest = 24 + blob.HashSize*32768
 	maxHelloBytes  = 2 + maxSite + 1 + maxAddrs*(2+maxAddrLen)
 	frameHeaderLen = 5
 )
@@ -65,8 +69,10 @@ func frameLimit(typ byte) int {
 		return 8
 	case msgLookup:
 		return blob.MaxNameLen
-	case msgAnnounce, msgFound:
+	case msgAnnounce:
 		return maxRecordBytes
+	case msgFound:
+		return 2 + maxRecordBytes + maxInlineManifest
 	case msgNotFound, msgAck:
 		return 0
 	case msgError:
@@ -246,6 +252,9 @@ func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 type namesReply struct {
 	Type    byte // msgFound, msgNotFound, msgAck, msgError
 	Record  blob.Record
+	// Manifest is the encoded manifest of Record's blob that a FOUND may
+	// carry (not yet checked against Record.ID), or nil.
+	Manifest []byte
 	Code    byte // of an ERROR: errOther, errUnreachable or errInvalidName
 	Message string
 }
@@ -260,16 +269,38 @@ const (
 	errInvalidName byte = 2
 )
 
+// encodeFound encodes a FOUND reply: the record (u16 length, bytes), then
+// the encoded manifest of its blob, if any (the rest of the payload).
+func encodeFound(r blob.Record, manifest []byte) []byte {
+	rb := r.Encode()
+	b := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(rb)+len(manifest)), uint16(len(rb)))
+	b = append(append(b, rb...), manifest...)
+	return appendFrame(nil, msgFound, b)
+}
+
 // decodeNamesReply parses the payload of a names reply of type typ.
 func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 	p := namesReply{Type: typ}
 	switch typ {
 	case msgFound:
-		r, err := blob.DecodeRecord(payload)
+		if len(payload) < 2 {
+			return p, malformed("FOUND of %d bytes", len(payload))
+		}
+		n := int(binary.BigEndian.Uint16(payload))
+		if n > maxRecordBytes || len(payload) < 2+n {
+			return p, malformed("FOUND with a record of %d bytes in %d", n, len(payload))
+		}
+		r, err := blob.DecodeRecord(payload[2 : 2+n])
 		if err != nil {
 			return p, err
 		}
 		p.Record = r
+		if m := payload[2+n:]; len(m) > 0 {
+			if len(m) > maxInlineManifest {
+				return p, malformed("FOUND with a manifest of %d bytes", len(m))
+			}
+			p.Manifest = m
+		}
 	case msgNotFound, msgAck:
 		if len(payload) != 0 {
 			return p, malformed("reply 0x%02x with %d payload bytes", typ, len(payload))

@@ -40,6 +40,54 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 }
 
+// FOUND carries the record, and may carry its blob's manifest.
+func TestFoundRoundTrip(t *testing.T) {
+	r := sampleRecord()
+	m := &blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{7}}}
+	for _, mb := range [][]byte{nil, m.Encode()} {
+		typ, p, err := decodeFrame(encodeFound(r, mb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := decodeNamesReply(typ, p)
+		if err != nil || rep.Record != r || !bytes.Equal(rep.Manifest, mb) {
+			t.Fatalf("FOUND with a %d-byte manifest: %+v %v", len(mb), rep, err)
+		}
+	}
+	for name, p := range map[string][]byte{
+		"empty":          {},
+		"record too big": {0xff, 0xff},
+		"record cut":     encodeFound(r, nil)[frameHeaderLen : frameHeaderLen+10],
+	} {
+		if _, err := decodeNamesReply(msgFound, p); err == nil {
+			t.Errorf("FOUND %s accepted", name)
+		}
+	}
+}
+
+// A node that looks a name up gets its manifest with it: no round trip
+// for the manifest before the first chunk.
+func TestLookupBringsManifest(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", nil)
+	w := newNode(t, head, "siteA", nil)
+	waitConnected(t, head, w)
+	rec := put(t, root, "m/x", randBlob(300<<10, 3), 16<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w.tree.Lookup(ctx, "m/x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*testNode{head, w} {
+		if _, err := n.store.Manifest(rec.ID); err != nil {
+			t.Fatalf("no manifest after the lookup: %v", err)
+		}
+	}
+	if st := root.eng.Status(); st.BytesServed != 0 {
+		t.Fatalf("the root served %d bytes for a lookup (a manifest request?)", st.BytesServed)
+	}
+}
+
 func TestWireRejects(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"unknown type":   appendFrame(nil, 0x7f, nil),
