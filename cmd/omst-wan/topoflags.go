@@ -14,8 +14,15 @@ type topoFlags struct {
 	sites, workers  int
 	wanBW, wanDelay string
 	lanBW, lanDelay string
+	sysctls         sysctlFlags
 	trace           bool
 }
+
+// sysctlFlags collects repeated -sysctl flags.
+type sysctlFlags []string
+
+func (s *sysctlFlags) String() string     { return fmt.Sprint(*s) }
+func (s *sysctlFlags) Set(v string) error { *s = append(*s, v); return nil }
 
 func (t *topoFlags) register(fs *flag.FlagSet, sites, workers int) {
 	fs.IntVar(&t.sites, "sites", sites, "number of sites (a head and -workers workers each)")
@@ -24,12 +31,13 @@ func (t *topoFlags) register(fs *flag.FlagSet, sites, workers int) {
 	fs.StringVar(&t.wanDelay, "wan-delay", "20ms", "WAN link one-way delay (so RTT = 2x); a comma list gives one per site")
 	fs.StringVar(&t.lanBW, "lan-bw", "1gbit", "LAN link bandwidth (every switch port, the head's included), each direction")
 	fs.StringVar(&t.lanDelay, "lan-delay", "0", "LAN one-way delay host to host (0: none)")
+	fs.Var(&t.sysctls, "sysctl", "a net.* kernel setting for every host, e.g. net.ipv4.tcp_slow_start_after_idle=0 (repeatable)")
 	fs.BoolVar(&t.trace, "v", false, "log every ip/tc/iptables command")
 }
 
 // config turns the flags into a wanemu.Config for run ID id.
 func (t *topoFlags) config(id string) (wanemu.Config, error) {
-	c := wanemu.Config{RunID: id, Sites: t.sites, Workers: t.workers}
+	c := wanemu.Config{RunID: id, Sites: t.sites, Workers: t.workers, Sysctls: t.sysctls}
 	rates, err := wanemu.ParseRates(t.wanBW)
 	if err != nil {
 		return c, fmt.Errorf("-wan-bw: %w", err)

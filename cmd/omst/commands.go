@@ -472,6 +472,9 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "  errors from\t%s: %d\n", p, st.ErrorsByPeer[p])
 			}
 			fmt.Fprintf(tw, "addrs\t%s\n", strings.Join(st.Addrs, "\n\t"))
+			for _, w := range st.Warnings {
+				fmt.Fprintf(tw, "WARNING\t%s\n", w)
+			}
 			return tw.Flush()
 		},
 	}

@@ -75,6 +75,9 @@ type Status struct {
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`
+	// Warnings name host settings (or states) that hurt this daemon, with
+	// what to change, one line each.
+	Warnings []string `json:"warnings"`
 	// ErrorsByPeer splits PeerErrors of the transfer engine by peer ID.
 	ErrorsByPeer map[string]uint64 `json:"errors_by_peer"`
 	Names        int               `json:"names"`

@@ -53,6 +53,10 @@ type Config struct {
 	WAN []Link
 	// LAN is every LAN link (switch port), the head's included.
 	LAN Link
+	// Sysctls are further kernel settings ("net.ipv4.tcp_slow_start_after_idle=0")
+	// made in every host's namespace (e.g. a host tuning the docs
+	// recommend, to measure it).
+	Sysctls []string
 }
 
 // Host is one emulated machine: one network namespace, one data IP.
@@ -151,8 +155,16 @@ func (c Config) Validate() error {
 	case len(c.WAN) > c.Sites:
 		return fmt.Errorf("%d WAN link shapes for %d sites", len(c.WAN), c.Sites)
 	}
+	for _, kv := range c.Sysctls {
+		if !sysctlPattern.MatchString(kv) {
+			return fmt.Errorf("sysctl %q: want a net.* key=value", kv)
+		}
+	}
 	return nil
 }
+
+// sysctlPattern is a sysctl setting hosts may get: a net.* key and a plain value.
+var sysctlPattern = regexp.MustCompile(`^net\.[a-z0-9_.]+=[0-9a-z_ ]+$`)
 
 func siteIP(s, host int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, byte(s + 1), 0, byte(host)})

@@ -274,3 +274,22 @@ func TestEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanSysctls(t *testing.T) {
+	c := testConfig()
+	c.Sysctls = []string{"net.ipv4.tcp_slow_start_after_idle=0"}
+	p, err := NewPlan(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ip netns exec omstw42-a-w1 sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 net.ipv4.tcp_rmem=4096 131072 40000000 net.ipv4.tcp_wmem=4096 16384 40000000 net.ipv4.tcp_slow_start_after_idle=0"
+	if !hasStep(p, want) {
+		t.Fatalf("no step %q", want)
+	}
+	for _, bad := range []string{"kernel.panic=1", "net.ipv4.x=1; rm -rf /", "net.ipv4.x"} {
+		c.Sysctls = []string{bad}
+		if err := c.Validate(); err == nil {
+			t.Errorf("sysctl %q accepted", bad)
+		}
+	}
+}

@@ -96,6 +96,7 @@ func buildSteps(p *Plan) ([]Step, []DelayQueue) {
 			}
 			buf := strconv.FormatUint(tcpBufMax(c), 10)
 			kv = append(kv, "net.ipv4.tcp_rmem=4096 131072 "+buf, "net.ipv4.tcp_wmem=4096 16384 "+buf)
+			kv = append(kv, c.Sysctls...)
 		}
 		add(sysctlStep(ns, kv...))
 	}
