@@ -30,8 +30,8 @@ const (
 	// (32768 chunks: a 32 GiB blob of 1 MiB chunks); a bigger one is
 	// fetched on its own.
 	maxInlineManifest = 24 + blob.HashSize*32768
-	maxHelloBytes  = 2 + maxSite + 1 + maxAddrs*(2+maxAddrLen)
-	frameHeaderLen = 5
+	maxHelloBytes     = 2 + maxSite + 1 + maxAddrs*(2+maxAddrLen)
+	frameHeaderLen    = 5
 )
 
 // Message types of /omst/tree/1.0.0.
@@ -250,13 +250,13 @@ func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 
 // namesReply is the one reply to a names request.
 type namesReply struct {
-	Type    byte // msgFound, msgNotFound, msgAck, msgError
-	Record  blob.Record
+	Type   byte // msgFound, msgNotFound, msgAck, msgError
+	Record blob.Record
 	// Manifest is the encoded manifest of Record's blob that a FOUND may
 	// carry (not yet checked against Record.ID), or nil.
 	Manifest []byte
-	Code    byte // of an ERROR: errOther, errUnreachable or errInvalidName
-	Message string
+	Code     byte // of an ERROR: errOther, errUnreachable or errInvalidName
+	Message  string
 }
 
 // Codes carried by a names ERROR, so that a cause keeps its meaning across
