@@ -168,7 +168,11 @@ func startCPUProfile(path string) (stop func(), err error) {
 }
 
 func putCmd(g *globals) *cobra.Command {
-	var chunkSize string
+	var (
+		chunkSize string
+		preheat   bool
+		sites     []string
+	)
 	c := &cobra.Command{
 		Use:   "put NAME [FILE|-]",
 		Short: "Publish a file (or standard input) under NAME; prints the blob ID",
@@ -244,11 +248,71 @@ func putCmd(g *globals) *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), info.ID)
+			if preheat || len(sites) > 0 {
+				return runPreheat(ctx, cl, cmd.ErrOrStderr(), name, sites)
+			}
 			return nil
 		},
 	}
 	c.Flags().StringVar(&chunkSize, "chunk-size", "", "chunk size for this blob, e.g. 4M (default: the daemon's)")
+	c.Flags().BoolVar(&preheat, "preheat", false, "then have this node's children (at the root: the head nodes) fetch the blob at once (see omst preheat)")
+	c.Flags().StringArrayVar(&sites, "site", nil, "with --preheat, only the children of this site (repeatable; implies --preheat)")
 	return c
+}
+
+func preheatCmd(g *globals) *cobra.Command {
+	var sites []string
+	c := &cobra.Command{
+		Use:   "preheat NAME",
+		Short: "Have this node's children (at the root: the head nodes) fetch NAME now, before their workers ask",
+		Long: "Ask every child of this daemon (only those of the given sites, with --site) to fetch the blob\n" +
+			"named NAME into its cache now, and wait until each has it: a job's first gets then run at LAN\n" +
+			"speed from the head nodes. Prints one line per child; exits 1 if any failed.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := blob.ValidateName(args[0]); err != nil {
+				return err
+			}
+			cl, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			return runPreheat(cmd.Context(), cl, cmd.OutOrStdout(), args[0], sites)
+		},
+	}
+	c.Flags().StringArrayVar(&sites, "site", nil, "only the children of this site (repeatable)")
+	return c
+}
+
+// runPreheat preheats name at the children of the daemon behind cl and
+// prints one line per child to w; it fails if any child failed.
+func runPreheat(ctx context.Context, cl *rpcbridge.Client, w io.Writer, name string, sites []string) error {
+	res, err := cl.Preheat(ctx, name, sites)
+	if err != nil {
+		return err
+	}
+	if len(res) == 0 {
+		fmt.Fprintf(w, "preheat %q: no connected child to preheat\n", name)
+		return nil
+	}
+	failed := 0
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, r := range res {
+		state := fmt.Sprintf("ok in %.2fs", r.Seconds)
+		if !r.OK {
+			failed++
+			state = "FAILED: " + r.Error
+		}
+		fmt.Fprintf(tw, "%s\tsite %s\t%s\n", r.Child, r.Site, state)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("preheat %q: %d of %d children failed", name, failed, len(res))
+	}
+	return nil
 }
 
 func getCmd(g *globals) *cobra.Command {

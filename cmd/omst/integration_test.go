@@ -400,3 +400,57 @@ func TestUnreachableParent(t *testing.T) {
 		t.Fatalf("get with unreachable parent took %v", took)
 	}
 }
+
+// TestPreheatCLI: `omst put --preheat --site a` has site a's head fetch
+// the blob at once; `omst preheat` does it for every head; a worker's get
+// afterwards costs the root nothing.
+func TestPreheatCLI(t *testing.T) {
+	dir := t.TempDir()
+	root := startDaemon(t, filepath.Join(dir, "root"))
+	ha := startDaemon(t, filepath.Join(dir, "ha"), "--parent", tcpAddr(t, root), "--site", "a")
+	hb := startDaemon(t, filepath.Join(dir, "hb"), "--parent", tcpAddr(t, root), "--site", "b")
+	wa := startDaemon(t, filepath.Join(dir, "wa"), "--parent", tcpAddr(t, ha), "--site", "a")
+	waitChildren := func(d *daemon, n int) {
+		deadline := time.Now().Add(20 * time.Second)
+		for len(d.status(t).Children) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: children did not connect", d.home)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitChildren(root, 2)
+	waitChildren(ha, 1)
+	src := filepath.Join(dir, "data.bin")
+	want := writeRandomFile(t, src, 5<<20+3, 7)
+	r := omst(t, time.Minute, "--home", root.home, "put", "--preheat", "--site", "a", "pre/x", src)
+	if r.code != 0 || !strings.Contains(r.stderr, "site a") || strings.Contains(r.stderr, "site b") {
+		t.Fatalf("put --preheat --site a: exit %d, stderr %q", r.code, r.stderr)
+	}
+	local := func(d *daemon) bool {
+		out := mustOmst(t, 30*time.Second, "--home", d.home, "stat", "pre/x", "--json")
+		return strings.Contains(out, `"local": true`)
+	}
+	if !local(ha) {
+		t.Fatal("site a's head does not hold the blob after put --preheat")
+	}
+	out := mustOmst(t, time.Minute, "--home", root.home, "preheat", "pre/x")
+	if !strings.Contains(out, "site a") || !strings.Contains(out, "site b") || strings.Count(out, "ok in") != 2 {
+		t.Fatalf("preheat: %q", out)
+	}
+	if !local(hb) {
+		t.Fatal("site b's head does not hold the blob after omst preheat")
+	}
+	served := root.status(t).BytesServed
+	copyPath := filepath.Join(dir, "copy.bin")
+	mustOmst(t, time.Minute, "--home", wa.home, "get", "pre/x", "-o", copyPath)
+	if fileHash(t, copyPath) != want {
+		t.Fatal("the worker got other bytes")
+	}
+	if more := root.status(t).BytesServed - served; more != 0 {
+		t.Fatalf("the root served %d more bytes for a worker's get after the preheat", more)
+	}
+	if r := omst(t, 30*time.Second, "--home", root.home, "preheat", "pre/none"); r.code != 3 {
+		t.Fatalf("preheat of an unknown name: exit %d (%s), want 3", r.code, r.stderr)
+	}
+}

@@ -172,6 +172,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 	}
 	tcfg := tree.Config{
+		// A parent's PREHEAT: fetch the blob now (n.engine is set below,
+		// before the tree starts).
+		OnPreheat: func(ctx context.Context, r blob.Record) error { return n.engine.Preheat(ctx, r) },
 		Host:           n.host,
 		Store:          n.store,
 		Parent:         parent,
@@ -516,4 +519,22 @@ func relayMode(storeForward bool) transfer.Mode {
 		return transfer.ModeStoreForward
 	}
 	return transfer.ModeCutThrough
+}
+
+// Preheat asks this node's children (of the given sites, if any) to fetch
+// the blob named name now (see tree.Tree.Preheat).
+func (n *Node) Preheat(ctx context.Context, name string, sites []string) ([]rpcbridge.PreheatResult, error) {
+	rec, _, err := n.resolve(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	var out []rpcbridge.PreheatResult
+	for _, r := range n.tree.Preheat(ctx, rec, sites) {
+		pr := rpcbridge.PreheatResult{Child: r.Child.String(), Site: r.Site, OK: r.Err == nil, Seconds: r.Elapsed.Seconds()}
+		if r.Err != nil {
+			pr.Error = r.Err.Error()
+		}
+		out = append(out, pr)
+	}
+	return out, nil
 }

@@ -760,3 +760,34 @@ func (s *stream) Close() error {
 	s.err = errStreamClosed
 	return nil
 }
+
+// ErrNoPreheat is returned by Preheat when the daemon speaks a protocol
+// version without PREHEAT (before 3).
+var ErrNoPreheat = errors.New("the daemon does not support PREHEAT (protocol version 3)")
+
+// Preheat asks the daemon's children (of the given sites only, if any) to
+// fetch the blob named name now, and waits for their answers.
+func (c *Client) Preheat(ctx context.Context, name string, sites []string) ([]PreheatResult, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if len(sites) > maxPreheatSites {
+		return nil, fmt.Errorf("preheat %q: %d sites, more than %d", name, len(sites), maxPreheatSites)
+	}
+	c.mu.Lock()
+	version := c.version
+	c.mu.Unlock()
+	if version != 0 && version < 3 {
+		return nil, fmt.Errorf("preheat %q: %w", name, ErrNoPreheat)
+	}
+	var res []PreheatResult
+	err := c.call(ctx, fmt.Sprintf("preheat %q", name), FramePreheat,
+		func(b []byte) []byte { return appendPreheatReq(b, name, sites) },
+		FramePreheatJ, func(b []byte) error {
+			if err := json.Unmarshal(b, &res); err != nil {
+				return malformed("PREHEAT_JSON: %v", err)
+			}
+			return nil
+		})
+	return res, err
+}

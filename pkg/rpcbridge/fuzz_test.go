@@ -213,3 +213,18 @@ func FuzzServerConn(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodePreheatReq(f *testing.F) {
+	f.Add(appendPreheatReq(nil, "a/b", []string{"site-a", "site-b"}))
+	f.Add(appendPreheatReq(nil, "a/b", nil))
+	f.Add([]byte{0, 0, 0, 1, 'x', 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		name, sites, err := decodePreheatReq(b)
+		if err != nil {
+			return
+		}
+		if len(sites) > maxPreheatSites || !bytes.Equal(appendPreheatReq(nil, name, sites), b) {
+			t.Fatal("PREHEAT body not canonical or over its limits")
+		}
+	})
+}

@@ -251,6 +251,26 @@ func (m *memBackend) Status(ctx context.Context) (Status, error) {
 	return testStatus, nil
 }
 
+// Preheat answers with one result per site asked (none: one child), or
+// NOT_FOUND for a name it does not hold.
+func (m *memBackend) Preheat(ctx context.Context, name string, sites []string) ([]PreheatResult, error) {
+	m.enter(ctx, "preheat")
+	m.mu.Lock()
+	_, ok := m.blobs[name]
+	m.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("preheat %q: %w", name, blob.ErrNotFound)
+	}
+	if len(sites) == 0 {
+		sites = []string{"site-a"}
+	}
+	var out []PreheatResult
+	for i, s := range sites {
+		out = append(out, PreheatResult{Child: fmt.Sprintf("12D3KooWKid%d", i), Site: s, OK: true, Seconds: 0.5})
+	}
+	return out, nil
+}
+
 func (m *memBackend) with(f func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

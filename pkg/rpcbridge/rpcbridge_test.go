@@ -1196,3 +1196,36 @@ func TestDocExample(t *testing.T) {
 		}
 	}
 }
+
+// PREHEAT (version 3): the children's answers come back as JSON; an
+// unknown name is NOT_FOUND; a version 2 connection may not send it.
+func TestPreheat(t *testing.T) {
+	m := newMem()
+	ts := startServer(t, m, ServerOptions{})
+	c := dial(t, ts.path)
+	ctx := context.Background()
+	if _, err := c.Put(ctx, "p/x", bytes.NewReader([]byte("hello")), PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Preheat(ctx, "p/x", []string{"site-a", "site-b"})
+	if err != nil || len(res) != 2 || res[1].Site != "site-b" || !res[1].OK || res[1].Seconds != 0.5 {
+		t.Fatalf("preheat: %+v %v", res, err)
+	}
+	if _, err := c.Preheat(ctx, "p/none", nil); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("preheat of an unknown name: %v", err)
+	}
+	if _, err := c.Preheat(ctx, "../bad", nil); !errors.Is(err, blob.ErrInvalidName) {
+		t.Fatalf("preheat of an invalid name: %v", err)
+	}
+	r := rawDial(t, ts.path, false)
+	r.send(FrameHello, appendHello(nil, 2))
+	if typ, body := r.recv(); typ != FrameHello || !bytes.Equal(body, appendHello(nil, 2)) {
+		t.Fatalf("hello v2 reply %v %x", typ, body)
+	}
+	r.send(FramePreheat, appendPreheatReq(nil, "p/x", nil))
+	r.expectError(CodeBadRequest)
+	// Malformed bodies.
+	r2 := rawDial(t, ts.path, true)
+	r2.send(FramePreheat, appendU32(appendStr(nil, "p/x"), maxPreheatSites+1))
+	r2.expectError(CodeBadRequest)
+}

@@ -286,6 +286,10 @@ func (sc *conn) next() bool {
 		if sc.version < 2 {
 			return sc.badRequest(malformed("GET_FD needs protocol version 2; this connection speaks %d", sc.version))
 		}
+	case FramePreheat:
+		if sc.version < 3 {
+			return sc.badRequest(malformed("PREHEAT needs protocol version 3; this connection speaks %d", sc.version))
+		}
 	default:
 		return sc.badRequest(malformed("unexpected %v frame where a request was expected", h.Type))
 	}
@@ -318,6 +322,8 @@ func (sc *conn) next() bool {
 		return sc.stat(ctx, body)
 	case FrameList:
 		return sc.list(ctx, body)
+	case FramePreheat:
+		return sc.preheat(ctx, body)
 	case FrameRemove:
 		return sc.remove(ctx, body)
 	default:
@@ -773,5 +779,28 @@ func (sc *conn) status(ctx context.Context, body []byte) bool {
 		return sc.sendError(errorFor(err))
 	}
 	sc.fc.frame(FrameStatusJ, js)
+	return sc.fc.flush() == nil
+}
+
+func (sc *conn) preheat(ctx context.Context, body []byte) bool {
+	name, sites, err := decodePreheatReq(body)
+	if err != nil {
+		return sc.badRequest(err)
+	}
+	if err := checkName(name); err != nil {
+		return sc.sendError(errorFor(err))
+	}
+	res, err := sc.s.b.Preheat(ctx, name, sites)
+	if err != nil {
+		return sc.sendError(errorFor(err))
+	}
+	if res == nil {
+		res = []PreheatResult{}
+	}
+	js, err := json.Marshal(res)
+	if err != nil {
+		return sc.sendError(errorFor(err))
+	}
+	sc.fc.frame(FramePreheatJ, js)
 	return sc.fc.flush() == nil
 }

@@ -102,6 +102,9 @@ type Backend interface {
 	// Open returns the blob's info and a reader of its verified bytes, in
 	// order; it must yield exactly Info.Size bytes.
 	Open(ctx context.Context, name string) (Info, io.ReadCloser, error)
+	// Preheat asks the node's children (of the given sites only, if any)
+	// to fetch the blob named name now, and returns their answers.
+	Preheat(ctx context.Context, name string, sites []string) ([]PreheatResult, error)
 	// OpenExtents serves GET_FD: it makes the blob local, verifies every
 	// byte, and returns the blob's info and its extents in blob order (no
 	// gaps, lengths summing to Info.Size). The files must never change
@@ -130,4 +133,14 @@ type ExtentIter interface {
 	// Close releases what the iterator still holds (files of extents not
 	// yet returned, work in flight). It is safe to call at any point.
 	Close() error
+}
+
+// PreheatResult is one child's answer to a PREHEAT: it holds the whole blob
+// (OK), or the error says why not.
+type PreheatResult struct {
+	Child   string  `json:"child"` // peer ID
+	Site    string  `json:"site"`
+	OK      bool    `json:"ok"`
+	Error   string  `json:"error,omitempty"`
+	Seconds float64 `json:"seconds"`
 }

@@ -12,8 +12,9 @@ import (
 
 // ProtocolVersion is the highest version of the local API protocol this
 // package speaks: a client asks for it in HELLO, a server answers with the
-// smaller of it and the client's. Version 2 adds GET_FD and FDS.
-const ProtocolVersion = 2
+// smaller of it and the client's. Version 2 adds GET_FD and FDS; version 3
+// PREHEAT and PREHEAT_JSON.
+const ProtocolVersion = 3
 
 // MinProtocolVersion is the lowest version this package still speaks.
 const MinProtocolVersion = 1
@@ -62,6 +63,7 @@ const (
 	FrameRemove  FrameType = 0x16 // name
 	FrameStatus  FrameType = 0x17 // empty
 	FrameGetFD   FrameType = 0x18 // name (version 2): zero-copy GET; reply INFO, FDS..., END
+	FramePreheat FrameType = 0x19 // name, sites (version 3): children fetch the blob now; reply PREHEAT_JSON
 
 	FrameData  FrameType = 0x20 // raw bytes; empty = end of a PUT upload
 	FrameAbort FrameType = 0x21 // client aborts a PUT upload; empty body
@@ -72,6 +74,7 @@ const (
 	FrameInfo    FrameType = 0x31 // one Info
 	FrameListing FrameType = 0x32 // u32 count + count Infos (a LIST reply may hold several)
 	FrameStatusJ FrameType = 0x33 // the STATUS JSON document
+	FramePreheatJ FrameType = 0x34 // (version 3) the PREHEAT results, a JSON array
 	FrameError   FrameType = 0x3F // u32 code + message
 )
 
@@ -258,6 +261,31 @@ func decodePutFileReq(b []byte) (name string, chunkSize uint32, path string, err
 // appendNameReq appends the body of GET, STAT, REMOVE (str name) and LIST
 // (str prefix).
 func appendNameReq(dst []byte, name string) []byte { return appendStr(dst, name) }
+
+// maxPreheatSites bounds the sites of a PREHEAT request.
+const maxPreheatSites = 1024
+
+// appendPreheatReq appends a PREHEAT body: str name, u32 count, count × str site.
+func appendPreheatReq(dst []byte, name string, sites []string) []byte {
+	dst = appendU32(appendStr(dst, name), uint32(len(sites)))
+	for _, s := range sites {
+		dst = appendStr(dst, s)
+	}
+	return dst
+}
+
+func decodePreheatReq(b []byte) (name string, sites []string, err error) {
+	d := decoder{b: b}
+	name = d.str("name")
+	n := d.u32("count")
+	if d.err == nil && n > maxPreheatSites {
+		d.fail("PREHEAT with %d sites, more than %d", n, maxPreheatSites)
+	}
+	for i := uint32(0); d.err == nil && i < n; i++ {
+		sites = append(sites, d.str("site"))
+	}
+	return name, sites, d.end()
+}
 
 func decodeNameReq(b []byte) (string, error) {
 	d := decoder{b: b}

@@ -123,8 +123,8 @@ type Engine struct {
 	mu       sync.Mutex
 	inflight map[blob.Hash]*chunkCall
 	peers    map[peer.ID]*fetchPeer
-	replicas map[cid.Cid]bool           // blobs being replicated
-	whole    map[cid.Cid]*wholeBlobCall // store-and-forward fetches in flight
+	replicas map[cid.Cid]*backgroundFetch // blobs being fetched with no reader (Replicate, Preheat)
+	whole    map[cid.Cid]*wholeBlobCall   // store-and-forward fetches in flight
 	started  bool
 	closed   bool
 
@@ -189,7 +189,7 @@ func New(cfg Config) (*Engine, error) {
 		self:      cfg.Host.ID(),
 		inflight:  map[blob.Hash]*chunkCall{},
 		peers:     map[peer.ID]*fetchPeer{},
-		replicas:  map[cid.Cid]bool{},
+		replicas:  map[cid.Cid]*backgroundFetch{},
 		whole:     map[cid.Cid]*wholeBlobCall{},
 		peerFails: map[peer.ID]uint64{},
 	}

@@ -297,26 +297,58 @@ func (e *Engine) fetchAll(ctx context.Context, r blob.Record, sources []Source) 
 // fetch at a time per blob (a relay does so for a blob put by its child,
 // so that a result is durable once the head node holds a copy). Failures
 // are logged.
-func (e *Engine) Replicate(r blob.Record) {
-	e.mu.Lock()
-	if e.replicas[r.ID] || e.closed {
-		e.mu.Unlock()
-		return
+func (e *Engine) Replicate(r blob.Record) { e.background(r) }
+
+// Preheat fetches r's blob into the store in the background (sharing a
+// fetch of it already under way, as Replicate) and waits until it is done
+// or ctx ends; the fetch goes on after ctx ends.
+func (e *Engine) Preheat(ctx context.Context, r blob.Record) error {
+	c := e.background(r)
+	if c == nil {
+		return errClosed
 	}
-	e.replicas[r.ID] = true
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// backgroundFetch is a fetch of a whole blob that no reader waits on.
+type backgroundFetch struct {
+	done chan struct{}
+	err  error
+}
+
+// background starts a fetch of r's blob unless one is under way, and
+// returns it (nil once the engine is closed).
+func (e *Engine) background(r blob.Record) *backgroundFetch {
+	e.mu.Lock()
+	if c := e.replicas[r.ID]; c != nil {
+		e.mu.Unlock()
+		return c
+	}
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	c := &backgroundFetch{done: make(chan struct{})}
+	e.replicas[r.ID] = c
 	e.wg.Add(1)
 	e.mu.Unlock()
 	go func() {
 		defer e.wg.Done()
-		defer func() {
-			e.mu.Lock()
-			delete(e.replicas, r.ID)
-			e.mu.Unlock()
-		}()
-		if err := e.Fetch(e.ctx, r); err != nil {
-			e.log.Warn("replicate failed", "name", r.Name, "id", r.ID, "err", err)
+		c.err = e.Fetch(e.ctx, r)
+		e.mu.Lock()
+		delete(e.replicas, r.ID)
+		e.mu.Unlock()
+		close(c.done)
+		if c.err != nil {
+			e.log.Warn("background fetch failed", "name", r.Name, "id", r.ID, "err", c.err)
 			return
 		}
-		e.log.Info("replicated", "name", r.Name, "id", r.ID, "size", r.Size)
+		e.log.Info("fetched in the background", "name", r.Name, "id", r.ID, "size", r.Size)
 	}()
+	return c
 }

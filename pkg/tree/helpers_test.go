@@ -122,6 +122,7 @@ func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap fu
 	if nc.Replicate {
 		tr.cfg.OnChildPut = eng.Replicate
 	}
+	tr.cfg.OnPreheat = eng.Preheat
 	if err := tr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

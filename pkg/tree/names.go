@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -17,7 +20,12 @@ import (
 // namesCall sends one request on a fresh names stream to p and returns the
 // reply. Errors name the peer; transport failures wrap blob.ErrUnreachable.
 func (t *Tree) namesCall(ctx context.Context, p peer.ID, q namesRequest) (namesReply, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
+	return t.namesCallTimeout(ctx, p, q, t.cfg.RequestTimeout)
+}
+
+// namesCallTimeout is namesCall with its own bound on the reply.
+func (t *Tree) namesCallTimeout(ctx context.Context, p peer.ID, q namesRequest, timeout time.Duration) (namesReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := t.connect(ctx, p); err != nil {
 		return namesReply{}, err
@@ -43,7 +51,7 @@ func (t *Tree) namesCall(ctx context.Context, p peer.ID, q namesRequest) (namesR
 			return namesReply{}, fmt.Errorf("%s: %w", t.Describe(p), err)
 		}
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-			err = fmt.Errorf("no reply within %v", t.cfg.RequestTimeout)
+			err = fmt.Errorf("no reply within %v", timeout)
 		}
 		return namesReply{}, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
 	}
@@ -235,12 +243,17 @@ func (t *Tree) handleNames(s network.Stream) {
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.RequestTimeout)
 	defer cancel()
+	if q.Type == msgPreheat {
+		_ = s.SetDeadline(time.Now().Add(PreheatTimeout))
+	}
 	var reply []byte
 	switch q.Type {
 	case msgLookup:
 		reply = t.serveLookup(ctx, q.Name)
 	case msgAnnounce:
 		reply = t.serveAnnounce(ctx, p, q.Record)
+	case msgPreheat:
+		reply = t.servePreheat(p, q.Record)
 	}
 	if _, err := s.Write(reply); err != nil {
 		t.log.Debug("names reply", "peer", p, "err", err)
@@ -286,5 +299,79 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 			t.goTracked(func() { t.cfg.OnChildPut(r) })
 		}
 	}
+	return appendFrame(nil, msgAck, nil)
+}
+
+// PreheatTimeout bounds how long a parent waits for a child to fetch a
+// blob it was asked to preheat (the fetch itself goes on past it).
+const PreheatTimeout = time.Hour
+
+// PreheatResult is one child's answer to a PREHEAT.
+type PreheatResult struct {
+	Child   peer.ID
+	Site    string
+	Err     error // nil: the child holds the whole blob
+	Elapsed time.Duration
+}
+
+// Preheat asks every connected child of this node (of the given sites
+// only, if sites is not empty) to fetch r's blob now, before their own
+// children ask for it, and waits for their answers (each bounded by ctx
+// and PreheatTimeout). A child stores r as a record from its parent and
+// holds the whole blob when it answers without an error.
+func (t *Tree) Preheat(ctx context.Context, r blob.Record, sites []string) []PreheatResult {
+	t.mu.Lock()
+	var out []PreheatResult
+	for id, c := range t.children {
+		if c.connected && (len(sites) == 0 || slices.Contains(sites, c.site)) {
+			out = append(out, PreheatResult{Child: id, Site: c.site})
+		}
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b PreheatResult) int { return strings.Compare(string(a.Child), string(b.Child)) })
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() {
+			start := time.Now()
+			out[i].Err = t.preheatChild(ctx, out[i].Child, r)
+			out[i].Elapsed = time.Since(start)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func (t *Tree) preheatChild(ctx context.Context, child peer.ID, r blob.Record) error {
+	ctx, cancel := context.WithTimeout(ctx, PreheatTimeout)
+	defer cancel()
+	rep, err := t.namesCallTimeout(ctx, child, namesRequest{Type: msgPreheat, Record: r}, PreheatTimeout)
+	if err != nil {
+		return err
+	}
+	if rep.Type != msgAck {
+		return fmt.Errorf("%s: %w", t.Describe(child), malformed("reply 0x%02x to PREHEAT", rep.Type))
+	}
+	return nil
+}
+
+// servePreheat answers a PREHEAT from one of this node's parents: keep the
+// record, fetch the blob (OnPreheat), answer ACK once it is here.
+func (t *Tree) servePreheat(p peer.ID, r blob.Record) []byte {
+	if t.parentIndex(p) < 0 {
+		return errorFrame(fmt.Errorf("preheat %q: %s is not a parent of %s", r.Name, p, t.self))
+	}
+	if t.cfg.OnPreheat == nil {
+		return errorFrame(fmt.Errorf("preheat %q: this node does not preheat", r.Name))
+	}
+	if _, err := t.store.PutRecordFrom(r, ""); err != nil {
+		return errorFrame(fmt.Errorf("preheat %q: %w", r.Name, err))
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, PreheatTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := t.cfg.OnPreheat(ctx, r); err != nil {
+		return errorFrame(fmt.Errorf("preheat %q at %s: %w", r.Name, t.self, err))
+	}
+	t.log.Info("preheated", "name", r.Name, "id", r.ID, "size", r.Size, "took", time.Since(start))
 	return appendFrame(nil, msgAck, nil)
 }

@@ -69,7 +69,11 @@ type Config struct {
 	// goroutine) with every record that a child announced about a blob it
 	// put itself: a relay replicates such blobs, so that a result is
 	// durable once its head node holds a copy.
-	OnChildPut     func(blob.Record)
+	OnChildPut func(blob.Record)
+	// OnPreheat, when set, fetches a record's blob into the store and
+	// returns when it is there (or ctx ends): a parent's PREHEAT asks for
+	// it (see Preheat).
+	OnPreheat      func(ctx context.Context, r blob.Record) error
 	DialTimeout    time.Duration // default 5s
 	RequestTimeout time.Duration // per names request to a peer, default 30s
 	// Keepalive is the PING interval on the tree stream (default 5s); a

@@ -47,6 +47,7 @@ const (
 const (
 	msgLookup   byte = 0x10
 	msgAnnounce byte = 0x11
+	msgPreheat  byte = 0x13 // parent -> child: fetch this record's blob now
 
 	msgFound    byte = 0x90
 	msgNotFound byte = 0x91
@@ -69,7 +70,7 @@ func frameLimit(typ byte) int {
 		return 8
 	case msgLookup:
 		return blob.MaxNameLen
-	case msgAnnounce:
+	case msgAnnounce, msgPreheat:
 		return maxRecordBytes
 	case msgFound:
 		return 2 + maxRecordBytes + maxInlineManifest
@@ -211,17 +212,17 @@ func takeString16(b []byte, max int) (string, []byte, error) {
 
 // namesRequest is one request on a names stream.
 type namesRequest struct {
-	Type   byte        // msgLookup or msgAnnounce
+	Type   byte        // msgLookup, msgAnnounce or msgPreheat
 	Name   string      // LOOKUP
-	Record blob.Record // ANNOUNCE
+	Record blob.Record // ANNOUNCE, PREHEAT
 }
 
 func encodeNamesRequest(q namesRequest) []byte {
 	switch q.Type {
 	case msgLookup:
 		return appendFrame(nil, msgLookup, []byte(q.Name))
-	case msgAnnounce:
-		return appendFrame(nil, msgAnnounce, q.Record.Encode())
+	case msgAnnounce, msgPreheat:
+		return appendFrame(nil, q.Type, q.Record.Encode())
 	}
 	panic(fmt.Sprintf("encodeNamesRequest: type 0x%02x", q.Type))
 }
@@ -236,7 +237,7 @@ func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 			return q, err
 		}
 		q.Name = string(payload)
-	case msgAnnounce:
+	case msgAnnounce, msgPreheat:
 		r, err := blob.DecodeRecord(payload)
 		if err != nil {
 			return q, err
