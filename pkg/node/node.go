@@ -174,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	tcfg := tree.Config{
 		// A parent's PREHEAT: fetch the blob now (n.engine is set below,
 		// before the tree starts).
-		OnPreheat: func(ctx context.Context, r blob.Record) error { return n.engine.Preheat(ctx, r) },
+		OnPreheat:      func(ctx context.Context, r blob.Record) error { return n.engine.Preheat(ctx, r) },
 		Host:           n.host,
 		Store:          n.store,
 		Parent:         parent,

@@ -856,7 +856,7 @@ func TestMalformedFrames(t *testing.T) {
 	t.Run("bad version", func(t *testing.T) {
 		r := rawDial(t, ts.path, false)
 		r.send(FrameHello, appendHello(nil, 0))
-		if e := r.expectError(CodeUnsupportedVersion); !strings.Contains(e.Message, "versions 1 to 2") {
+		if e := r.expectError(CodeUnsupportedVersion); !strings.Contains(e.Message, fmt.Sprintf("versions 1 to %d", ProtocolVersion)) {
 			t.Fatalf("message %q", e.Message)
 		}
 		r.expectClosed()

@@ -70,12 +70,12 @@ const (
 	FrameEnd   FrameType = 0x22 // server: end of a GET, GET_FD or LIST stream; empty body
 	FrameFDS   FrameType = 0x23 // server (version 2): u32 count + count Extents, with count descriptors
 
-	FrameOK      FrameType = 0x30 // empty body
-	FrameInfo    FrameType = 0x31 // one Info
-	FrameListing FrameType = 0x32 // u32 count + count Infos (a LIST reply may hold several)
-	FrameStatusJ FrameType = 0x33 // the STATUS JSON document
+	FrameOK       FrameType = 0x30 // empty body
+	FrameInfo     FrameType = 0x31 // one Info
+	FrameListing  FrameType = 0x32 // u32 count + count Infos (a LIST reply may hold several)
+	FrameStatusJ  FrameType = 0x33 // the STATUS JSON document
 	FramePreheatJ FrameType = 0x34 // (version 3) the PREHEAT results, a JSON array
-	FrameError   FrameType = 0x3F // u32 code + message
+	FrameError    FrameType = 0x3F // u32 code + message
 )
 
 var frameNames = map[FrameType]string{
