@@ -478,6 +478,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		RedirectsTaken:  es.RedirectsTaken,
 		SiblingFailures: es.SiblingFailures,
 		UploadsRefused:  es.UploadsRefused,
+		Hedges:          es.Hedges,
 		Warnings:        hostWarnings(),
 		ErrorsByPeer:    map[string]uint64{},
 		Version:         Version,

@@ -72,6 +72,9 @@ type Status struct {
 	RedirectsSent   uint64 `json:"redirects_sent"`
 	RedirectsTaken  uint64 `json:"redirects_taken"`
 	SiblingFailures uint64 `json:"sibling_failures"`
+	// Hedges counts sibling requests slow enough that the chunk was also
+	// asked of the relay (the first copy wins).
+	Hedges uint64 `json:"hedges"`
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`

@@ -150,33 +150,112 @@ func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) 
 	return data, nil
 }
 
-// fromSibling follows relay's redirect of chunk q to sibling rd, within
-// SiblingTimeout; if the sibling cannot deliver (it is gone, slow, lacks
-// the chunk, sends corrupt bytes) the chunk is asked from relay itself
-// (GET_DIRECT, naming the sibling that failed).
+// fromSibling follows relay's redirect of chunk q to sibling rd. If the
+// sibling has not delivered after hedgeDelay (a few times the recent
+// sibling chunk time), the chunk is also asked from the relay itself
+// (GET_DIRECT naming the sibling, which the relay then avoids), and the
+// first verified copy wins: a slow sibling costs a little time, never a
+// stall. A sibling that fails (gone, NOT_FOUND, corrupt bytes, past
+// SiblingTimeout) is replaced the same way at once.
 func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q fetchRequest) ([]byte, error) {
 	e.redirectsTaken.Add(1)
 	if len(rd.Addrs) > 0 {
 		e.h.Peerstore().AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
 	}
-	sctx, cancel := context.WithTimeout(ctx, e.cfg.SiblingTimeout)
-	data, err := e.fetchVerified(sctx, Source{ID: rd.Peer, Kind: KindSibling}, q)
-	cancel()
-	if err == nil || ctx.Err() != nil {
-		return data, err
+	type result struct {
+		data    []byte
+		err     error
+		sibling bool
 	}
-	e.siblingFailures.Add(1)
-	e.log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
-		"relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", err)
-	dq := q
-	dq.Type, dq.Failed = msgGetDirect, rd.Peer
-	data, err = e.fetchVerified(ctx, relay, dq)
-	if _, ok := errors.AsType[*redirectError](err); ok {
-		err = &peerError{peer: e.describe(relay.ID), kind: FailUnreachable,
-			err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
-		e.notePeerError(relay.ID, "fetch chunk", err)
+	results := make(chan result, 2)
+	sctx, scancel := context.WithTimeout(ctx, e.cfg.SiblingTimeout)
+	defer scancel()
+	start := time.Now()
+	go func() {
+		data, err := e.fetchVerified(sctx, Source{ID: rd.Peer, Kind: KindSibling}, q)
+		results <- result{data, err, true}
+	}()
+	pending, direct := 1, false
+	askRelay := func() {
+		direct = true
+		pending++
+		dq := q
+		dq.Type, dq.Failed = msgGetDirect, rd.Peer
+		go func() {
+			data, err := e.fetchVerified(ctx, relay, dq)
+			if _, ok := errors.AsType[*redirectError](err); ok {
+				err = &peerError{peer: e.describe(relay.ID), kind: FailUnreachable,
+					err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
+				e.notePeerError(relay.ID, "fetch chunk", err)
+			}
+			results <- result{data, err, false}
+		}()
 	}
-	return data, err
+	hedge := time.NewTimer(e.hedgeDelay())
+	defer hedge.Stop()
+	var last error
+	for pending > 0 {
+		select {
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				if r.sibling {
+					e.noteSiblingTime(time.Since(start))
+				}
+				return r.data, nil
+			}
+			last = r.err
+			if r.sibling && ctx.Err() == nil {
+				e.siblingFailures.Add(1)
+				e.log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
+					"relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
+				if !direct {
+					askRelay()
+				}
+			}
+		case <-hedge.C:
+			if !direct {
+				e.hedges.Add(1)
+				askRelay()
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return nil, last
+}
+
+// Hedging a sibling request: after hedgeFactor times the moving average
+// of recent sibling chunk times, within [minHedge, SiblingTimeout]
+// (initialHedge before any sibling delivered).
+const (
+	hedgeFactor  = 4
+	minHedge     = 300 * time.Millisecond
+	initialHedge = time.Second
+)
+
+// hedgeDelay is how long a sibling request runs alone.
+func (e *Engine) hedgeDelay() time.Duration {
+	avg := time.Duration(e.siblingTime.Load())
+	if avg == 0 {
+		return min(initialHedge, e.cfg.SiblingTimeout)
+	}
+	return min(max(hedgeFactor*avg, minHedge), e.cfg.SiblingTimeout)
+}
+
+// noteSiblingTime folds a sibling chunk's time into the moving average
+// (weight 1/5).
+func (e *Engine) noteSiblingTime(d time.Duration) {
+	for {
+		old := e.siblingTime.Load()
+		nv := int64(d)
+		if old != 0 {
+			nv = old + (int64(d)-old)/5
+		}
+		if e.siblingTime.CompareAndSwap(old, nv) {
+			return
+		}
+	}
 }
 
 // siblingAddrTTL is how long the addresses of a sibling named in a

@@ -143,6 +143,8 @@ type Engine struct {
 	bytesIn         [numKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
 	bytesOut        [numKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
 	uploadsRefused  atomic.Uint64
+	hedges          atomic.Uint64 // sibling requests doubled by a GET_DIRECT
+	siblingTime     atomic.Int64  // moving average of a sibling chunk's time, ns
 	redirectsSent   atomic.Uint64
 	redirectsTaken  atomic.Uint64
 	siblingFailures atomic.Uint64
@@ -272,6 +274,9 @@ type Status struct {
 	BytesIn, BytesOut map[string]uint64
 	// UploadsRefused counts fetch streams refused for MaxUploadStreams.
 	UploadsRefused uint64
+	// Hedges counts sibling requests that were slow enough to be asked
+	// of the relay too.
+	Hedges uint64
 	// RedirectsSent counts requests this relay answered with a sibling;
 	// RedirectsTaken redirects this node followed; SiblingFailures those
 	// whose sibling could not deliver (the chunk then came from the relay).
@@ -298,6 +303,7 @@ func (e *Engine) Status() Status {
 		BytesIn:         map[string]uint64{},
 		BytesOut:        map[string]uint64{},
 		UploadsRefused:  e.uploadsRefused.Load(),
+		Hedges:          e.hedges.Load(),
 		RedirectsSent:   e.redirectsSent.Load(),
 		RedirectsTaken:  e.redirectsTaken.Load(),
 		SiblingFailures: e.siblingFailures.Load(),

@@ -170,3 +170,41 @@ func TestHeadKilledSiblingsAndFallback(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowSiblingHedged: a sibling that takes seconds per chunk does not
+// stall the others: their requests to it are doubled by a request to the
+// head, and the first copy wins.
+func TestSlowSiblingHedged(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", nil, siblings)
+	var slow *slowStore
+	sw := newNode(t, head, "siteA", func(m *memStore) nodeStore { slow = &slowStore{memStore: m}; return slow }, siblings)
+	var ws []*testNode
+	for range 3 {
+		ws = append(ws, newNode(t, head, "siteA", nil, siblings))
+	}
+	waitConnected(t, append([]*testNode{head, sw}, ws...)...)
+	data := randBlob(32*16<<10, 15)
+	put(t, root, "s/x", data, 16<<10)
+	readAll(t, sw, "s/x") // the slow worker holds every chunk: the head sends siblings to it
+	slow.mu.Lock()
+	slow.delay = 3 * time.Second
+	slow.mu.Unlock()
+	start := time.Now()
+	got := readAllAsync(t, ws, "s/x", -1)
+	took := time.Since(start)
+	var hedges uint64
+	for i, w := range ws {
+		if !bytes.Equal(got[i], data) {
+			t.Fatalf("worker %d got wrong bytes", i)
+		}
+		hedges += w.eng.Status().Hedges
+	}
+	t.Logf("three workers done in %v with a sibling taking 3s a chunk; %d hedged requests", took, hedges)
+	if hedges == 0 {
+		t.Fatal("no request was hedged: the test proves nothing")
+	}
+	if took > 8*time.Second {
+		t.Fatalf("a slow sibling stalled the others for %v", took)
+	}
+}
