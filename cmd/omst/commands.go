@@ -537,6 +537,16 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "  errors from\t%s: %d\n", p, st.ErrorsByPeer[p])
 			}
 			fmt.Fprintf(tw, "addrs\t%s\n", strings.Join(st.Addrs, "\n\t"))
+			for _, tr := range st.Transfers {
+				var from []string
+				for _, f := range tr.From {
+					from = append(from, fmt.Sprintf("%s %s (%s)", f.Kind, shortPeer(f.Peer), bytesize.Format(int64(f.Bytes))))
+				}
+				if len(from) == 0 {
+					from = []string{"nothing from peers yet"}
+				}
+				fmt.Fprintf(tw, "transfer\t%s: %d of %d chunks; from %s\n", tr.Name, tr.Done, tr.Chunks, strings.Join(from, ", "))
+			}
 			for _, w := range st.Warnings {
 				fmt.Fprintf(tw, "WARNING\t%s\n", w)
 			}
@@ -545,6 +555,14 @@ func statusCmd(g *globals) *cobra.Command {
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
+}
+
+// shortPeer shortens a peer ID for a table: its last 8 characters.
+func shortPeer(p string) string {
+	if len(p) <= 12 {
+		return p
+	}
+	return "…" + p[len(p)-8:]
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -483,6 +483,13 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		ErrorsByPeer:    map[string]uint64{},
 		Version:         Version,
 	}
+	for _, tr := range n.engine.Transfers() {
+		t := rpcbridge.Transfer{Name: tr.Name, ID: tr.ID.String(), Chunks: tr.Chunks, Done: tr.Done}
+		for _, f := range tr.From {
+			t.From = append(t.From, rpcbridge.TransferSource{Peer: f.ID.String(), Kind: f.Kind.String(), Bytes: f.Bytes})
+		}
+		st.Transfers = append(st.Transfers, t)
+	}
 	for p, n := range es.ErrorsByPeer {
 		st.ErrorsByPeer[p.String()] = n
 	}

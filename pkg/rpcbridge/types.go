@@ -78,6 +78,10 @@ type Status struct {
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`
+	// Transfers are the blob fetches under way on this node (a get, a
+	// replication, a preheat, a relay's store-and-forward), with the
+	// peers their bytes came from so far.
+	Transfers []Transfer `json:"transfers"`
 	// Warnings name host settings (or states) that hurt this daemon, with
 	// what to change, one line each.
 	Warnings []string `json:"warnings"`
@@ -146,4 +150,20 @@ type PreheatResult struct {
 	OK      bool    `json:"ok"`
 	Error   string  `json:"error,omitempty"`
 	Seconds float64 `json:"seconds"`
+}
+
+// Transfer is a blob fetch under way (Status.Transfers).
+type Transfer struct {
+	Name   string           `json:"name"`
+	ID     string           `json:"id"`
+	Chunks int              `json:"chunks"`
+	Done   int              `json:"done"` // chunks in the store or delivered
+	From   []TransferSource `json:"from"`
+}
+
+// TransferSource is what one peer delivered to a transfer so far.
+type TransferSource struct {
+	Peer  string `json:"peer"`
+	Kind  string `json:"kind"` // parent, child, sibling, other
+	Bytes uint64 `json:"bytes"`
 }

@@ -21,6 +21,7 @@ type chunkCall struct {
 	done    chan struct{} // closed when data/err are set
 	stored  chan struct{} // closed after the chunk was stored (or storing failed)
 	data    []byte
+	from    Source // the peer that delivered data
 	err     error
 	waiters int
 	cancel  context.CancelFunc
@@ -63,19 +64,20 @@ func joinable(c *chunkCall, asker peer.ID) bool {
 // cancelled when its last waiter leaves. asker, when not empty, is the peer
 // this chunk is wanted for: a fetch in flight from asker itself is not
 // joined (asker is asking because it lacks the chunk), the chunk is then
-// fetched from src on its own.
-func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src Source, asker peer.ID) ([]byte, error) {
+// fetched from src on its own. It also returns the peer that delivered
+// the bytes (none when they came from the store).
+func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src Source, asker peer.ID) ([]byte, Source, error) {
 	if e.store.HasChunk(q.Hash) {
 		// Verified by the store; a damaged copy is dropped there and
 		// fetched again below.
 		if data, err := e.store.ReadChunk(q.Hash); err == nil {
-			return data, nil
+			return data, Source{}, nil
 		}
 	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return nil, errClosed
+		return nil, Source{}, errClosed
 	}
 	c := e.inflight[q.Hash]
 	if !joinable(c, asker) {
@@ -91,7 +93,7 @@ func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src Source, aske
 	e.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.data, c.err
+		return c.data, c.from, c.err
 	case <-ctx.Done():
 		e.mu.Lock()
 		c.waiters--
@@ -99,7 +101,7 @@ func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src Source, aske
 			c.cancel()
 		}
 		e.mu.Unlock()
-		return nil, ctx.Err()
+		return nil, Source{}, ctx.Err()
 	}
 }
 
@@ -107,10 +109,11 @@ func (e *Engine) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest,
 	defer e.wg.Done()
 	defer c.cancel()
 	data, err := e.fetchVerified(ctx, src, q)
+	from := src
 	if rde, ok := errors.AsType[*redirectError](err); ok {
-		data, err = e.fromSibling(ctx, src, rde.to, q)
+		data, from, err = e.fromSibling(ctx, src, rde.to, q)
 	}
-	c.data, c.err = data, err
+	c.data, c.from, c.err = data, from, err
 	close(c.done) // waiters take the chunk now: cut-through
 	if err == nil {
 		if perr := e.store.PutVerifiedChunk(q.Hash, data); perr != nil {
@@ -157,7 +160,7 @@ func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) 
 // first verified copy wins: a slow sibling costs a little time, never a
 // stall. A sibling that fails (gone, NOT_FOUND, corrupt bytes, past
 // SiblingTimeout) is replaced the same way at once.
-func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q fetchRequest) ([]byte, error) {
+func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q fetchRequest) ([]byte, Source, error) {
 	e.redirectsTaken.Add(1)
 	if len(rd.Addrs) > 0 {
 		e.h.Peerstore().AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
@@ -167,12 +170,13 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 		err     error
 		sibling bool
 	}
+	sibling := Source{ID: rd.Peer, Kind: KindSibling}
 	results := make(chan result, 2)
 	sctx, scancel := context.WithTimeout(ctx, e.cfg.SiblingTimeout)
 	defer scancel()
 	start := time.Now()
 	go func() {
-		data, err := e.fetchVerified(sctx, Source{ID: rd.Peer, Kind: KindSibling}, q)
+		data, err := e.fetchVerified(sctx, sibling, q)
 		results <- result{data, err, true}
 	}()
 	pending, direct := 1, false
@@ -201,8 +205,9 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 			if r.err == nil {
 				if r.sibling {
 					e.noteSiblingTime(time.Since(start))
+					return r.data, sibling, nil
 				}
-				return r.data, nil
+				return r.data, relay, nil
 			}
 			last = r.err
 			if r.sibling && ctx.Err() == nil {
@@ -219,10 +224,10 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 				askRelay()
 			}
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, Source{}, ctx.Err()
 		}
 	}
-	return nil, last
+	return nil, Source{}, last
 }
 
 // Hedging a sibling request: after hedgeFactor times the moving average
@@ -333,7 +338,7 @@ func (e *Engine) obtainChunk(ctx context.Context, q fetchRequest, sources []Sour
 		if err := sleepCtx(ctx, retryDelay(r.Attempt)); err != nil {
 			return nil, err
 		}
-		data, err := e.chunkFrom(ctx, q, sources[r.Source], asker)
+		data, _, err := e.chunkFrom(ctx, q, sources[r.Source], asker)
 		if err == nil {
 			return data, nil
 		}

@@ -124,6 +124,7 @@ type Engine struct {
 	inflight map[blob.Hash]*chunkCall
 	peers    map[peer.ID]*fetchPeer
 	replicas map[cid.Cid]*backgroundFetch // blobs being fetched with no reader (Replicate, Preheat)
+	active   map[*blobFetch]struct{}      // blob fetches under way (Transfers)
 	whole    map[cid.Cid]*wholeBlobCall   // store-and-forward fetches in flight
 	started  bool
 	closed   bool
@@ -192,6 +193,7 @@ func New(cfg Config) (*Engine, error) {
 		inflight:  map[blob.Hash]*chunkCall{},
 		peers:     map[peer.ID]*fetchPeer{},
 		replicas:  map[cid.Cid]*backgroundFetch{},
+		active:    map[*blobFetch]struct{}{},
 		whole:     map[cid.Cid]*wholeBlobCall{},
 		peerFails: map[peer.ID]uint64{},
 	}

@@ -1,11 +1,15 @@
 package transfer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
+
+	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -28,6 +32,8 @@ type blobFetch struct {
 	sch   *Schedule
 	ready map[int][]byte
 	err   error
+	// from counts the chunk bytes each peer delivered to this fetch.
+	from map[Source]uint64
 }
 
 func (e *Engine) startFetch(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool) *blobFetch {
@@ -35,7 +41,7 @@ func (e *Engine) startFetch(ctx context.Context, r blob.Record, m *blob.Manifest
 }
 
 func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool, sources []Source) *blobFetch {
-	bf := &blobFetch{e: e, r: r, m: m, keep: keep, sources: sources, ready: map[int][]byte{}}
+	bf := &blobFetch{e: e, r: r, m: m, keep: keep, sources: sources, ready: map[int][]byte{}, from: map[Source]uint64{}}
 	bf.cond = sync.NewCond(&bf.mu)
 	bf.ctx, bf.cancel = context.WithCancel(ctx)
 	present := make([]bool, len(m.Chunks))
@@ -47,8 +53,14 @@ func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Mani
 		bf.sch.SetAhead(2 * e.cfg.Window)
 	}
 	stopT := context.AfterFunc(e.ctx, bf.cancel)
+	e.mu.Lock()
+	e.active[bf] = struct{}{}
+	e.mu.Unlock()
 	context.AfterFunc(bf.ctx, func() {
 		stopT()
+		e.mu.Lock()
+		delete(e.active, bf)
+		e.mu.Unlock()
 		bf.mu.Lock()
 		if bf.err == nil && !bf.sch.Complete() {
 			bf.err = fmt.Errorf("get %q (%s): %w", r.Name, r.ID, context.Cause(bf.ctx))
@@ -86,9 +98,10 @@ func (bf *blobFetch) run(req Request) {
 	i := req.Chunk
 	q := fetchRequest{Type: msgGet, ID: bf.r.ID, Index: uint32(i), Hash: bf.m.Chunks[i]}
 	var data []byte
+	var from Source
 	err := sleepCtx(bf.ctx, retryDelay(req.Attempt))
 	if err == nil {
-		data, err = bf.e.chunkFrom(bf.ctx, q, bf.sources[req.Source], "")
+		data, from, err = bf.e.chunkFrom(bf.ctx, q, bf.sources[req.Source], "")
 	}
 	if err == nil && len(data) != bf.m.ChunkLen(i) {
 		err = fmt.Errorf("chunk %d of %s has %d bytes, manifest says %d: %w", i, bf.r.ID, len(data), bf.m.ChunkLen(i), blob.ErrCorrupt)
@@ -117,6 +130,9 @@ func (bf *blobFetch) run(req Request) {
 		return
 	}
 	bf.sch.Done(i)
+	if from.ID != "" {
+		bf.from[from] += uint64(len(data))
+	}
 	if bf.keep {
 		bf.ready[i] = data
 	}
@@ -351,4 +367,46 @@ func (e *Engine) background(r blob.Record) *backgroundFetch {
 		e.log.Info("fetched in the background", "name", r.Name, "id", r.ID, "size", r.Size)
 	}()
 	return c
+}
+
+// Transfer is a blob fetch under way: how far it is and where its bytes
+// came from.
+type Transfer struct {
+	Name         string
+	ID           cid.Cid
+	Chunks, Done int
+	// From is the chunk bytes each peer delivered (the store's own
+	// chunks are not counted), with the peer's kind.
+	From []TransferSource
+}
+
+// TransferSource is what one peer delivered to a transfer.
+type TransferSource struct {
+	Source
+	Bytes uint64
+}
+
+// Transfers lists the blob fetches under way (a get's reader, a
+// replication or preheat, a store-and-forward relay's), most advanced
+// first.
+func (e *Engine) Transfers() []Transfer {
+	e.mu.Lock()
+	fetches := make([]*blobFetch, 0, len(e.active))
+	for bf := range e.active {
+		fetches = append(fetches, bf)
+	}
+	e.mu.Unlock()
+	out := make([]Transfer, 0, len(fetches))
+	for _, bf := range fetches {
+		bf.mu.Lock()
+		t := Transfer{Name: bf.r.Name, ID: bf.r.ID, Chunks: len(bf.m.Chunks), Done: bf.sch.done}
+		for src, n := range bf.from {
+			t.From = append(t.From, TransferSource{Source: src, Bytes: n})
+		}
+		bf.mu.Unlock()
+		slices.SortFunc(t.From, func(a, b TransferSource) int { return cmp.Compare(b.Bytes, a.Bytes) })
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b Transfer) int { return cmp.Compare(b.Done, a.Done) })
+	return out
 }

@@ -208,3 +208,25 @@ func TestSlowSiblingHedged(t *testing.T) {
 		t.Fatalf("a slow sibling stalled the others for %v", took)
 	}
 }
+
+// Transfers shows a fetch under way and where its bytes came from.
+func TestTransfersView(t *testing.T) {
+	root := newNode(t, nil, "master", func(m *memStore) nodeStore { return &slowStore{memStore: m, delay: 20 * time.Millisecond} })
+	head := newNode(t, root, "siteA", nil, siblings)
+	w := newNode(t, head, "siteA", nil, siblings)
+	waitConnected(t, head, w)
+	put(t, root, "v/x", randBlob(64*16<<10, 16), 16<<10)
+	done := make(chan struct{})
+	go func() { readAll(t, w, "v/x"); close(done) }()
+	waitFor(t, "a transfer with bytes from the head", 5*time.Second, func() bool {
+		for _, tr := range w.eng.Transfers() {
+			if tr.Name == "v/x" && tr.Done > 0 && tr.Done < tr.Chunks && len(tr.From) == 1 &&
+				tr.From[0].ID == head.h.ID() && tr.From[0].Kind == transfer.KindParent && tr.From[0].Bytes > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	<-done
+	waitFor(t, "the transfer to leave the view", 5*time.Second, func() bool { return len(w.eng.Transfers()) == 0 })
+}
