@@ -49,8 +49,14 @@
 //     per site and redirects the others to siblings (Distributor), each
 //     feeding at most Fanout per chunk; a redirected child that does not
 //     get the chunk from the sibling within SiblingTimeout asks the relay
-//     directly (GET_DIRECT), and the relay stops naming a sibling that
-//     failed MaxFailures times for a blob. Redirects never cross sites.
+//     directly (GET_DIRECT), as does one whose sibling is merely slow
+//     (a hedged request: the first verified copy wins), and the relay
+//     stops naming a sibling that failed MaxFailures times for a blob.
+//     Redirects never cross sites.
+//   - Uploads obey MaxUploadRate (all peers together) and MaxUploadStreams
+//     (streams of peers that are neither children nor parents).
+//   - Transfers lists every blob fetch under way and what each peer
+//     delivered to it.
 //   - Decoders are pure, check every length against an explicit limit
 //     (which for a reply depends on the request) before allocating, and
 //     never panic; a malformed request gets an ERROR reply and the stream

@@ -8,7 +8,9 @@
 // Two protocols, specified byte by byte in docs/protocol.md:
 //
 //	/omst/tree/1.0.0   child -> parent session: HELLO, WELCOME, PING/PONG
-//	/omst/names/1.1.0  LOOKUP, ANNOUNCE; one request per stream
+//	/omst/names/1.1.0  LOOKUP (the reply carries the manifest when small),
+//	                   ANNOUNCE, PREHEAT (parent -> child); one request
+//	                   per stream
 //
 // Files: tree.go (Config, Tree, Status), keeper.go (the parent session and
 // the child registry), parentchoice.go (the keeper's decisions as plain
