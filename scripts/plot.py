@@ -20,7 +20,8 @@ Written by scripts/bench-bindings.sh:
   bindings-c.csv     test,unit,median,min,max,size,runs     (bindings/c/bench/omst_bench.c)
   bindings-py.csv    figure,unit,median,min,max             (bindings/python/bench_rtt.py)
 Written by scripts/bench-wan.sh (scripts/wan_report.py):
-  wan-runs.csv       case,mode,sites,workers,size_bytes,run,time_to_last,...  (every emulated run)
+  wan-runs.csv       case,mode,sites,workers,size_bytes,run,time_to_last,...,site_in_wire_blobs,...
+                     (every emulated run; modes star, store-forward, tree-alone, tree, bittorrent)
 """
 
 import argparse
@@ -252,7 +253,8 @@ def plot_bindings(plt, files, out_dir):
     print("plot.py: wrote", out)
 
 
-MODE_COLORS = {"star": "#d62728", "store-forward": "#ff7f0e", "tree": "#1f77b4"}
+MODE_COLORS = {"star": "#d62728", "store-forward": "#ff7f0e", "tree-alone": "#9467bd", "tree": "#1f77b4",
+               "bittorrent": "#8c564b"}
 
 
 def wan_bps_of(r):
