@@ -34,7 +34,7 @@
 # real hosts with disks of their own do not; SCRATCH=/tmp puts them on disk).
 #
 # Needs root (network namespaces), ip, tc, iptables, the nfnetlink_queue
-# module, Go; about 6 GiB free in SCRATCH. Takes ~50 min with the defaults.
+# module, Go; about 6 GiB free in SCRATCH. Takes ~45 min with the defaults.
 # Environment knobs (defaults): SITES=2 WORKERS=4 SIZE=256MiB WAN_BW=100mbit
 # WAN_DELAY=20ms LAN_BW=1gbit RUNS=3 GATHER_SIZE=32MiB SCALE_SIZE=64MiB
 # SCALE_WORKERS="2 4 8" SIZES="16MiB 64MiB" LIGHT_WAN_BW=25mbit LIGHT_SIZE=64MiB
