@@ -84,7 +84,7 @@ bench: build ## benchmarks (not tests): see docs/benchmarks.md
 bench-bindings: build ## C and Python client benchmarks (not tests): see docs/benchmarks.md
 	./scripts/bench-bindings.sh
 
-bench-wan: ## the emulated-WAN benchmark table (root; ~35 min): see docs/benchmarks.md
+bench-wan: ## the emulated-WAN benchmark table, omst beside its baselines and BitTorrent (root; ~45 min): see docs/benchmarks.md
 	GO=$(GO) ./scripts/bench-wan.sh
 
 clean:

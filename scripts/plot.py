@@ -20,7 +20,8 @@ Written by scripts/bench-bindings.sh:
   bindings-c.csv     test,unit,median,min,max,size,runs     (bindings/c/bench/omst_bench.c)
   bindings-py.csv    figure,unit,median,min,max             (bindings/python/bench_rtt.py)
 Written by scripts/bench-wan.sh (scripts/wan_report.py):
-  wan-runs.csv       case,mode,sites,workers,size_bytes,run,time_to_last,...  (every emulated run)
+  wan-runs.csv       case,mode,sites,workers,size_bytes,run,time_to_last,...,site_in_wire_blobs,...
+                     (every emulated run; modes star, store-forward, tree-alone, tree, bittorrent)
 """
 
 import argparse
@@ -252,7 +253,8 @@ def plot_bindings(plt, files, out_dir):
     print("plot.py: wrote", out)
 
 
-MODE_COLORS = {"star": "#d62728", "store-forward": "#ff7f0e", "tree": "#1f77b4"}
+MODE_COLORS = {"star": "#d62728", "store-forward": "#ff7f0e", "tree-alone": "#9467bd", "tree": "#1f77b4",
+               "bittorrent": "#8c564b"}
 
 
 def wan_bps_of(r):
@@ -371,11 +373,58 @@ def plot_wan(plt, files, out_dir):
     print("plot.py: wrote", out)
 
 
+def plot_wan_site_in(plt, files, out_dir):
+    """docs/wan-site-in.png: the bytes that entered each site (each head's WAN interface, headers included;
+    mean over the sites, median over the runs), in blobs, against workers per site, one line per mode and
+    size with at least two worker counts."""
+    rows = [r for r in read_csv(files["wan-runs.csv"])
+            if r["case"] == "broadcast" and r["pass"] == "True" and r.get("site_in_wire_blobs", "") != ""]
+    if not rows:
+        print("plot.py: wan-site-in.png skipped: no broadcast run with site_in_wire_blobs")
+        return
+    counts = defaultdict(int)
+    for r in rows:
+        counts[(wan_bps_of(r), int(r["sites"]))] += 1
+    wan_bps, sites = max(counts, key=counts.get)
+    by = defaultdict(list)
+    for r in rows:
+        if wan_bps_of(r) == wan_bps and int(r["sites"]) == sites:
+            by[(r["mode"], int(r["size_bytes"]), int(r["workers"]))].append(float(r["site_in_wire_blobs"]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = ["o-", "s-", "^-", "D-"]
+    sizes = sorted({k[1] for k in by})
+    ws = set()
+    for mode, col in MODE_COLORS.items():
+        for i, z in enumerate(sizes):
+            pts = sorted((k[2], statistics.median(v)) for k, v in by.items() if k[:2] == (mode, z))
+            if len(pts) >= 2:
+                ws |= {p[0] for p in pts}
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], styles[i % len(styles)], color=col,
+                        label="%s, %s" % (mode, human_bytes(z)))
+    if not ws:
+        plt.close(fig)
+        print("plot.py: wan-site-in.png skipped: no mode with two or more worker counts")
+        return
+    ax.axhline(1.0, color="k", ls=":", lw=1, label="the blob once")
+    ax.set_xticks(sorted(ws))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("workers per site (%d sites)" % sites)
+    ax.set_ylabel("bytes into each site / blob size (WAN interface)")
+    ax.set_title("WAN bytes into each site during a broadcast (WAN %g Mbit/s)" % (wan_bps / 1e6))
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = os.path.join(out_dir, "wan-site-in.png")
+    fig.savefig(out, dpi=110)
+    print("plot.py: wrote", out)
+
+
 PLOTS = [
     ("fit-loopback.png", ["fit.csv"], ["fit-params.csv", "loopback-runs.csv"], plot_fit),
     ("throughput-loopback.png", ["loopback-runs.csv"], [], plot_throughput),
     ("bindings-local.png", ["bindings-c.csv"], ["bindings-py.csv"], plot_bindings),
     ("wan-scale.png, wan-sizes.png", ["wan-runs.csv"], [], plot_wan),
+    ("wan-site-in.png", ["wan-runs.csv"], [], plot_wan_site_in),
 ]
 
 

@@ -56,9 +56,23 @@ def fit_line(pts):
     return my - b * mx, b
 
 
+# The modes in table order: omst's baselines, omst, the BitTorrent peer.
+MODES = ("star", "store-forward", "tree-alone", "tree", "bittorrent")
+
+
+def mean_of(values):
+    """The mean of a summary's per-site list, rounded; "" when absent."""
+    return round(statistics.mean(values), 4) if values else ""
+
+
 def read_runs(runs_dir, wan):
     """The runs' summaries (CASE-MODE-SxW-SIZE-REP.json) in runs_dir, made
-    with WAN links of wan bit/s, as CSV rows."""
+    with WAN links of wan bit/s, as CSV rows. The site_* columns are means
+    over the sites, in blobs: site_in_blobs as the daemons count chunk bytes
+    (for bittorrent, which has no such count, the wire figure),
+    site_in_wire_blobs and site_out_wire_blobs as each head's WAN interface
+    counted bytes (headers included) from the start until every worker was
+    done."""
     rows = []
     for path in sorted(glob.glob(os.path.join(runs_dir, "*.json"))):
         rep = int(os.path.basename(path).rsplit("-", 1)[1].split(".")[0])
@@ -68,7 +82,10 @@ def read_runs(runs_dir, wan):
                      "size_bytes": s["bytes"], "wan_bps": int(wan), "run": rep, "time_to_last": s["time_to_last"],
                      "verified": s["verified"], "expected": s["expected"], "pass": s["pass"],
                      "root_bytes_served": s.get("root_bytes_served", 0),
-                     "limit_s": round(limit_secs(s["case"], s["workers_per_site"], s["bytes"], wan), 4)})
+                     "limit_s": round(limit_secs(s["case"], s["workers_per_site"], s["bytes"], wan), 4),
+                     "site_in_blobs": mean_of(s.get("site_in_blobs")),
+                     "site_in_wire_blobs": mean_of(s.get("site_in_wire_blobs")),
+                     "site_out_wire_blobs": mean_of(s.get("site_out_wire_blobs"))})
     return rows
 
 
@@ -89,7 +106,8 @@ def main():
         rows += read_runs(a.light_runs, bits_per_s(a.light_wan_bw))
     os.makedirs(a.out, exist_ok=True)
     fields = ["case", "mode", "sites", "workers", "size_bytes", "wan_bps", "run", "time_to_last", "verified",
-              "expected", "pass", "root_bytes_served", "limit_s"]
+              "expected", "pass", "root_bytes_served", "limit_s", "site_in_blobs", "site_in_wire_blobs",
+              "site_out_wire_blobs"]
     with open(os.path.join(a.out, "wan-runs.csv"), "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -105,6 +123,11 @@ def main():
         ok = [r["time_to_last"] for r in g if r["pass"]]
         return g, ok
 
+    def site_in(g, col):
+        """The median over g's passing runs of col (blobs into each site), as a cell."""
+        v = [r[col] for r in g if r["pass"] and r[col] != ""]
+        return "%.2f" % statistics.median(v) if v else "—"
+
     out = []
     out.append("# omst on emulated WAN clusters")
     out.append("")
@@ -116,6 +139,13 @@ def main():
                    a.start, a.sites, a.workers, a.wan_bw, a.wan_delay, a.lan_bw, a.scratch))
     out.append("- every figure: the median over the runs of the time from the start signal to the last verified "
                "worker (min..max beside it); limit = S / B_wan (every byte must cross each site's WAN link once)")
+    out.append("- modes: star (every worker fetches from the root), store-forward, tree-alone (the head serves every "
+               "worker itself: no sibling exchange), tree (omst), bittorrent (aria2c + opentracker from Debian, a "
+               "seeder at the root, a leecher on every worker, heads only route: cmd/omst-btbase)")
+    out.append("- into each site: the bytes that entered a site from outside, in blobs (1.00 = the blob once), "
+               "the mean over the sites; daemon = the omst daemons' chunk counters, wire = what each head's WAN "
+               "interface received from the start until every worker was done (TCP/IP headers, TLS, BitTorrent "
+               "messages and retransmissions included): the same measure for every mode")
     out.append("")
 
     size = size_bytes(a.size)
@@ -123,13 +153,16 @@ def main():
     out.append("## broadcast: %s to %d workers (%d sites x %d)" % (human(size), a.sites * a.workers, a.sites,
                                                                    a.workers))
     out.append("")
-    out.append("| mode | time to last verified worker (s) | min..max | runs ok | x limit | target | meets |")
-    out.append("|---|---:|---|---|---:|---|---|")
+    out.append("| mode | time to last verified worker (s) | min..max | runs ok | x limit | into each site, daemon "
+               "(blobs) | into each site, wire (blobs) | target | meets |")
+    out.append("|---|---:|---|---|---:|---:|---:|---|---|")
     targets = {"tree": ("<= 1.25 x limit + 2 s", lambda t: t <= 1.25 * lim + 2),
                "star": ("about n = %d x limit" % a.workers, None),
-               "store-forward": ("between tree and star", None)}
+               "store-forward": ("between tree and star", None),
+               "tree-alone": ("baseline: the head serves all", None),
+               "bittorrent": ("peer: tree beats it", None)}
     meds = {}
-    for mode in ("star", "store-forward", "tree"):
+    for mode in MODES:
         g, ok = stat("broadcast", mode, a.sites, a.workers, size)
         if not g:
             continue
@@ -137,14 +170,22 @@ def main():
         meds[mode] = med
         tgt, fn = targets[mode]
         meets = "—" if fn is None or not ok else ("yes" if fn(med) else "**no**")
-        out.append("| %s | %.2f | %s | %d/%d | %.2f | %s | %s |" % (
-            mode, med, "%.2f..%.2f" % (min(ok), max(ok)) if ok else "—", len(ok), len(g), med / lim, tgt, meets))
-    out.append("| limit S/B_wan | %.2f | | | 1.00 | | |" % lim)
+        daemon = "—" if mode == "bittorrent" else site_in(g, "site_in_blobs")
+        out.append("| %s | %.2f | %s | %d/%d | %.2f | %s | %s | %s | %s |" % (
+            mode, med, "%.2f..%.2f" % (min(ok), max(ok)) if ok else "—", len(ok), len(g), med / lim, daemon,
+            site_in(g, "site_in_wire_blobs"), tgt, meets))
+    out.append("| limit S/B_wan | %.2f | | | 1.00 | 1.00 | 1.00 | | |" % lim)
+    lines = []
     if {"star", "store-forward", "tree"} <= meds.keys():
         between = meds["tree"] <= meds["store-forward"] <= meds["star"]
-        out.append("")
-        out.append("store-forward between tree and star: %s; star / tree = %.2f" % (
+        lines.append("store-forward between tree and star: %s; star / tree = %.2f" % (
             "yes" if between else "**no**", meds["star"] / meds["tree"]))
+    for base in ("tree-alone", "bittorrent"):
+        if {base, "tree"} <= meds.keys():
+            lines.append("%s / tree = %.2f (time)" % (base, meds[base] / meds["tree"]))
+    if lines:
+        out.append("")
+        out.append("; ".join(lines))
     out.append("")
 
     gsize = size_bytes(a.gather_size)
@@ -179,7 +220,7 @@ def main():
             out.append("")
             out.append("| mode | " + " | ".join("%d/site (s)" % w for w in scale) + " | growth first..last |")
             out.append("|---|" + "---:|" * len(scale) + "---|")
-            for mode in ("star", "store-forward", "tree"):
+            for mode in MODES:
                 vals = []
                 for w in scale:
                     _, ok = stat("broadcast", mode, a.sites, w, ssize, bw)

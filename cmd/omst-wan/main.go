@@ -55,6 +55,12 @@ runs in OUT/<host>. Its environment:
   OMST_WAN_TMP       SCRATCH/<run>/<host> (-scratch, default /tmp): short
                      scratch dir for daemon homes
                      (unix socket paths), removed at teardown
+  OMST_WAN_SHARED    SCRATCH/<run>/shared: one directory for all hosts
+                     (they share this machine's file system), e.g. to
+                     coordinate through files; removed at teardown
+  OMST_WAN_WAN_IFACE heads: the interface of the site's WAN link; its
+                     received bytes (/proc/net/dev, pkg/wanemu/ifstat) are
+                     what entered the site, headers included. "" elsewhere
   OMST_WAN_SITES, OMST_WAN_WORKERS, OMST_WAN_WAN_BW (bit/s),
   OMST_WAN_WAN_DELAY (one way), OMST_WAN_LAN_BW (bit/s)
   SYNC_SERVICE_HOST=127.0.0.1 SYNC_SERVICE_PORT=5050: inside every namespace

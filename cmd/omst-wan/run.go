@@ -251,10 +251,11 @@ func startHosts(emu *wanemu.Emulator, f *runFlags, out string, argv []string) ([
 	plan := emu.Plan
 	opts := wanemu.EnvOptions{
 		TestPlan: f.testPlan, TestCase: f.tcase, Params: f.params,
-		TestRun:  plan.Config.RunID + "-" + strconv.FormatInt(time.Now().Unix(), 10),
-		OutDir:   func(h wanemu.Host) string { return filepath.Join(out, h.Name) },
-		TmpDir:   emu.TmpDir,
-		SyncHost: wanemu.ControlHost, SyncPort: wanemu.ControlPort,
+		TestRun:   plan.Config.RunID + "-" + strconv.FormatInt(time.Now().Unix(), 10),
+		OutDir:    func(h wanemu.Host) string { return filepath.Join(out, h.Name) },
+		TmpDir:    emu.TmpDir,
+		SharedDir: emu.SharedDir(),
+		SyncHost:  wanemu.ControlHost, SyncPort: wanemu.ControlPort,
 	}
 	var tee *lineTee
 	if f.tee {

@@ -170,7 +170,7 @@ func (e *Emulator) build(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return os.MkdirAll(e.SharedDir(), 0o755)
 }
 
 // looksUnsupported tells a missing kernel feature from a plain failure by
@@ -205,6 +205,11 @@ func checkScratchRoot(dir string) error {
 
 // TmpDir is host h's scratch directory, <ScratchRoot>/<RunID>/<host>, removed at Close.
 func (e *Emulator) TmpDir(h Host) string { return filepath.Join(e.tmpDir, h.Name) }
+
+// SharedDir is a scratch directory of the run that every host may use
+// (they share this machine's file system): <ScratchRoot>/<RunID>/shared,
+// removed at Close. Hosts may coordinate through it.
+func (e *Emulator) SharedDir() string { return filepath.Join(e.tmpDir, "shared") }
 
 // TmpDirRoot is the run's scratch directory, <ScratchRoot>/<RunID>, removed at Close.
 func (e *Emulator) TmpDirRoot() string { return e.tmpDir }

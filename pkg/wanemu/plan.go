@@ -82,6 +82,16 @@ func (h Host) Group() string {
 	return "root"
 }
 
+// WANIface is the name, inside a head's namespace, of the interface of its
+// site's WAN link (what it receives there entered the site from outside);
+// "" for the root and workers.
+func (h Host) WANIface() string {
+	if h.Role == RoleHead {
+		return wanIface
+	}
+	return ""
+}
+
 // SiteLabel is the site's index as a string, "" for the root.
 func (h Host) SiteLabel() string {
 	if h.Site < 0 {
@@ -230,6 +240,7 @@ type EnvOptions struct {
 	Params             string // TEST_INSTANCE_PARAMS, "k=v|k=v", passed through
 	OutDir             func(Host) string
 	TmpDir             func(Host) string
+	SharedDir          string // a directory every host may use (they share one file system)
 	SyncHost, SyncPort string
 }
 
@@ -262,6 +273,8 @@ func (p *Plan) Env(h Host, o EnvOptions) []string {
 		"OMST_WAN_HEAD_IP=" + headIP,
 		"OMST_WAN_OUT=" + out,
 		"OMST_WAN_TMP=" + tmp,
+		"OMST_WAN_SHARED=" + o.SharedDir,
+		"OMST_WAN_WAN_IFACE=" + h.WANIface(),
 		"OMST_WAN_SITES=" + strconv.Itoa(p.Config.Sites),
 		"OMST_WAN_WORKERS=" + strconv.Itoa(p.Config.Workers),
 		"OMST_WAN_WAN_BW=" + strconv.FormatUint(uint64(wan.Rate), 10),

@@ -249,14 +249,15 @@ func TestEnv(t *testing.T) {
 	w, _ := p.Host("b-w2")
 	env := p.Env(w, EnvOptions{
 		TestPlan: "omst", TestCase: "fanout", TestRun: "r1", Params: "size=1MiB|n=2",
-		OutDir:   func(h Host) string { return "/out/" + h.Name },
-		TmpDir:   func(h Host) string { return "/tmp/omstw42/" + h.Name },
-		SyncHost: "127.0.0.1", SyncPort: "5050",
+		OutDir:    func(h Host) string { return "/out/" + h.Name },
+		TmpDir:    func(h Host) string { return "/tmp/omstw42/" + h.Name },
+		SharedDir: "/tmp/omstw42/shared",
+		SyncHost:  "127.0.0.1", SyncPort: "5050",
 	})
 	for _, want := range []string{
 		"OMST_WAN_HOST=b-w2", "OMST_WAN_ROLE=worker", "OMST_WAN_SITE=1", "OMST_WAN_IP=10.2.0.3",
 		"OMST_WAN_ROOT_IP=10.0.0.1", "OMST_WAN_HEAD_IP=10.2.0.1", "OMST_WAN_OUT=/out/b-w2",
-		"OMST_WAN_TMP=/tmp/omstw42/b-w2", "OMST_WAN_WAN_BW=50000000", "OMST_WAN_WAN_DELAY=40ms",
+		"OMST_WAN_TMP=/tmp/omstw42/b-w2", "OMST_WAN_SHARED=/tmp/omstw42/shared", "OMST_WAN_WAN_IFACE=", "OMST_WAN_WAN_BW=50000000", "OMST_WAN_WAN_DELAY=40ms",
 		"SYNC_SERVICE_HOST=127.0.0.1", "SYNC_SERVICE_PORT=5050",
 		"TEST_PLAN=omst", "TEST_CASE=fanout", "TEST_RUN=r1", "TEST_INSTANCE_COUNT=7",
 		"TEST_GROUP_ID=workers", "TEST_GROUP_INSTANCE_COUNT=4", "TEST_INSTANCE_PARAMS=size=1MiB|n=2",
@@ -265,6 +266,10 @@ func TestEnv(t *testing.T) {
 		if !slices.Contains(env, want) {
 			t.Errorf("env lacks %s", want)
 		}
+	}
+	head, _ := p.Host("a-head")
+	if env := p.Env(head, EnvOptions{}); !slices.Contains(env, "OMST_WAN_WAN_IFACE=wan") {
+		t.Errorf("head env lacks OMST_WAN_WAN_IFACE=wan")
 	}
 	root, _ := p.Host("root")
 	env = p.Env(root, EnvOptions{})

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/omst-project/omst/pkg/wanemu/ifstat"
 	"github.com/testground/sdk-go/network"
 	"github.com/testground/sdk-go/run"
 	"github.com/testground/sdk-go/runtime"
@@ -78,6 +79,11 @@ type instance struct {
 	start time.Time
 	blob  blobInfo // the broadcast blob (root: as put; workers: as published)
 	local []record // extra records this instance wrote (the root's gather fetches)
+
+	// A head under the namespace harness: its WAN link's interface and its
+	// counters at the start signal.
+	wanIface string
+	wanStart ifstat.Counters
 
 	workerDoneSent bool
 }
@@ -220,6 +226,7 @@ func (in *instance) setupAndAct(rec *record) error {
 		return fmt.Errorf("start barrier: %w", err)
 	}
 	in.start = time.Now()
+	in.readWANStart()
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
@@ -242,6 +249,7 @@ func (in *instance) setupAndAct(rec *record) error {
 	if rec.Seconds == 0 {
 		rec.Seconds = in.since() // root and heads: until the last worker was done
 	}
+	in.wireCounters(rec)
 	in.counters(rec)
 	return err
 }
@@ -444,6 +452,39 @@ func (in *instance) counters(rec *record) {
 		rec.BytesServed, rec.BytesFetched, rec.PeerErrors = st.BytesServed, st.BytesFetched, st.PeerErrors
 		rec.BytesIn, rec.BytesOut, rec.RedirectsSent, rec.SiblingFailures = st.BytesIn, st.BytesOut, st.RedirectsSent, st.SiblingFailures
 	}
+}
+
+// readWANStart (heads under the namespace harness, which names the WAN
+// link's interface in OMST_WAN_WAN_IFACE) notes the interface's counters at
+// the start signal.
+func (in *instance) readWANStart() {
+	iface := os.Getenv("OMST_WAN_WAN_IFACE")
+	if in.role != roleHead || iface == "" {
+		return
+	}
+	c, err := ifstat.Read(iface)
+	if err != nil {
+		in.re.RecordMessage("WAN counters: %v", err)
+		return
+	}
+	in.wanIface, in.wanStart = iface, c
+}
+
+// wireCounters puts into a head's record the bytes its WAN link's interface
+// received and sent since the start signal: what entered and left the site,
+// with every header and retransmission (the daemon's counters have chunk
+// bytes only).
+func (in *instance) wireCounters(rec *record) {
+	if in.wanIface == "" {
+		return
+	}
+	c, err := ifstat.Read(in.wanIface)
+	if err != nil {
+		in.re.RecordMessage("WAN counters: %v", err)
+		return
+	}
+	d := c.Sub(in.wanStart)
+	rec.WANIface, rec.WANRxBytes, rec.WANTxBytes = in.wanIface, d.RxBytes, d.TxBytes
 }
 
 // since is the time from the common start signal.

@@ -43,6 +43,13 @@ type record struct {
 	BytesOut        map[string]uint64 `json:"bytes_out,omitempty"`
 	RedirectsSent   uint64            `json:"redirects_sent,omitempty"`
 	SiblingFailures uint64            `json:"sibling_failures,omitempty"`
+
+	// Heads under the namespace harness: bytes received and sent on the
+	// WAN link's interface (WANIface) from the start signal until every
+	// worker was done, as the kernel counts them (headers included).
+	WANIface   string `json:"wan_iface,omitempty"`
+	WANRxBytes uint64 `json:"wan_rx_bytes,omitempty"`
+	WANTxBytes uint64 `json:"wan_tx_bytes,omitempty"`
 }
 
 // summary is what the root writes to summary.json when every instance has
@@ -67,10 +74,16 @@ type summary struct {
 	// in mode star the workers' from theirs), in blobs.
 	HeadToChildren []float64 `json:"head_to_children_blobs,omitempty"`
 	SiteIn         []float64 `json:"site_in_blobs,omitempty"`
-	Pass           bool      `json:"pass"`
-	Failures       []string  `json:"failures,omitempty"`
-	Notes          []string  `json:"notes,omitempty"`
-	Records        []record  `json:"records"`
+	// SiteInWire and SiteOutWire are, per site, the bytes its head's WAN
+	// interface received and sent from the start signal until every worker
+	// was done, in blobs: what crossed the site's WAN link, with TCP/IP
+	// headers, TLS and everything else (only under the namespace harness).
+	SiteInWire  []float64 `json:"site_in_wire_blobs,omitempty"`
+	SiteOutWire []float64 `json:"site_out_wire_blobs,omitempty"`
+	Pass        bool      `json:"pass"`
+	Failures    []string  `json:"failures,omitempty"`
+	Notes       []string  `json:"notes,omitempty"`
+	Records     []record  `json:"records"`
 }
 
 // resultsFile appends records as JSON lines.
@@ -168,6 +181,7 @@ func (in *instance) collect(ctx context.Context, own record) error {
 		s.TimeToLast = s.Max
 	}
 	s.HeadToChildren, s.SiteIn = siteBytes(in.cfg, all, s.Bytes)
+	s.SiteInWire, s.SiteOutWire = siteWire(in.cfg, all, s.Bytes)
 	s.Notes = append(s.Notes, caseNotes(in, all)...)
 	s.Pass = len(s.Failures) == 0
 
@@ -209,4 +223,26 @@ func siteBytes(cfg *config, all []record, size int64) (headOut, in []float64) {
 		}
 	}
 	return headOut, in
+}
+
+// siteWire returns, per site, the bytes its head's WAN interface received
+// and sent, in blobs of size bytes; nil unless every head measured them.
+func siteWire(cfg *config, all []record, size int64) (in, out []float64) {
+	if size <= 0 {
+		return nil, nil
+	}
+	in, out = make([]float64, cfg.sites), make([]float64, cfg.sites)
+	seen := 0
+	for _, r := range all {
+		if r.Role != roleHead || r.WANIface == "" || r.Site < 0 || r.Site >= cfg.sites {
+			continue
+		}
+		in[r.Site] = float64(r.WANRxBytes) / float64(size)
+		out[r.Site] = float64(r.WANTxBytes) / float64(size)
+		seen++
+	}
+	if seen != cfg.sites {
+		return nil, nil
+	}
+	return in, out
 }
