@@ -13,6 +13,9 @@
 #   scalebig, sizes  BIG_MODES (tree and store-forward) in the scaling
 #              series at SIZE and the size series (SIZES at SITES x WORKERS)
 #   gather     every worker puts GATHER_SIZE; the root fetches them all
+#   single-tuned  the same with TUNED_SYSCTL set in every emulated host
+#              (default net.ipv4.tcp_slow_start_after_idle=0, what
+#              docs/operations.md recommends), runs in RUNS/tuned
 #   single     single fetches: one site of one worker gets SINGLE_SIZES
 #              through its head (tree), for the fit t(m) = t0 + m / r_inf
 #   light      the tree's scaling series at a quarter of the load: WAN
@@ -52,7 +55,9 @@ RUNS=${RUNS:-3} GATHER_SIZE=${GATHER_SIZE:-32MiB} SCALE_SIZE=${SCALE_SIZE:-64MiB
 SCALE_WORKERS=${SCALE_WORKERS:-"2 4 8"} SIZES=${SIZES:-"16MiB 64MiB"}
 LIGHT_WAN_BW=${LIGHT_WAN_BW:-25mbit} LIGHT_SIZE=${LIGHT_SIZE:-64MiB} SCRATCH=${SCRATCH:-/dev/shm}
 SINGLE_SIZES=${SINGLE_SIZES:-"1MiB 4MiB 16MiB 64MiB"}
-all_sections="broadcast gather scale scalebig sizes single light"
+TUNED_SYSCTL=${TUNED_SYSCTL:-net.ipv4.tcp_slow_start_after_idle=0}
+TREE_SLACK=${TREE_SLACK:-2}
+all_sections="broadcast gather scale scalebig sizes single single-tuned light"
 SECTIONS=${SECTIONS:-$all_sections}
 all_modes="star store-forward tree-alone tree bittorrent"
 MODES=${MODES:-$all_modes} BIG_MODES=${BIG_MODES:-"store-forward tree"}
@@ -92,7 +97,7 @@ sync_bin=$PWD/bin/omst-sync
 # The runs' summaries stay in RUNS_DIR (kept, so that a report can be made
 # again: python3 scripts/wan_report.py --runs RUNS_DIR ...).
 runs_dir=${RUNS_DIR:-$(mktemp -d /tmp/omst-benchwan.XXXXXX)}
-mkdir -p "$runs_dir" "$runs_dir/light"
+mkdir -p "$runs_dir" "$runs_dir/light" "$runs_dir/tuned"
 echo "bench-wan: runs in $runs_dir (kept)" >&2
 
 # one CASE MODE SITES WORKERS SIZE REP [extra params]: one emulated run at
@@ -101,6 +106,10 @@ echo "bench-wan: runs in $runs_dir (kept)" >&2
 one() {
 	local case=$1 mode=$2 s=$3 w=$4 size=$5 rep=$6 extra=${7:-} dir=$runs_dir
 	[ "$WAN_BW" = "$main_wan_bw" ] || dir=$runs_dir/light
+	local tune=()
+	if [ -n "${tuned:-}" ]; then
+		dir=$runs_dir/tuned tune=(-sysctl "$TUNED_SYSCTL")
+	fi
 	local tag="$case-$mode-${s}x$w-$size-$rep" out="$dir/$case-$mode-${s}x$w-$size-$rep"
 	local params="mode=$mode|omst_bin=$PWD/bin/omst|timeout=15m"
 	# omst's modes run the testground plan with its sync service; the
@@ -118,7 +127,7 @@ one() {
 	[ -z "$extra" ] || params="$params|$extra"
 	echo "bench-wan: $tag" >&2
 	if ! bin/omst-wan run -q -sites "$s" -workers "$w" -wan-bw "$WAN_BW" -wan-delay "$WAN_DELAY" \
-		-lan-bw "$LAN_BW" -scratch "$SCRATCH" -timeout 20m -out "$out" -plan omst -case "$case" -params "$params" \
+		-lan-bw "$LAN_BW" -scratch "$SCRATCH" "${tune[@]}" -timeout 20m -out "$out" -plan omst -case "$case" -params "$params" \
 		"${host[@]}" >"$out.log" 2>&1; then
 		echo "bench-wan: $tag FAILED (log below)" >&2
 		tail -n 20 "$out.log" >&2
@@ -138,6 +147,7 @@ for rep in $(seq "$RUNS"); do
 		scalebig) for w in $SCALE_WORKERS; do [ "$w" = "$WORKERS" ] && continue; for m in $BIG_MODES; do one broadcast "$m" "$SITES" "$w" "$SIZE" "$rep"; done; done ;;
 		sizes) for sz in $SIZES; do for m in $BIG_MODES; do one broadcast "$m" "$SITES" "$WORKERS" "$sz" "$rep"; done; done ;;
 		single) for sz in $SINGLE_SIZES; do one broadcast tree 1 1 "$sz" "$rep"; done ;;
+		single-tuned) tuned=1; for sz in $SINGLE_SIZES; do one broadcast tree 1 1 "$sz" "$rep"; done; tuned= ;;
 		light) WAN_BW=$LIGHT_WAN_BW; for w in $SCALE_WORKERS; do one broadcast tree "$SITES" "$w" "$LIGHT_SIZE" "$rep"; done; WAN_BW=$main_wan_bw ;;
 		esac
 	done
@@ -149,6 +159,7 @@ knobs="SITES=$SITES WORKERS=$WORKERS SIZE=$SIZE WAN_BW=$WAN_BW WAN_DELAY=$WAN_DE
 python3 scripts/wan_report.py --runs "$runs_dir" --out "$report_dir" --wan-bw "$WAN_BW" --wan-delay "$WAN_DELAY" \
 	--lan-bw "$LAN_BW" --sites "$SITES" --workers "$WORKERS" --size "$SIZE" --gather-size "$GATHER_SIZE" \
 	--light-runs "$runs_dir/light" --light-wan-bw "$LIGHT_WAN_BW" --scratch "$SCRATCH" \
+	--tuned-runs "$runs_dir/tuned" --tuned "$TUNED_SYSCTL" --tree-slack "$TREE_SLACK" \
 	--start "$start" --command "scripts/bench-wan.sh ($knobs)"
 cat "$report_dir/wan-summary.md"
 python3 scripts/plot.py --bench-dir "$report_dir" --out-dir "$plot_dir"
