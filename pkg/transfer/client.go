@@ -39,7 +39,7 @@ type fetchStream struct {
 
 	mu      sync.Mutex
 	pending map[uint32]*pendingReq // nil once the stream failed
-	late    map[uint32]struct{}    // tags whose caller left; their replies are discarded
+	late    map[uint32]int         // tags whose caller left (their reply limit); their replies are discarded
 	nextTag uint32
 	err     error
 }
@@ -98,7 +98,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: open fetch stream: %w: %v", e.describe(fp.id), blob.ErrUnreachable, err)
 	}
-	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), pending: map[uint32]*pendingReq{}, late: map[uint32]struct{}{}}
+	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), pending: map[uint32]*pendingReq{}, late: map[uint32]int{}}
 	fp.streams = append(fp.streams, fs)
 	go fs.readReplies()
 	return fs, nil
@@ -168,7 +168,7 @@ func (fs *fetchStream) forget(pr *pendingReq) {
 	for tag, p := range fs.pending {
 		if p == pr {
 			delete(fs.pending, tag)
-			fs.late[tag] = struct{}{}
+			fs.late[tag] = p.limit
 			return
 		}
 	}
@@ -206,9 +206,9 @@ func (fs *fetchStream) readReplies() {
 		tag, status, n := parseFetchReplyHeader(hdr)
 		fs.mu.Lock()
 		pr, ok := fs.pending[tag]
-		_, late := fs.late[tag]
+		lateLimit, late := fs.late[tag]
 		fs.mu.Unlock()
-		limit := blob.MaxChunkSize
+		limit := lateLimit
 		if ok {
 			limit = pr.limit
 		} else if !late {

@@ -140,8 +140,23 @@ func (d *Distributor) Decide(now time.Time, id cid.Cid, index uint32, child peer
 		c.direct++
 	}
 	c.holders = append(c.holders, holderRef{peer: child, group: group})
+	if len(c.holders) > maxHolders {
+		// Forget a holder that has no room left (the oldest, else the
+		// first): the state of a chunk stays bounded however many ask.
+		drop := 0
+		for i, h := range c.holders {
+			if h.fed >= d.cfg.Fanout {
+				drop = i
+				break
+			}
+		}
+		c.holders = append(c.holders[:drop], c.holders[drop+1:]...)
+	}
 	return target
 }
+
+// maxHolders bounds the holders a Distributor remembers per chunk.
+const maxHolders = 64
 
 func (c *chunkDist) find(p peer.ID) int {
 	for i, h := range c.holders {

@@ -117,3 +117,28 @@ func TestDistributorFailuresAndLeavers(t *testing.T) {
 		t.Fatalf("after the sweep, w7 sent to %q", got)
 	}
 }
+
+// However many children ask for a chunk, the relay remembers a bounded
+// number of holders, and still sends each one to an earlier asker.
+func TestDistributorBounded(t *testing.T) {
+	d := NewDistributor(DistributorConfig{})
+	id := sampleID().ID
+	now := time.Unix(1000, 0)
+	asked := map[peer.ID]bool{}
+	direct := 0
+	for i := range 500 {
+		w := peer.ID(fmt.Sprintf("w%03d", i))
+		to := d.Decide(now, id, 0, w, "S", false, "", nil)
+		switch {
+		case to == "":
+			direct++
+		case !asked[to]:
+			t.Fatalf("%s sent to %s, which never asked", w, to)
+		}
+		asked[w] = true
+	}
+	if n := len(d.blobs[id].chunks[0].holders); n > maxHolders {
+		t.Fatalf("%d holders remembered for one chunk, want at most %d", n, maxHolders)
+	}
+	t.Logf("500 askers: the relay sent %d copies itself", direct)
+}
