@@ -153,38 +153,45 @@ func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) 
 	return data, nil
 }
 
-// fromSibling follows relay's redirect of chunk q to sibling rd. If the
-// sibling has not delivered after hedgeDelay (a few times the recent
-// sibling chunk time), the chunk is also asked from the relay itself
-// (GET_DIRECT naming the sibling, which the relay then avoids), and the
-// first verified copy wins: a slow sibling costs a little time, never a
-// stall. A sibling that fails (gone, NOT_FOUND, corrupt bytes, past
-// SiblingTimeout) is replaced the same way at once.
+// fromSibling follows relay's redirect of chunk q to sibling rd.
+//
+// If the sibling has not delivered after hedgeDelay (a few times the
+// recent sibling chunk time, at least a second), the chunk is also asked
+// from the relay itself, but only if the relay holds it already (a hedge:
+// GET_DIRECT "if present"); when it does not, the sibling is merely waiting
+// for the chunk too (a site fed over a WAN) and the wait goes on, with a
+// new hedge later. The first verified copy wins: a slow sibling costs a
+// little time, never a stall, and a site fed over a WAN pays no extra
+// copies for it. A sibling that fails (gone, NOT_FOUND, corrupt bytes, past
+// SiblingTimeout) is replaced by a plain GET_DIRECT at once, which names it
+// (the relay avoids it for the blob). A hedge names the sibling as slow
+// when most requests to it needed one (the relay avoids it for a while).
 func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q fetchRequest) ([]byte, Source, error) {
 	e.redirectsTaken.Add(1)
+	e.siblingAsked(rd.Peer)
 	if len(rd.Addrs) > 0 {
 		e.h.Peerstore().AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
 	}
 	type result struct {
-		data    []byte
-		err     error
-		sibling bool
+		data  []byte
+		err   error
+		from  Source
+		hedge bool // the relay's answer to a hedge
 	}
 	sibling := Source{ID: rd.Peer, Kind: KindSibling}
-	results := make(chan result, 2)
+	results := make(chan result, 3)
 	sctx, scancel := context.WithTimeout(ctx, e.cfg.SiblingTimeout)
 	defer scancel()
 	start := time.Now()
 	go func() {
 		data, err := e.fetchVerified(sctx, sibling, q)
-		results <- result{data, err, true}
+		results <- result{data, err, sibling, false}
 	}()
-	pending, direct := 1, false
-	askRelay := func() {
-		direct = true
+	pending := 1
+	siblingDone, hedging, direct := false, false, false
+	askRelay := func(dq fetchRequest, hedge bool) {
 		pending++
-		dq := q
-		dq.Type, dq.Failed = msgGetDirect, rd.Peer
+		dq.Type = msgGetDirect
 		go func() {
 			data, err := e.fetchVerified(ctx, relay, dq)
 			if _, ok := errors.AsType[*redirectError](err); ok {
@@ -192,7 +199,7 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 					err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
 				e.notePeerError(relay.ID, "fetch chunk", err)
 			}
-			results <- result{data, err, false}
+			results <- result{data, err, relay, hedge}
 		}()
 	}
 	hedge := time.NewTimer(e.hedgeDelay())
@@ -202,26 +209,48 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 		select {
 		case r := <-results:
 			pending--
-			if r.err == nil {
-				if r.sibling {
+			switch {
+			case r.err == nil:
+				if r.from == sibling {
 					e.noteSiblingTime(time.Since(start))
-					return r.data, sibling, nil
 				}
-				return r.data, relay, nil
+				return r.data, r.from, nil
+			case r.hedge:
+				hedging = false
+				if !siblingDone {
+					// Not at the relay yet (the sibling is waiting for it
+					// too), or the hedge failed: wait on, hedge again later.
+					if !errors.Is(r.err, blob.ErrNotFound) {
+						e.log.Debug("hedge failed", "relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
+					}
+					hedge.Reset(e.hedgeDelay())
+					continue
+				}
+			case r.from == sibling:
+				siblingDone = true
+				if ctx.Err() == nil {
+					e.siblingFailures.Add(1)
+					e.log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
+						"relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
+				}
 			}
 			last = r.err
-			if r.sibling && ctx.Err() == nil {
-				e.siblingFailures.Add(1)
-				e.log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
-					"relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
-				if !direct {
-					askRelay()
-				}
+			if siblingDone && !direct && ctx.Err() == nil {
+				direct = true
+				dq := q
+				dq.Failed = rd.Peer
+				askRelay(dq, false)
 			}
 		case <-hedge.C:
-			if !direct {
+			if !hedging && !direct {
+				hedging = true
 				e.hedges.Add(1)
-				askRelay()
+				dq := q
+				dq.IfPresent = true
+				if e.siblingHedged(rd.Peer) {
+					dq.Failed, dq.Slow = rd.Peer, true
+				}
+				askRelay(dq, true)
 			}
 		case <-ctx.Done():
 			return nil, Source{}, ctx.Err()
@@ -230,22 +259,71 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 	return nil, Source{}, last
 }
 
+// siblingStat counts, for one sibling, the redirects to it this node
+// followed and those of them that needed a hedge (halved now and then, so
+// that it follows the sibling's recent behaviour).
+type siblingStat struct{ asked, hedged int }
+
+// Naming a slow sibling: at least slowMinHedges hedges, on at least half
+// of the requests to it; the counts are halved at statWindow requests.
+const (
+	slowMinHedges = 3
+	statWindow    = 64
+	maxStatPeers  = 256
+)
+
+// siblingAsked counts a redirect to p.
+func (e *Engine) siblingAsked(p peer.ID) {
+	e.statMu.Lock()
+	defer e.statMu.Unlock()
+	st := e.sibStats[p]
+	if st == nil {
+		if len(e.sibStats) >= maxStatPeers {
+			clear(e.sibStats)
+		}
+		st = &siblingStat{}
+		e.sibStats[p] = st
+	}
+	st.asked++
+	if st.asked >= statWindow {
+		st.asked, st.hedged = st.asked/2, st.hedged/2
+	}
+}
+
+// siblingHedged counts a hedge of a request to p and reports whether p is
+// slow: most requests to it needed one.
+func (e *Engine) siblingHedged(p peer.ID) bool {
+	e.statMu.Lock()
+	defer e.statMu.Unlock()
+	st := e.sibStats[p]
+	if st == nil {
+		return false
+	}
+	st.hedged++
+	return st.hedged >= slowMinHedges && 2*st.hedged >= st.asked
+}
+
 // Hedging a sibling request: after hedgeFactor times the moving average
-// of recent sibling chunk times, within [minHedge, SiblingTimeout]
-// (initialHedge before any sibling delivered).
+// of recent sibling chunk times, within [minHedge, maxHedge] (initialHedge
+// before any sibling delivered). The cap keeps a slow sibling's own times
+// from stretching the wait. The floor is measured: with 1 s, hedges under
+// load named busy siblings slow, the relay served most chunks itself, and
+// a 2 x 8 broadcast on the emulated WAN took twice as long.
 const (
 	hedgeFactor  = 4
-	minHedge     = 300 * time.Millisecond
-	initialHedge = time.Second
+	minHedge     = 2 * time.Second
+	maxHedge     = 4 * time.Second
+	initialHedge = 2 * time.Second
 )
 
 // hedgeDelay is how long a sibling request runs alone.
 func (e *Engine) hedgeDelay() time.Duration {
 	avg := time.Duration(e.siblingTime.Load())
-	if avg == 0 {
-		return min(initialHedge, e.cfg.SiblingTimeout)
+	d := initialHedge
+	if avg > 0 {
+		d = min(max(hedgeFactor*avg, minHedge), maxHedge)
 	}
-	return min(max(hedgeFactor*avg, minHedge), e.cfg.SiblingTimeout)
+	return min(d, e.cfg.SiblingTimeout)
 }
 
 // noteSiblingTime folds a sibling chunk's time into the moving average

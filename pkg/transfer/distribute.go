@@ -49,8 +49,9 @@ type Distributor struct {
 
 type blobDist struct {
 	chunks   map[uint32]*chunkDist
-	failures map[peer.ID]int // failures reported against each holder
-	fed      map[peer.ID]int // siblings sent to each holder, over all chunks
+	failures map[peer.ID]int       // failures reported against each holder
+	fed      map[peer.ID]int       // siblings sent to each holder, over all chunks
+	slow     map[peer.ID]time.Time // holders reported slow: no target until then
 	lastUse  time.Time
 }
 
@@ -83,17 +84,33 @@ func NewDistributor(cfg DistributorConfig) *Distributor {
 	return &Distributor{cfg: cfg, blobs: map[cid.Cid]*blobDist{}}
 }
 
-// Request is a child's request for chunk index of blob id, at now. group is
-// the child's group (its site). direct reports a retry that must not be
-// redirected (the child's redirect failed); failed, when not empty, is the
-// sibling the child was sent to that could not deliver. eligible, when not
-// nil, vetoes a target (one that left). Decide returns the sibling to redirect the child to, or
-// "" for the relay to send the chunk itself. Either way the child becomes a
-// holder of the chunk.
-func (d *Distributor) Decide(now time.Time, id cid.Cid, index uint32, child peer.ID, group string, direct bool, failed peer.ID, eligible func(peer.ID) bool) peer.ID {
+// Ask is a child's request for a chunk, as the relay's distribution sees it.
+type Ask struct {
+	Blob  cid.Cid
+	Index uint32
+	Child peer.ID
+	Group string // the child's group (its site)
+	// Direct: a retry that must not be redirected (GET_DIRECT).
+	Direct bool
+	// Failed is the sibling the child was sent to that could not deliver
+	// (it counts against it: MaxFailures make it no target for the blob);
+	// Slow one that was only slow (the child hedged): it is no target for
+	// SlowBackoff, then one again.
+	Failed, Slow peer.ID
+}
+
+// SlowBackoff is how long a sibling reported slow is no redirect target.
+const SlowBackoff = 5 * time.Second
+
+// Decide answers a child's request a at now: the sibling to redirect the
+// child to, or "" for the relay to send the chunk itself. Either way the
+// child becomes a holder of the chunk. eligible, when not nil, vetoes a
+// target (one that left).
+func (d *Distributor) Decide(now time.Time, a Ask, eligible func(peer.ID) bool) peer.ID {
+	id, index, child, group, direct, failed := a.Blob, a.Index, a.Child, a.Group, a.Direct, a.Failed
 	b := d.blobs[id]
 	if b == nil {
-		b = &blobDist{chunks: map[uint32]*chunkDist{}, failures: map[peer.ID]int{}, fed: map[peer.ID]int{}}
+		b = &blobDist{chunks: map[uint32]*chunkDist{}, failures: map[peer.ID]int{}, fed: map[peer.ID]int{}, slow: map[peer.ID]time.Time{}}
 		d.blobs[id] = b
 	}
 	b.lastUse = now
@@ -105,6 +122,9 @@ func (d *Distributor) Decide(now time.Time, id cid.Cid, index uint32, child peer
 	if failed != "" {
 		b.failures[failed]++
 		c.remove(failed)
+	}
+	if a.Slow != "" {
+		b.slow[a.Slow] = now.Add(SlowBackoff)
 	}
 	if i := c.find(child); i >= 0 {
 		// A holder asks again: it lost the chunk (or never got it). It
@@ -119,7 +139,7 @@ func (d *Distributor) Decide(now time.Time, id cid.Cid, index uint32, child peer
 		best := -1
 		for i := range c.holders {
 			h := &c.holders[i]
-			if h.group != group || h.fed >= d.cfg.Fanout || b.failures[h.peer] >= d.cfg.MaxFailures {
+			if h.group != group || h.fed >= d.cfg.Fanout || b.failures[h.peer] >= d.cfg.MaxFailures || now.Before(b.slow[h.peer]) {
 				continue
 			}
 			if best >= 0 && b.fed[h.peer] >= b.fed[c.holders[best].peer] {
@@ -173,12 +193,21 @@ func (c *chunkDist) remove(p peer.ID) {
 	}
 }
 
+// NoteSlow records that a child found sibling p slow for blob id (it
+// hedged): p is no redirect target for SlowBackoff.
+func (d *Distributor) NoteSlow(now time.Time, id cid.Cid, p peer.ID) {
+	if b := d.blobs[id]; b != nil {
+		b.slow[p] = now.Add(SlowBackoff)
+	}
+}
+
 // DropPeer forgets p as a holder of anything (it left: its tree session
 // ended), so that no child is sent to it.
 func (d *Distributor) DropPeer(p peer.ID) {
 	for _, b := range d.blobs {
 		delete(b.failures, p)
 		delete(b.fed, p)
+		delete(b.slow, p)
 		for _, c := range b.chunks {
 			c.remove(p)
 		}

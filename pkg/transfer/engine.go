@@ -136,6 +136,9 @@ type Engine struct {
 	errMu     sync.Mutex
 	peerFails map[peer.ID]uint64 // failures blamed on each peer (bounded)
 
+	statMu   sync.Mutex
+	sibStats map[peer.ID]*siblingStat // redirects followed and hedged, per sibling
+
 	upLimit      *rate.Limiter // nil without MaxUploadRate
 	otherStreams atomic.Int64  // fetch streams served to peers of KindOther
 
@@ -196,6 +199,7 @@ func New(cfg Config) (*Engine, error) {
 		active:    map[*blobFetch]struct{}{},
 		whole:     map[cid.Cid]*wholeBlobCall{},
 		peerFails: map[peer.ID]uint64{},
+		sibStats:  map[peer.ID]*siblingStat{},
 	}
 	if cfg.MaxUploadRate < 0 || cfg.MaxUploadStreams < 0 {
 		return nil, errors.New("transfer: negative upload limit")

@@ -184,6 +184,10 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *
 		sl.status, sl.body = statusOK, data
 		return
 	}
+	if q.IfPresent {
+		e.reply(sl, nil, fmt.Errorf("chunk %d of %s: not here yet: %w", q.Index, q.ID, blob.ErrNotFound))
+		return
+	}
 	var data []byte
 	var err error
 	if e.cfg.Mode == ModeStoreForward {
@@ -217,11 +221,26 @@ func (e *Engine) redirectFor(p peer.ID, q fetchRequest) (redirect, bool) {
 	}
 	now := time.Now()
 	e.distMu.Lock()
+	if q.IfPresent {
+		// A hedge: the chunk comes from here if it is here, or not at
+		// all; no holder changes.
+		if q.Slow {
+			e.dist.NoteSlow(now, q.ID, q.Failed)
+		}
+		e.distMu.Unlock()
+		return redirect{}, false
+	}
 	if now.Sub(e.lastSweep) > sweepEvery {
 		e.dist.Sweep(now)
 		e.lastSweep = now
 	}
-	t := e.dist.Decide(now, q.ID, q.Index, p, group, q.Type == msgGetDirect, q.Failed, eligible)
+	ask := Ask{Blob: q.ID, Index: q.Index, Child: p, Group: group, Direct: q.Type == msgGetDirect}
+	if q.Slow {
+		ask.Slow = q.Failed
+	} else {
+		ask.Failed = q.Failed
+	}
+	t := e.dist.Decide(now, ask, eligible)
 	e.distMu.Unlock()
 	if t == "" {
 		return redirect{}, false

@@ -31,6 +31,9 @@ const (
 	statusNotFound byte = 1
 	statusError    byte = 2
 	statusRedirect byte = 3 // ask the sibling named in the body
+
+	directSlow      byte = 1 // GET_DIRECT flag: the sibling named was slow, not failed
+	directIfPresent byte = 2 // GET_DIRECT flag: only if the chunk is stored here now (a hedge)
 )
 
 // Limits enforced by the decoders.
@@ -61,7 +64,11 @@ type fetchRequest struct {
 	ID     cid.Cid
 	Index  uint32
 	Hash   blob.Hash
-	Failed peer.ID // GET_DIRECT only
+	Failed peer.ID // GET_DIRECT only: the sibling that failed
+	Slow   bool    // GET_DIRECT only: Failed was only slow (a hedge)
+	// IfPresent (GET_DIRECT only): answer NOT_FOUND at once unless the
+	// chunk is in the server's store (a hedge).
+	IfPresent bool
 }
 
 // isGet reports whether q asks for chunk bytes (GET or GET_DIRECT).
@@ -90,7 +97,14 @@ func appendFetchRequest(b []byte, q fetchRequest) []byte {
 	b = binary.BigEndian.AppendUint32(b, q.Index)
 	b = append(b, q.Hash[:]...)
 	if q.Type == msgGetDirect {
-		b = append(b, byte(len(q.Failed)))
+		var flags byte
+		if q.Slow {
+			flags |= directSlow
+		}
+		if q.IfPresent {
+			flags |= directIfPresent
+		}
+		b = append(b, flags, byte(len(q.Failed)))
 		b = append(b, q.Failed...)
 	}
 	return b
@@ -139,6 +153,14 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 		return q, wire.Malformed("zero chunk hash")
 	}
 	if q.Type == msgGetDirect {
+		flags, err := r.ReadByte()
+		if err != nil {
+			return q, wire.Unexpected(err)
+		}
+		if flags&^(directSlow|directIfPresent) != 0 {
+			return q, wire.Malformed("GET_DIRECT flags 0x%02x", flags)
+		}
+		q.Slow, q.IfPresent = flags&directSlow != 0, flags&directIfPresent != 0
 		k, err := r.ReadByte()
 		if err != nil {
 			return q, wire.Unexpected(err)
@@ -176,7 +198,7 @@ func decodeFetchRequest(b []byte) (fetchRequest, error) {
 	case msgManifest:
 		want = reqHeaderLen + len(q.ID.Bytes())
 	case msgGetDirect:
-		want += 1 + len(q.Failed)
+		want += 2 + len(q.Failed)
 	}
 	if r.Buffered() != 0 || len(b) != want {
 		return q, wire.Malformed("trailing bytes after fetch request")

@@ -25,6 +25,8 @@ func TestWireRoundTrip(t *testing.T) {
 		{Type: msgManifest, Tag: 3, ID: r.ID},
 		{Type: msgGetDirect, Tag: 4, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z")), Failed: samplePeer(t)},
 		{Type: msgGetDirect, Tag: 5, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z"))},
+		{Type: msgGetDirect, Tag: 6, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z")), Failed: samplePeer(t), Slow: true, IfPresent: true},
+		{Type: msgGetDirect, Tag: 7, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z")), IfPresent: true},
 	} {
 		enc := appendFetchRequest(nil, q)
 		back, err := decodeFetchRequest(enc)
@@ -63,7 +65,8 @@ func TestWireRejects(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"huge CID length": {msgGet, 0, 0, 0, 1, 0xff, 0xff},
 		"unknown type":    {0x99, 0, 0, 0, 0, 0, 0},
-		"long peer ID":    append(appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Hash: blob.Hash{1}}), 200),
+		"long peer ID":    append(appendFetchRequest(nil, fetchRequest{Type: msgGetDirect, ID: r.ID, Hash: blob.Hash{1}})[:reqHeaderLen+len(r.ID.Bytes())+4+blob.HashSize+1], 200),
+		"unknown flags":   withByte(appendFetchRequest(nil, fetchRequest{Type: msgGetDirect, ID: r.ID, Hash: blob.Hash{1}}), reqHeaderLen+len(r.ID.Bytes())+4+blob.HashSize, 0x80),
 		"zero hash":       appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID}),
 		"truncated":       appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Hash: blob.Hash{1}})[:10],
 		"trailing":        append(appendFetchRequest(nil, fetchRequest{Type: msgManifest, ID: r.ID}), 0),
@@ -100,3 +103,9 @@ func TestWireRejects(t *testing.T) {
 }
 
 func msgReportLimit() int { return fetchRequest{Type: msgReport}.replyLimit() }
+
+// withByte returns b with byte i set to v.
+func withByte(b []byte, i int, v byte) []byte {
+	b[i] = v
+	return b
+}

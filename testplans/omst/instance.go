@@ -233,11 +233,11 @@ func (in *instance) setupAndAct(rec *record) error {
 	err := in.c.act(ctx, in, rec)
 	if in.role == roleWorker {
 		in.signalWorkerDone()
-		return err
 	}
-	// Root and heads: wait for the workers, then read the byte counters.
+	// Wait for the workers (a worker keeps serving its siblings until all
+	// are done), then read the byte counters.
 	nworkers := cfg.sites * cfg.workersPerSite
-	if nworkers > 0 {
+	if nworkers > 0 && (in.role != roleWorker || in.d != nil) {
 		b, werr := in.sc.Barrier(ctx, stateWorkersDone, nworkers)
 		if werr == nil {
 			werr = <-b.C
@@ -451,6 +451,7 @@ func (in *instance) counters(rec *record) {
 	if st, err := in.d.client.Status(ctx); err == nil {
 		rec.BytesServed, rec.BytesFetched, rec.PeerErrors = st.BytesServed, st.BytesFetched, st.PeerErrors
 		rec.BytesIn, rec.BytesOut, rec.RedirectsSent, rec.SiblingFailures = st.BytesIn, st.BytesOut, st.RedirectsSent, st.SiblingFailures
+		rec.RedirectsTaken, rec.Hedges = st.RedirectsTaken, st.Hedges
 	}
 }
 

@@ -42,7 +42,9 @@ type record struct {
 	BytesIn         map[string]uint64 `json:"bytes_in,omitempty"`
 	BytesOut        map[string]uint64 `json:"bytes_out,omitempty"`
 	RedirectsSent   uint64            `json:"redirects_sent,omitempty"`
+	RedirectsTaken  uint64            `json:"redirects_taken,omitempty"`
 	SiblingFailures uint64            `json:"sibling_failures,omitempty"`
+	Hedges          uint64            `json:"hedges,omitempty"`
 
 	// Heads under the namespace harness: bytes received and sent on the
 	// WAN link's interface (WANIface) from the start signal until every
