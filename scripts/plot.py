@@ -336,6 +336,10 @@ def plot_wan(plt, files, out_dir):
             by_w[k[3]].add(k[4])
     w = max(by_w, key=lambda x: len(by_w[x]))
     sizes = sorted(by_w[w])
+    single_sizes = {k[4] for k in med if k[:4] == ("broadcast", "tree", 1, 1)}
+    if len(set(sizes) | single_sizes) < 2:
+        print("plot.py: wan-sizes.png skipped: fewer than two blob sizes in the runs")
+        return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for mode, col in MODE_COLORS.items():
         pts = [(z, med[("broadcast", mode, sites, w, z)]) for z in sizes if ("broadcast", mode, sites, w, z) in med]

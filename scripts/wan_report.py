@@ -158,7 +158,8 @@ def main():
                    a.start, a.sites, a.workers, a.wan_bw, a.wan_delay, a.lan_bw, a.scratch))
     out.append("- every figure: the median over the runs of the time from the start signal to the last verified "
                "worker (min..max beside it); limit = S / B_wan (every byte must cross each site's WAN link once)")
-    out.append("- modes: star (every worker fetches from the root), store-forward, tree-alone (the head serves every "
+    out.append("- modes: star (every worker fetches from the root, which serves each itself), store-forward (the head "
+               "waits for the whole blob, then serves every worker itself), tree-alone (the head serves every "
                "worker itself: no sibling exchange), tree (omst), bittorrent (aria2c + opentracker from Debian, a "
                "seeder at the root, a leecher on every worker, heads only route: cmd/omst-btbase)")
     out.append("- into each site: the bytes that entered a site from outside, in blobs (1.00 = the blob once), "

@@ -529,8 +529,8 @@ func statusCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(tw, "bytes_in\tparent %d, child %d, sibling %d, other %d\nbytes_out\tparent %d, child %d, other (siblings) %d\n",
 				st.BytesIn["parent"], st.BytesIn["child"], st.BytesIn["sibling"], st.BytesIn["other"],
 				st.BytesOut["parent"], st.BytesOut["child"], st.BytesOut["other"])
-			fmt.Fprintf(tw, "redirects\t%d sent, %d taken, %d of them failed, %d hedged\nuploads_refused\t%d\n",
-				st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures, st.Hedges, st.UploadsRefused)
+			fmt.Fprintf(tw, "redirects\t%d sent, %d taken, %d of them failed, %d hedged, %d hedges declined\nuploads_refused\t%d\n",
+				st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures, st.Hedges, st.HedgesDeclined, st.UploadsRefused)
 			fmt.Fprintf(tw, "chunks_damaged\t%d (found damaged in this node's store and dropped)\ncorrupt_received\t%d (from peers)\ncorrupt_reports\t%d (peers told us they received a corrupt chunk)\n",
 				st.ChunksDamaged, st.CorruptReceived, st.CorruptReports)
 			for _, p := range slices.Sorted(maps.Keys(st.ErrorsByPeer)) {

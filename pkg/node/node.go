@@ -479,6 +479,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		SiblingFailures: es.SiblingFailures,
 		UploadsRefused:  es.UploadsRefused,
 		Hedges:          es.Hedges,
+		HedgesDeclined:  es.HedgesDeclined,
 		Warnings:        hostWarnings(),
 		ErrorsByPeer:    map[string]uint64{},
 		Version:         Version,

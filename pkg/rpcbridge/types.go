@@ -75,6 +75,9 @@ type Status struct {
 	// Hedges counts sibling requests slow enough that the chunk was also
 	// asked of the relay (the first copy wins).
 	Hedges uint64 `json:"hedges"`
+	// HedgesDeclined counts children's hedges this relay declined: it had
+	// sent the chunk into the site moments before, so the sibling has it.
+	HedgesDeclined uint64 `json:"hedges_declined"`
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`

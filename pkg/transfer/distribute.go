@@ -59,6 +59,7 @@ type blobDist struct {
 type chunkDist struct {
 	direct  int         // copies the relay sent itself
 	holders []holderRef // in the order they were assigned
+	sent    time.Time   // when the relay first had the chunk to send into the site
 }
 
 type holderRef struct {
@@ -199,6 +200,39 @@ func (d *Distributor) NoteSlow(now time.Time, id cid.Cid, p peer.ID) {
 	if b := d.blobs[id]; b != nil {
 		b.slow[p] = now.Add(SlowBackoff)
 	}
+}
+
+// HedgeGrace is how long after a relay first sent a chunk into a site it
+// declines hedges for it (GET_DIRECT if-present): the chunk is then still
+// moving from sibling to sibling, and the child's sibling has it or gets it
+// soon. A copy from the relay would only load the port the exchange
+// spares; when every child's sibling is behind, such copies are most of
+// what the port carries. A child whose sibling is stuck hedges again later.
+const HedgeGrace = 4 * time.Second
+
+// NoteSent records that the relay has chunk index of blob id to send to a
+// child now (the first time counts).
+func (d *Distributor) NoteSent(now time.Time, id cid.Cid, index uint32) {
+	if b := d.blobs[id]; b != nil {
+		if c := b.chunks[index]; c != nil && c.sent.IsZero() {
+			c.sent = now
+		}
+	}
+}
+
+// HedgeWait reports how much longer a hedge for chunk index of blob id is
+// declined (0: serve it if the chunk is here). Chunks the relay never sent
+// into the site (held from before, or not here yet) are not declined.
+func (d *Distributor) HedgeWait(now time.Time, id cid.Cid, index uint32) time.Duration {
+	b := d.blobs[id]
+	if b == nil {
+		return 0
+	}
+	c := b.chunks[index]
+	if c == nil || c.sent.IsZero() {
+		return 0
+	}
+	return max(c.sent.Add(HedgeGrace).Sub(now), 0)
 }
 
 // DropPeer forgets p as a holder of anything (it left: its tree session

@@ -171,3 +171,34 @@ func TestDistributorSlowSibling(t *testing.T) {
 		t.Fatal("a slow sibling was counted as failed")
 	}
 }
+
+// Hedges are declined for HedgeGrace after the relay first sent a chunk
+// into the site, and never for a chunk it did not send (held from before).
+func TestDistributorHedgeGrace(t *testing.T) {
+	d := NewDistributor(DistributorConfig{})
+	id := sampleID().ID
+	now := time.Unix(1000, 0)
+	if w := d.HedgeWait(now, id, 0); w != 0 {
+		t.Fatalf("unknown blob: wait %v, want 0", w)
+	}
+	d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "siteA"}, nil)
+	if w := d.HedgeWait(now, id, 0); w != 0 {
+		t.Fatalf("chunk not sent yet: wait %v, want 0", w)
+	}
+	sent := now.Add(3 * time.Second) // the relay's own fetch took 3 s
+	d.NoteSent(sent, id, 0)
+	d.NoteSent(sent.Add(time.Second), id, 0) // a later send does not move it
+	if w := d.HedgeWait(sent.Add(500*time.Millisecond), id, 0); w != HedgeGrace-500*time.Millisecond {
+		t.Fatalf("0.5 s after the send: wait %v, want %v", w, HedgeGrace-500*time.Millisecond)
+	}
+	if w := d.HedgeWait(sent.Add(HedgeGrace), id, 0); w != 0 {
+		t.Fatalf("HedgeGrace after the send: wait %v, want 0", w)
+	}
+	if w := d.HedgeWait(sent, id, 1); w != 0 {
+		t.Fatalf("another chunk: wait %v, want 0", w)
+	}
+	d.NoteSent(sent, id, 7) // no state for chunk 7: nothing recorded
+	if w := d.HedgeWait(sent, id, 7); w != 0 {
+		t.Fatalf("chunk 7 (never asked): wait %v, want 0", w)
+	}
+}

@@ -148,6 +148,7 @@ type Engine struct {
 	bytesOut        [numKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
 	uploadsRefused  atomic.Uint64
 	hedges          atomic.Uint64 // sibling requests doubled by a GET_DIRECT
+	hedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace)
 	siblingTime     atomic.Int64  // moving average of a sibling chunk's time, ns
 	redirectsSent   atomic.Uint64
 	redirectsTaken  atomic.Uint64
@@ -283,6 +284,9 @@ type Status struct {
 	// Hedges counts sibling requests that were slow enough to be asked
 	// of the relay too.
 	Hedges uint64
+	// HedgesDeclined counts children's hedges this relay declined because
+	// it had sent the chunk into the site less than HedgeGrace before.
+	HedgesDeclined uint64
 	// RedirectsSent counts requests this relay answered with a sibling;
 	// RedirectsTaken redirects this node followed; SiblingFailures those
 	// whose sibling could not deliver (the chunk then came from the relay).
@@ -310,6 +314,7 @@ func (e *Engine) Status() Status {
 		BytesOut:        map[string]uint64{},
 		UploadsRefused:  e.uploadsRefused.Load(),
 		Hedges:          e.hedges.Load(),
+		HedgesDeclined:  e.hedgesDeclined.Load(),
 		RedirectsSent:   e.redirectsSent.Load(),
 		RedirectsTaken:  e.redirectsTaken.Load(),
 		SiblingFailures: e.siblingFailures.Load(),

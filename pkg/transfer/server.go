@@ -175,6 +175,19 @@ func (e *Engine) reply(sl *fetchSlot, data []byte, err error) {
 // damaged copy is dropped), else pull-through from this node's sources for
 // the blob (never back to the asker).
 func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fetchSlot) {
+	if q.IfPresent {
+		// A hedge for a chunk just sent into the site is declined (and
+		// names no sibling slow): the sibling has it or gets it soon.
+		// Serving hedges that name their sibling slow was measured worse:
+		// under load most siblings get named, and the relay's port again
+		// carries most copies (docs/protocol.md).
+		if wait := e.hedgeWait(q); wait > 0 {
+			e.hedgesDeclined.Add(1)
+			e.reply(sl, nil, fmt.Errorf("chunk %d of %s: sent into the site %v ago, the sibling has it or gets it soon: %w",
+				q.Index, q.ID, (HedgeGrace-wait).Round(time.Millisecond), blob.ErrNotFound))
+			return
+		}
+	}
 	if rd, ok := e.redirectFor(p, q); ok {
 		e.redirectsSent.Add(1)
 		sl.status, sl.body = statusRedirect, appendRedirect(nil, rd)
@@ -182,6 +195,7 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *
 	}
 	if data, err := e.store.ReadChunk(q.Hash); err == nil {
 		sl.status, sl.body = statusOK, data
+		e.noteSent(q)
 		return
 	}
 	if q.IfPresent {
@@ -198,7 +212,31 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *
 	} else {
 		data, err = e.obtainChunk(ctx, q, e.sources.Sources(q.ID, p), p)
 	}
+	if err == nil {
+		e.noteSent(q)
+	}
 	e.reply(sl, data, err)
+}
+
+// noteSent tells the distribution that chunk q is on its way to a child.
+func (e *Engine) noteSent(q fetchRequest) {
+	if e.dist == nil {
+		return
+	}
+	e.distMu.Lock()
+	e.dist.NoteSent(time.Now(), q.ID, q.Index)
+	e.distMu.Unlock()
+}
+
+// hedgeWait is how much longer the distribution declines a hedge for
+// chunk q (0 without sibling exchange).
+func (e *Engine) hedgeWait(q fetchRequest) time.Duration {
+	if e.dist == nil {
+		return 0
+	}
+	e.distMu.Lock()
+	defer e.distMu.Unlock()
+	return e.dist.HedgeWait(time.Now(), q.ID, q.Index)
 }
 
 // sweepEvery is how often the distributor forgets idle blobs.

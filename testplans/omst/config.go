@@ -14,8 +14,8 @@ import (
 // Modes of distribution the plan compares.
 const (
 	modeTree         = "tree"          // omst's default: worker -> head -> root, pull-through
-	modeStar         = "star"          // every worker's parent is the root (the baseline)
-	modeStoreForward = "store-forward" // tree, with the daemons' --relay-mode store-forward
+	modeStar         = "star"          // every worker's parent is the root, which serves each itself (the baseline; --no-sibling-exchange)
+	modeStoreForward = "store-forward" // tree, with the daemons' --relay-mode store-forward and --no-sibling-exchange (OmniStorage's relay)
 	modeTreeAlone    = "tree-alone"    // tree without sibling exchange: the head serves every worker (--no-sibling-exchange)
 )
 

@@ -366,8 +366,15 @@ func (in *instance) daemonSpec(parents []string) daemonSpec {
 	}
 	switch cfg.mode {
 	case modeStoreForward:
+		// OmniStorage's relay as it was: the head waits for the whole
+		// blob, then serves every worker itself.
 		spec.relayMode = "store-forward"
+		spec.noSiblings = true
 	case modeTreeAlone:
+		spec.noSiblings = true
+	case modeStar:
+		// The baseline is the master sending every worker its copy: with
+		// sibling exchange the root would send workers to each other.
 		spec.noSiblings = true
 	}
 	return spec
@@ -451,7 +458,7 @@ func (in *instance) counters(rec *record) {
 	if st, err := in.d.client.Status(ctx); err == nil {
 		rec.BytesServed, rec.BytesFetched, rec.PeerErrors = st.BytesServed, st.BytesFetched, st.PeerErrors
 		rec.BytesIn, rec.BytesOut, rec.RedirectsSent, rec.SiblingFailures = st.BytesIn, st.BytesOut, st.RedirectsSent, st.SiblingFailures
-		rec.RedirectsTaken, rec.Hedges = st.RedirectsTaken, st.Hedges
+		rec.RedirectsTaken, rec.Hedges, rec.HedgesDeclined = st.RedirectsTaken, st.Hedges, st.HedgesDeclined
 	}
 }
 

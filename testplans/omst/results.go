@@ -45,6 +45,7 @@ type record struct {
 	RedirectsTaken  uint64            `json:"redirects_taken,omitempty"`
 	SiblingFailures uint64            `json:"sibling_failures,omitempty"`
 	Hedges          uint64            `json:"hedges,omitempty"`
+	HedgesDeclined  uint64            `json:"hedges_declined,omitempty"`
 
 	// Heads under the namespace harness: bytes received and sent on the
 	// WAN link's interface (WANIface) from the start signal until every
