@@ -4,24 +4,13 @@ package main
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
-)
 
-// payload returns a reader of n deterministic pseudo-random bytes: the
-// same bytes as the omst plan's (testplans/omst/payload.go) for the same
-// seed and stream, so that both baselines move the same blob.
-func payload(seed, stream int64, n int64) io.Reader {
-	var key [32]byte
-	binary.LittleEndian.PutUint64(key[0:], uint64(seed))
-	binary.LittleEndian.PutUint64(key[8:], uint64(stream))
-	copy(key[16:], "omst-testplan")
-	return io.LimitReader(rand.NewChaCha8(key), n)
-}
+	"github.com/omst-project/omst/internal/payload"
+)
 
 // writePayload writes the broadcast's bytes to path and returns their
 // SHA-256 (hex).
@@ -31,7 +20,7 @@ func writePayload(path string, seed, n int64) (string, error) {
 		return "", err
 	}
 	h := sha256.New()
-	w, err := io.Copy(io.MultiWriter(f, h), payload(seed, 0, n))
+	w, err := io.Copy(io.MultiWriter(f, h), payload.Reader(seed, 0, n)) // the omst plan's bytes for the same seed
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

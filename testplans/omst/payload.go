@@ -2,22 +2,16 @@ package main
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"hash"
 	"io"
-	"math/rand/v2"
+
+	pl "github.com/omst-project/omst/internal/payload"
 )
 
-// payload returns a reader of n deterministic pseudo-random bytes: the same
-// (seed, stream) always gives the same bytes, on any machine.
-func payload(seed, stream int64, n int64) io.Reader {
-	var key [32]byte
-	binary.LittleEndian.PutUint64(key[0:], uint64(seed))
-	binary.LittleEndian.PutUint64(key[8:], uint64(stream))
-	copy(key[16:], "omst-testplan")
-	return io.LimitReader(rand.NewChaCha8(key), n)
-}
+// payload returns a reader of n deterministic pseudo-random bytes (the
+// same for the BitTorrent baseline: internal/payload).
+func payload(seed, stream int64, n int64) io.Reader { return pl.Reader(seed, stream, n) }
 
 // digest is an io.Writer that hashes and counts what it is given.
 type digest struct {
