@@ -1,0 +1,207 @@
+// Package dht is omst's private Kademlia DHT (go-libp2p-kad-dht): which
+// nodes hold which blobs (provider records), so that a blob can be found
+// outside the tree's paths: from another site's head, with the parent down,
+// or in a flat cluster with no tree at all.
+//
+// The DHT is private: its protocols are under /omst (/omst/kad/1.0.0), every
+// node runs in server mode (in a closed network, automatic mode leaves the
+// routing tables empty), and it is bootstrapped only from the peers the node
+// is given (its parents and --bootstrap peers) and those that connect to it
+// (children); it never contacts the public IPFS network.
+//
+// Contracts:
+//   - Provide announces that this node holds a complete blob; Held lists what
+//     the node holds, and every ReprovideEvery the node announces it all
+//     again, before the records (kept MaxRecordAge by the nodes storing them)
+//     expire. A blob no longer held is not reprovided and its records expire.
+//   - Providers returns the nodes that announced a blob, this node excluded,
+//     with the addresses they or the DHT know; it returns what it found when
+//     its context ends or enough are found.
+package dht
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	kad "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Prefix is the protocol prefix of omst's DHT: its protocol is Prefix +
+// "/kad/1.0.0".
+const Prefix = "/omst"
+
+// Defaults for Config.
+const (
+	// DefaultReprovideEvery is how often held blobs are announced again.
+	DefaultReprovideEvery = 12 * time.Hour
+	// DefaultRecordAge is how long a node keeps a provider record it was
+	// given (kad-dht's default: 48 h); reproviding every 12 h leaves three
+	// chances before a record of a held blob expires.
+	DefaultRecordAge = 48 * time.Hour
+)
+
+// Config configures New.
+type Config struct {
+	Host host.Host // the node's libp2p host
+	// Bootstrap are the peers to join the DHT through (the node's parents
+	// and --bootstrap peers). Peers that connect later (children) join the
+	// routing table when they speak the DHT protocol.
+	Bootstrap []peer.AddrInfo
+	// Held lists the blobs this node holds in full, for reproviding; nil:
+	// only blobs passed to Provide since the start are reprovided.
+	Held func() []cid.Cid
+	// ReprovideEvery (default DefaultReprovideEvery) and RecordAge
+	// (default DefaultRecordAge).
+	ReprovideEvery time.Duration
+	RecordAge      time.Duration
+	Logger         *slog.Logger
+}
+
+// DHT is a node's member of the private DHT. Its methods are safe for
+// concurrent use.
+type DHT struct {
+	cfg    Config
+	kad    *kad.IpfsDHT
+	log    *slog.Logger
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	provided map[cid.Cid]struct{} // blobs passed to Provide (when Held is nil)
+}
+
+// New joins the private DHT on cfg.Host and starts reproviding; Close
+// leaves it. It does not wait for the bootstrap peers to answer: a node
+// whose bootstrap peers are down joins when they come back (the routing
+// table is refreshed periodically) or when peers connect to it.
+func New(cfg Config) (*DHT, error) {
+	if cfg.Host == nil {
+		return nil, errors.New("dht: no host")
+	}
+	if cfg.ReprovideEvery <= 0 {
+		cfg.ReprovideEvery = DefaultReprovideEvery
+	}
+	if cfg.RecordAge <= 0 {
+		cfg.RecordAge = DefaultRecordAge
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	k, err := kad.New(cfg.Host,
+		kad.Mode(kad.ModeServer),
+		kad.ProtocolPrefix(Prefix),
+		kad.BootstrapPeers(cfg.Bootstrap...),
+		kad.MaxRecordAge(cfg.RecordAge),
+		kad.DisableValues(),
+	)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("dht: %w", err)
+	}
+	d := &DHT{cfg: cfg, kad: k, log: cfg.Logger.With("component", "dht"), cancel: cancel, provided: map[cid.Cid]struct{}{}}
+	d.wg.Go(func() { d.reprovideLoop(ctx) })
+	return d, nil
+}
+
+// Provide announces that this node holds blob id in full: the record is
+// stored on the nodes closest to id. It returns once they have it, or with
+// an error when no node could be reached (the blob is still reprovided
+// later).
+func (d *DHT) Provide(ctx context.Context, id cid.Cid) error {
+	d.mu.Lock()
+	d.provided[id] = struct{}{}
+	d.mu.Unlock()
+	if err := d.kad.Provide(ctx, id, true); err != nil {
+		return fmt.Errorf("dht: provide %s: %w", id, err)
+	}
+	return nil
+}
+
+// Providers returns up to max nodes (max <= 0: 20) that announced blob id,
+// this node excluded. It ends when max are found, the search is over, or
+// ctx ends; what was found by then is returned.
+func (d *DHT) Providers(ctx context.Context, id cid.Cid, max int) []peer.AddrInfo {
+	if max <= 0 {
+		max = 20
+	}
+	var out []peer.AddrInfo
+	for ai := range d.kad.FindProvidersAsync(ctx, id, max+1) {
+		if ai.ID == d.cfg.Host.ID() || ai.ID == "" {
+			continue
+		}
+		out = append(out, ai)
+		if len(out) == max {
+			break
+		}
+	}
+	return out
+}
+
+// RoutingTableSize is the number of peers in the routing table.
+func (d *DHT) RoutingTableSize() int { return d.kad.RoutingTable().Size() }
+
+// Refresh refreshes the routing table now (e.g. after new peers were
+// added) and waits until it is done or ctx ends.
+func (d *DHT) Refresh(ctx context.Context) error {
+	select {
+	case err := <-d.kad.RefreshRoutingTable():
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close leaves the DHT.
+func (d *DHT) Close() error {
+	d.cancel()
+	d.wg.Wait()
+	return d.kad.Close()
+}
+
+// reprovideLoop announces every held blob again every ReprovideEvery.
+func (d *DHT) reprovideLoop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.ReprovideEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, failed := 0, 0
+		for _, id := range d.held() {
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			if err := d.kad.Provide(pctx, id, true); err != nil {
+				failed++
+			}
+			cancel()
+			n++
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		d.log.Info("reprovided held blobs", "blobs", n, "failed", failed)
+	}
+}
+
+// held is what to reprovide.
+func (d *DHT) held() []cid.Cid {
+	if d.cfg.Held != nil {
+		return d.cfg.Held()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]cid.Cid, 0, len(d.provided))
+	for id := range d.provided {
+		out = append(out, id)
+	}
+	return out
+}
