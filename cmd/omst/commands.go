@@ -44,6 +44,8 @@ func daemonCmd(g *globals) *cobra.Command {
 	var (
 		listen      []string
 		parents     []string
+		bootstrap   []string
+		noDHT       bool
 		relayMode   string
 		site        string
 		cacheSize   string
@@ -66,7 +68,7 @@ func daemonCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate,
-				NoSiblingExchange: noSiblings, Sync: syncPuts}
+				NoSiblingExchange: noSiblings, Sync: syncPuts, Bootstrap: bootstrap, NoDHT: noDHT}
 			if len(parents) > 0 {
 				cfg.Parent, cfg.Fallbacks = parents[0], parents[1:]
 			}
@@ -135,6 +137,8 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&listen, "listen", nil, "libp2p listen multiaddr, repeatable (default /ip4/0.0.0.0/tcp/4040 and /ip4/0.0.0.0/udp/4040/quic-v1)")
 	f.StringArrayVar(&parents, "parent", nil, "parent node's multiaddr ending in /p2p/<ID> (a line of the parent's 'omst id' output); none for the root.\n"+
 		"Repeat it to add fallback parents, used in order when the current one cannot be reached (e.g. the root, for a worker under a head node)")
+	f.StringArrayVar(&bootstrap, "bootstrap", nil, "a peer to join omst's private DHT through (multiaddr ending in /p2p/<ID>), repeatable; the --parent peers always are")
+	f.BoolVar(&noDHT, "no-dht", false, "do not join omst's private DHT (provider records of the blobs this node holds)")
 	f.DurationVar(&parentRetry, "parent-retry", tree.DefaultRetryPreferred, "on a fallback parent, how often to check whether an earlier --parent is reachable again and go back to it (0: never)")
 	f.StringVar(&relayMode, "relay-mode", "cut-through", "how this node forwards a blob to its children: cut-through (each verified chunk at once)\n"+
 		"or store-forward (only after the whole blob is here; OmniStorage's original behaviour, for comparison)")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/cache"
+	"github.com/omst-project/omst/pkg/dht"
 	"github.com/omst-project/omst/pkg/peerhost"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 	"github.com/omst-project/omst/pkg/transfer"
@@ -60,6 +62,11 @@ type Config struct {
 	// neither children nor parents (0: none). See transfer.Config.
 	MaxUploadRate    int64
 	MaxUploadStreams int
+	// Bootstrap are further peers (multiaddrs ending in /p2p/<ID>) to join
+	// the private DHT through; the parents always are. NoDHT keeps the
+	// node out of the DHT.
+	Bootstrap []string
+	NoDHT     bool
 	// Sync makes every put durable before it is acknowledged (see
 	// cache.Options.Sync).
 	Sync   bool
@@ -81,6 +88,9 @@ type Node struct {
 	host   host.Host
 	tree   *tree.Tree
 	engine *transfer.Engine
+	dht    *dht.DHT // nil with NoDHT
+	provQ  chan provideItem
+	provN  atomic.Uint64 // blobs announced in the DHT
 	server *rpcbridge.Server
 	ln     net.Listener
 	cancel context.CancelFunc
@@ -134,6 +144,14 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		fallbacks = append(fallbacks, *fb)
 	}
+	var bootstrap []peer.AddrInfo
+	for _, b := range cfg.Bootstrap {
+		ai, err := peerhost.ParsePeerAddr(b)
+		if err != nil {
+			return nil, fmt.Errorf("--bootstrap: %w", err)
+		}
+		bootstrap = append(bootstrap, *ai)
+	}
 	started := func(step string) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("start stopped before %s: %w", step, context.Cause(ctx))
@@ -169,6 +187,14 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	for i, fb := range fallbacks {
 		if fb.ID == n.host.ID() {
 			return nil, fmt.Errorf("--parent %s is this node itself", cfg.Fallbacks[i])
+		}
+	}
+	if !cfg.NoDHT {
+		if parent != nil {
+			bootstrap = append(append(bootstrap, *parent), fallbacks...)
+		}
+		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Logger: cfg.Logger}); err != nil {
+			return nil, err
 		}
 	}
 	tcfg := tree.Config{
@@ -217,6 +243,10 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err = n.tree.Start(tctx); err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
+	if n.dht != nil {
+		n.provQ = make(chan provideItem, provideQueue)
+		go n.provideLoop(tctx)
+	}
 	if !cfg.NoSocket {
 		n.server = rpcbridge.NewServer(n, rpcbridge.ServerOptions{Logger: cfg.Logger})
 		if n.ln, err = n.server.Listen(SocketPath(cfg.Home)); err != nil {
@@ -262,6 +292,9 @@ func (n *Node) Close() error {
 		if n.cancel != nil {
 			n.cancel()
 		}
+		if n.dht != nil {
+			errs = append(errs, n.dht.Close())
+		}
 		if n.host != nil {
 			errs = append(errs, n.host.Close())
 		}
@@ -303,6 +336,7 @@ func (n *Node) published(ctx context.Context, rec blob.Record) (rpcbridge.Info, 
 	// The put has succeeded once the blob is stored here; a name that
 	// could not be announced now is re-announced on reconnect.
 	_ = n.tree.Announce(ctx, rec)
+	n.provide(rec.ID)
 	m, err := n.store.Manifest(rec.ID)
 	if err != nil {
 		return rpcbridge.Info{}, fmt.Errorf("put %q: %w", rec.Name, err)
@@ -340,7 +374,7 @@ func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCl
 	if err != nil {
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
-	return n.info(rec, m), rc, nil
+	return n.info(rec, m), &providingReader{ReadCloser: rc, n: n, id: rec.ID}, nil
 }
 
 // GetFile writes the blob named name to path. A regular file (or a new
@@ -479,6 +513,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		SiblingFailures: es.SiblingFailures,
 		UploadsRefused:  es.UploadsRefused,
 		Hedges:          es.Hedges,
+		DHTProvided:     n.provN.Load(),
 		HedgesDeclined:  es.HedgesDeclined,
 		Warnings:        hostWarnings(),
 		ErrorsByPeer:    map[string]uint64{},
@@ -502,6 +537,9 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 	}
 	if recs, err := n.store.List(""); err == nil {
 		st.Names = len(recs)
+	}
+	if n.dht != nil {
+		st.DHTPeers = n.dht.RoutingTableSize()
 	}
 	return st, nil
 }

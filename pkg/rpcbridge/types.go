@@ -75,6 +75,10 @@ type Status struct {
 	// Hedges counts sibling requests slow enough that the chunk was also
 	// asked of the relay (the first copy wins).
 	Hedges uint64 `json:"hedges"`
+	// DHTPeers is the size of the node's DHT routing table; DHTProvided
+	// counts the blobs it announced in the DHT since it started.
+	DHTPeers    int    `json:"dht_peers"`
+	DHTProvided uint64 `json:"dht_provided"`
 	// HedgesDeclined counts children's hedges this relay declined: it had
 	// sent the chunk into the site moments before, so the sibling has it.
 	HedgesDeclined uint64 `json:"hedges_declined"`

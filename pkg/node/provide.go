@@ -1,0 +1,112 @@
+package node
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/ipfs/go-cid"
+)
+
+// provideQueue bounds the blobs waiting to be announced in the DHT; past
+// it a blob waits for the next reprovide.
+const provideQueue = 256
+
+// provideTimeout bounds one announcement.
+const provideTimeout = time.Minute
+
+// provide queues blob id, held here in full, for an announcement in the
+// DHT (no-op without a DHT; never blocks).
+func (n *Node) provide(id cid.Cid) { n.queueProvide(provideItem{id: id}) }
+
+// provideItem is a blob to announce and the attempts made so far.
+type provideItem struct {
+	id    cid.Cid
+	tries int
+}
+
+// Announcing a blob that failed (e.g. right after the start, before the
+// routing table has peers) is tried again after provideRetry, doubled at
+// each try, at most provideTries times; then it waits for the reprovide.
+const (
+	provideRetry = time.Second
+	provideTries = 6
+)
+
+func (n *Node) queueProvide(it provideItem) {
+	if n.provQ == nil {
+		return
+	}
+	select {
+	case n.provQ <- it:
+	default:
+	}
+}
+
+// provideLoop announces queued blobs, one at a time, until ctx ends.
+func (n *Node) provideLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-n.provQ:
+			pctx, cancel := context.WithTimeout(ctx, provideTimeout)
+			err := n.dht.Provide(pctx, it.id)
+			cancel()
+			switch {
+			case err == nil:
+				n.provN.Add(1)
+			case ctx.Err() != nil:
+				return
+			case it.tries+1 < provideTries:
+				it.tries++
+				time.AfterFunc(provideRetry<<(it.tries-1), func() { n.queueProvide(it) })
+			default:
+				n.log.Info("could not announce a blob in the DHT (announced again at the next reprovide)", "id", it.id, "err", err)
+			}
+		}
+	}
+}
+
+// heldBlobs lists the named blobs held here in full (what the DHT
+// reprovides).
+func (n *Node) heldBlobs() []cid.Cid {
+	recs, err := n.store.List("")
+	if err != nil {
+		return nil
+	}
+	seen := map[cid.Cid]bool{}
+	var out []cid.Cid
+	for _, r := range recs {
+		if !seen[r.ID] && n.store.HasBlob(r.ID) {
+			seen[r.ID] = true
+			out = append(out, r.ID)
+		}
+	}
+	return out
+}
+
+// providingReader announces its blob in the DHT when it is closed with the
+// whole blob held here.
+type providingReader struct {
+	io.ReadCloser
+	n  *Node
+	id cid.Cid
+}
+
+func (r *providingReader) Close() error {
+	err := r.ReadCloser.Close()
+	if r.n.store.HasBlob(r.id) {
+		r.n.provide(r.id)
+	}
+	return err
+}
+
+// WriteTo keeps the engine reader's WriteTo (chunks written straight into
+// the local API's frames, no per-request buffer).
+func (r *providingReader) WriteTo(w io.Writer) (int64, error) {
+	if wt, ok := r.ReadCloser.(io.WriterTo); ok {
+		return wt.WriteTo(w)
+	}
+	return io.Copy(w, r.ReadCloser)
+}
