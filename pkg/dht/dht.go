@@ -116,29 +116,34 @@ func New(cfg Config) (*DHT, error) {
 // an error when no node could be reached (the blob is still reprovided
 // later).
 func (d *DHT) Provide(ctx context.Context, id cid.Cid) error {
-	d.mu.Lock()
-	d.provided[id] = struct{}{}
-	d.mu.Unlock()
+	if d.cfg.Held == nil {
+		d.mu.Lock()
+		d.provided[id] = struct{}{}
+		d.mu.Unlock()
+	}
 	if err := d.kad.Provide(ctx, id, true); err != nil {
 		return fmt.Errorf("dht: provide %s: %w", id, err)
 	}
 	return nil
 }
 
-// Providers returns up to max nodes (max <= 0: 20) that announced blob id,
-// this node excluded. It ends when max are found, the search is over, or
-// ctx ends; what was found by then is returned.
-func (d *DHT) Providers(ctx context.Context, id cid.Cid, max int) []peer.AddrInfo {
-	if max <= 0 {
-		max = 20
+// Providers returns up to limit nodes (limit <= 0: 20) that announced
+// blob id, this node excluded. It ends when limit are found, the search is
+// over, or ctx ends; what was found by then is returned.
+func (d *DHT) Providers(ctx context.Context, id cid.Cid, limit int) []peer.AddrInfo {
+	if limit <= 0 {
+		limit = 20
 	}
+	// Stopping early must end the search too: its sender waits on ctx.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var out []peer.AddrInfo
-	for ai := range d.kad.FindProvidersAsync(ctx, id, max+1) {
+	for ai := range d.kad.FindProvidersAsync(ctx, id, limit+1) {
 		if ai.ID == d.cfg.Host.ID() || ai.ID == "" {
 			continue
 		}
 		out = append(out, ai)
-		if len(out) == max {
+		if len(out) == limit {
 			break
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
+	"github.com/omst-project/omst/pkg/dht"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
 
@@ -76,7 +77,7 @@ func TestNoDHT(t *testing.T) {
 	if st, _ := n.Status(ctx); st.DHTProvided != 0 || st.DHTPeers != 0 {
 		t.Fatalf("status without a DHT: %+v", st)
 	}
-	if slices.ContainsFunc(n.Host().Mux().Protocols(), func(p protocol.ID) bool { return string(p) == "/omst/kad/1.0.0" }) {
+	if slices.ContainsFunc(n.Host().Mux().Protocols(), func(p protocol.ID) bool { return p == dht.Prefix+"/kad/1.0.0" }) {
 		t.Fatal("the DHT protocol is served with NoDHT")
 	}
 }

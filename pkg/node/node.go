@@ -90,7 +90,7 @@ type Node struct {
 	engine *transfer.Engine
 	dht    *dht.DHT // nil with NoDHT
 	provQ  chan provideItem
-	provN  atomic.Uint64 // blobs announced in the DHT
+	provN  atomic.Uint64 // announcements made in the DHT
 	server *rpcbridge.Server
 	ln     net.Listener
 	cancel context.CancelFunc

@@ -76,7 +76,8 @@ type Status struct {
 	// asked of the relay (the first copy wins).
 	Hedges uint64 `json:"hedges"`
 	// DHTPeers is the size of the node's DHT routing table; DHTProvided
-	// counts the blobs it announced in the DHT since it started.
+	// counts the announcements it made in the DHT since it started (a blob
+	// put and then read again counts twice; reprovides are not counted).
 	DHTPeers    int    `json:"dht_peers"`
 	DHTProvided uint64 `json:"dht_provided"`
 	// HedgesDeclined counts children's hedges this relay declined: it had
