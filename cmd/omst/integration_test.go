@@ -14,12 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
 
@@ -452,5 +454,72 @@ func TestPreheatCLI(t *testing.T) {
 	}
 	if r := omst(t, 30*time.Second, "--home", root.home, "preheat", "pre/none"); r.code != 3 {
 		t.Fatalf("preheat of an unknown name: exit %d (%s), want 3", r.code, r.stderr)
+	}
+}
+
+// TestProvidersPeersCLI: a worker's result at site a is listed by
+// `omst providers` at site b (head a among the holders), read there by its
+// blob ID head to head (the root serves none of it), and `omst peers`
+// shows each daemon's parent and children.
+func TestProvidersPeersCLI(t *testing.T) {
+	dir := t.TempDir()
+	root := startDaemon(t, filepath.Join(dir, "root"))
+	ha := startDaemon(t, filepath.Join(dir, "ha"), "--parent", tcpAddr(t, root), "--site", "a")
+	hb := startDaemon(t, filepath.Join(dir, "hb"), "--parent", tcpAddr(t, root), "--site", "b")
+	wa := startDaemon(t, filepath.Join(dir, "wa"), "--parent", tcpAddr(t, ha), "--site", "a")
+	wb := startDaemon(t, filepath.Join(dir, "wb"), "--parent", tcpAddr(t, hb), "--site", "b")
+	src := filepath.Join(dir, "result.bin")
+	want := writeRandomFile(t, src, 6<<20+5, 9)
+	id := strings.TrimSpace(mustOmst(t, time.Minute, "--home", wa.home, "put", "results/a/x", src))
+	if _, ok := blob.ParseID(id); !ok {
+		t.Fatalf("put printed %q, not a blob ID", id)
+	}
+	haID := ha.status(t).PeerID
+	deadline := time.Now().Add(30 * time.Second)
+	var res rpcbridge.Providers
+	for {
+		out := mustOmst(t, 30*time.Second, "--home", hb.home, "providers", "results/a/x", "--json")
+		res = rpcbridge.Providers{}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("providers --json: %v: %q", err, out)
+		}
+		if slices.ContainsFunc(res.Providers, func(p rpcbridge.Provider) bool { return p.Peer == haID }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("head a not listed as a provider at site b within 30 s: %+v", res)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if res.ID != id {
+		t.Fatalf("providers of the name: blob %s, the put said %s", res.ID, id)
+	}
+	for _, p := range res.Providers {
+		if p.Peer == haID && (!p.Known || p.Site != "a" || !p.Gateway) {
+			t.Fatalf("head a listed as %+v, want site a, gateway", p)
+		}
+	}
+	if out := mustOmst(t, 30*time.Second, "--home", hb.home, "providers", id); !strings.Contains(out, haID) || !strings.Contains(out, "site a") {
+		t.Fatalf("providers by ID, text: %q", out)
+	}
+
+	served := root.status(t).BytesServed
+	got := filepath.Join(dir, "got.bin")
+	mustOmst(t, time.Minute, "--home", wb.home, "get", id, "-o", got)
+	if fileHash(t, got) != want {
+		t.Fatal("get by blob ID at site b: other bytes")
+	}
+	if more := root.status(t).BytesServed - served; more != 0 {
+		t.Fatalf("the root served %d bytes of a result that should flow head to head", more)
+	}
+
+	out := mustOmst(t, 10*time.Second, "--home", ha.home, "peers")
+	for _, want := range []string{"parent", root.status(t).PeerID, "child", wa.status(t).PeerID} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("peers at head a: no %q in %q", want, out)
+		}
+	}
+	if r := omst(t, 30*time.Second, "--home", hb.home, "providers", "results/none"); r.code != exitNotFound {
+		t.Fatalf("providers of an unknown name: exit %d (%s), want %d", r.code, r.stderr, exitNotFound)
 	}
 }

@@ -224,3 +224,16 @@ func TestSplitReaderErrorIsNotEnd(t *testing.T) {
 		}
 	}
 }
+
+func TestParseID(t *testing.T) {
+	id := (&Manifest{Size: 1, ChunkSize: MinChunkSize, Chunks: []Hash{HashChunk([]byte{1})}}).CID()
+	if got, ok := ParseID(id.String()); !ok || !got.Equals(id) {
+		t.Fatalf("ParseID(%s) = %v, %v", id, got, ok)
+	}
+	sha := "bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy" // raw, SHA2-256
+	for _, s := range []string{"", "results/a/1", "bafy", sha, "QmYwAPJzv5CZsnA625s3Xf2nemtYgPpHdWEz79ojWnPbdG"} {
+		if _, ok := ParseID(s); ok {
+			t.Errorf("ParseID(%q) took it for a blob ID", s)
+		}
+	}
+}

@@ -162,3 +162,18 @@ func VerifyManifest(id cid.Cid, encoded []byte) (*Manifest, error) {
 	}
 	return DecodeManifest(encoded)
 }
+
+// ParseID reads s as a blob ID (a CIDv1, codec raw, over a BLAKE3-256
+// multihash, as ManifestCID makes): ok is false for anything else, e.g. a
+// name.
+func ParseID(s string) (id cid.Cid, ok bool) {
+	c, err := cid.Decode(s)
+	if err != nil || c.Version() != 1 || c.Type() != cid.Raw {
+		return cid.Undef, false
+	}
+	d, err := mh.Decode(c.Hash())
+	if err != nil || d.Code != mh.BLAKE3 || d.Length != 32 {
+		return cid.Undef, false
+	}
+	return c, true
+}

@@ -25,12 +25,18 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
 	kad "github.com/libp2p/go-libp2p-kad-dht"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/routing"
+
+	"github.com/omst-project/omst/pkg/blob"
 )
 
 // Prefix is the protocol prefix of omst's DHT: its protocol is Prefix +
@@ -57,6 +63,9 @@ type Config struct {
 	// Held lists the blobs this node holds in full, for reproviding; nil:
 	// only blobs passed to Provide since the start are reprovided.
 	Held func() []cid.Cid
+	// Names lists the name records this node put (their origin is this
+	// node), republished with the provider records.
+	Names func() []blob.Record
 	// ReprovideEvery (default DefaultReprovideEvery) and RecordAge
 	// (default DefaultRecordAge).
 	ReprovideEvery time.Duration
@@ -75,6 +84,8 @@ type DHT struct {
 
 	mu       sync.Mutex
 	provided map[cid.Cid]struct{} // blobs passed to Provide (when Held is nil)
+
+	rejected atomic.Uint64 // name records that failed validation
 }
 
 // New joins the private DHT on cfg.Host and starts reproviding; Close
@@ -95,18 +106,20 @@ func New(cfg Config) (*DHT, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	d := &DHT{cfg: cfg, log: cfg.Logger.With("component", "dht"), cancel: cancel, provided: map[cid.Cid]struct{}{}}
 	k, err := kad.New(cfg.Host,
 		kad.Mode(kad.ModeServer),
 		kad.ProtocolPrefix(Prefix),
 		kad.BootstrapPeers(cfg.Bootstrap...),
 		kad.MaxRecordAge(cfg.RecordAge),
-		kad.DisableValues(),
+		// Only omst's name records: no public-key or IPNS values.
+		kad.Validator(record.NamespacedValidator{NameNamespace: nameValidator{rejected: &d.rejected}}),
 	)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("dht: %w", err)
 	}
-	d := &DHT{cfg: cfg, kad: k, log: cfg.Logger.With("component", "dht"), cancel: cancel, provided: map[cid.Cid]struct{}{}}
+	d.kad = k
 	d.wg.Go(func() { d.reprovideLoop(ctx) })
 	return d, nil
 }
@@ -150,8 +163,66 @@ func (d *DHT) Providers(ctx context.Context, id cid.Cid, limit int) []peer.AddrI
 	return out
 }
 
+// PutName stores r, signed with this node's key, in the DHT: r's origin
+// must be this node. It returns once the nodes closest to the name's key
+// have it, or with an error when none could be reached.
+func (d *DHT) PutName(ctx context.Context, r blob.Record) error {
+	return d.putSigned(ctx, r, SignRecord)
+}
+
+// RemoveName stores the removal of r's name (r: the record removed, its
+// Time the removal's), signed with this node's key: r's origin must be this
+// node. A removal newer than every record of the name makes Name report it
+// missing.
+func (d *DHT) RemoveName(ctx context.Context, r blob.Record) error {
+	return d.putSigned(ctx, r, SignRemoval)
+}
+
+func (d *DHT) putSigned(ctx context.Context, r blob.Record, sign func(crypto.PrivKey, blob.Record) ([]byte, error)) error {
+	key := d.cfg.Host.Peerstore().PrivKey(d.cfg.Host.ID())
+	if key == nil {
+		return fmt.Errorf("dht: put name %q: this node's key is not in its peerstore", r.Name)
+	}
+	val, err := sign(key, r)
+	if err != nil {
+		return fmt.Errorf("dht: %w", err)
+	}
+	if err := d.kad.PutValue(ctx, NameKey(r.Name), val); err != nil {
+		return fmt.Errorf("dht: put name %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// Name returns the newest valid record of name in the DHT; an error
+// wrapping blob.ErrNotFound if there is none.
+func (d *DHT) Name(ctx context.Context, name string) (blob.Record, error) {
+	val, err := d.kad.GetValue(ctx, NameKey(name))
+	if errors.Is(err, routing.ErrNotFound) {
+		return blob.Record{}, fmt.Errorf("dht: name %q: %w", name, blob.ErrNotFound)
+	}
+	if err != nil {
+		return blob.Record{}, fmt.Errorf("dht: name %q: %w", name, err)
+	}
+	r, removed, err := OpenRecord(val) // the validator checked it; check again here
+	if err != nil {
+		return blob.Record{}, fmt.Errorf("dht: name %q: %w", name, err)
+	}
+	if removed {
+		return blob.Record{}, fmt.Errorf("dht: name %q: removed by its origin at %s: %w", name, r.When().UTC().Format(time.RFC3339), blob.ErrNotFound)
+	}
+	return r, nil
+}
+
+// RecordsRejected counts the name records this node's validator rejected
+// (forged, unsigned, malformed, or under another name's key), whoever sent
+// them.
+func (d *DHT) RecordsRejected() uint64 { return d.rejected.Load() }
+
 // RoutingTableSize is the number of peers in the routing table.
 func (d *DHT) RoutingTableSize() int { return d.kad.RoutingTable().Size() }
+
+// InRoutingTable reports whether p is in the routing table.
+func (d *DHT) InRoutingTable(p peer.ID) bool { return d.kad.RoutingTable().Find(p) != "" }
 
 // Refresh refreshes the routing table now (e.g. after new peers were
 // added) and waits until it is done or ctx ends.
@@ -193,7 +264,21 @@ func (d *DHT) reprovideLoop(ctx context.Context) {
 				return
 			}
 		}
-		d.log.Info("reprovided held blobs", "blobs", n, "failed", failed)
+		names := 0
+		if d.cfg.Names != nil {
+			for _, r := range d.cfg.Names() {
+				pctx, cancel := context.WithTimeout(ctx, time.Minute)
+				if err := d.PutName(pctx, r); err != nil {
+					failed++
+				}
+				cancel()
+				names++
+				if ctx.Err() != nil {
+					return
+				}
+			}
+		}
+		d.log.Info("reprovided held blobs and republished names", "blobs", n, "names", names, "failed", failed)
 	}
 }
 

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
+	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/dht"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
@@ -98,4 +100,234 @@ func waitProvider(t *testing.T, from *Node, id cid.Cid, want peer.ID) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// A result put by a worker at site a and read by a worker at site b flows
+// head a -> head b, found in the DHT: the root serves none of its bytes.
+func TestCrossSiteHeadToHead(t *testing.T) {
+	root := startNode(t, t.TempDir(), "", "")
+	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
+	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	workerA := startNode(t, t.TempDir(), headA.Addrs()[0], "a")
+	workerB := startNode(t, t.TempDir(), headB.Addrs()[0], "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	data := bytes.Repeat([]byte("cross-site result "), 300_000) // 5.4 MB: 6 chunks
+	info, err := workerA.Put(ctx, "results/a/big", bytes.NewReader(data), rpcbridge.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	// Head a copies its worker's result and announces it once complete.
+	waitProvider(t, headB, id, headA.ID())
+	before := statusOf(t, root)
+
+	_, rc, err := workerB.Open(ctx, "results/a/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("get at a worker of site b: %v (%d bytes)", err, len(got))
+	}
+	after := statusOf(t, root)
+	if d := after.BytesServed - before.BytesServed; d != 0 {
+		t.Errorf("the root served %d bytes of a result that should flow head to head", d)
+	}
+	if hb := statusOf(t, headB); hb.BytesIn["other"] < uint64(len(data)) {
+		t.Errorf("head b received %d bytes from other heads (bytes_in %v), want the whole blob (%d)", hb.BytesIn["other"], hb.BytesIn, len(data))
+	}
+}
+
+// With its head down, a worker still gets a blob, by ID, from a provider
+// it finds in the DHT (here the other site's head, the only other holder).
+func TestParentDownFetchThroughDHT(t *testing.T) {
+	root := startNode(t, t.TempDir(), "", "")
+	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
+	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	workerB := startNode(t, t.TempDir(), headB.Addrs()[0], "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	data := bytes.Repeat([]byte("held at site a "), 200_000)
+	info, err := headA.Put(ctx, "data/a", bytes.NewReader(data), rpcbridge.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	rec, err := headA.store.Record("data/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitProvider(t, workerB, id, headA.ID())
+	// workerB learns the DHT's other members while its head is up.
+	if err := workerB.dht.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := headB.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := workerB.engine.Open(ctx, rec)
+	if err != nil {
+		t.Fatalf("open with the head and the root down: %v", err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read with the head and the root down: %v (%d bytes)", err, len(got))
+	}
+	if st := statusOf(t, workerB); st.BytesIn["other"] < uint64(len(data)) {
+		t.Errorf("bytes_in %v: want the blob from another site's head", st.BytesIn)
+	}
+}
+
+func statusOf(t *testing.T, n *Node) rpcbridge.Status {
+	t.Helper()
+	st, err := n.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// A flat cluster, no tree at all: every node joins through --bootstrap
+// peers; a name put on one is found, with its providers, from another.
+func TestFlatCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := func(site string, boot ...string) *Node {
+		n, err := Start(ctx, Config{Home: t.TempDir(), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Site: site, Bootstrap: boot})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	first := start("x")
+	a := start("x", first.Addrs()[0])
+	b := start("y", first.Addrs()[0])
+	c := start("y", a.Addrs()[0])
+
+	data := bytes.Repeat([]byte("flat "), 500_000)
+	info, err := a.Put(ctx, "flat/data", bytes.NewReader(data), rpcbridge.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	waitProvider(t, c, id, a.ID())
+	for _, n := range []*Node{b, c} {
+		_, rc, err := n.Open(ctx, "flat/data")
+		if err != nil {
+			t.Fatalf("get by name in a flat cluster: %v", err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("read in a flat cluster: %v (%d bytes)", err, len(got))
+		}
+	}
+	if st := statusOf(t, a); st.DHTNames != 1 {
+		t.Errorf("dht_names at the origin = %d, want 1", st.DHTNames)
+	}
+	if _, _, err := c.Open(ctx, "flat/missing"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("a missing name in a flat cluster: %v, want ErrNotFound", err)
+	}
+	// Removed where it was put: withdrawn from the DHT. Nodes that kept
+	// the record (b, c read it) keep it, as a tree node keeps one it
+	// looked up; a node that never saw it no longer finds it.
+	if err := a.Remove(ctx, "flat/data"); err != nil {
+		t.Fatal(err)
+	}
+	fresh := start("y", b.Addrs()[0])
+	for {
+		_, err := fresh.Stat(ctx, "flat/data")
+		if errors.Is(err, blob.ErrNotFound) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("a name removed by its origin is still found: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := a.Stat(ctx, "flat/data"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("stat after rm at the origin: %v, want ErrNotFound", err)
+	}
+}
+
+// With the root down, a worker resolves a name it never saw through the
+// DHT and fetches the blob from the other site's head.
+func TestRootDownNamesThroughDHT(t *testing.T) {
+	root := startNode(t, t.TempDir(), "", "")
+	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
+	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	workerB := startNode(t, t.TempDir(), headB.Addrs()[0], "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	data := bytes.Repeat([]byte("put at site a "), 300_000)
+	info, err := headA.Put(ctx, "results/a/final", bytes.NewReader(data), rpcbridge.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	waitProvider(t, workerB, id, headA.ID())
+	for statusOf(t, headA).DHTNames < 1 && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := root.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err := workerB.Open(ctx, "results/a/final")
+	if err != nil {
+		t.Fatalf("get with the root down: %v", err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read with the root down: %v (%d bytes)", err, len(got))
+	}
+}
+
+// A blob is read by its ID as by its name, from another site; an ID no
+// node holds is a clear not-found.
+func TestGetByBlobID(t *testing.T) {
+	root := startNode(t, t.TempDir(), "", "")
+	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
+	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	workerA := startNode(t, t.TempDir(), headA.Addrs()[0], "a")
+	workerB := startNode(t, t.TempDir(), headB.Addrs()[0], "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	data := bytes.Repeat([]byte("by id "), 400_000)
+	info, err := workerA.Put(ctx, "results/a/id", bytes.NewReader(data), rpcbridge.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	waitProvider(t, headB, id, headA.ID())
+	st, err := workerB.Stat(ctx, info.ID)
+	if err != nil || st.Size != uint64(len(data)) || st.ID != info.ID {
+		t.Fatalf("stat by ID at another site: %+v, %v", st, err)
+	}
+	_, rc, err := workerB.Open(ctx, info.ID)
+	if err != nil {
+		t.Fatalf("get by ID at another site: %v", err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read by ID: %v (%d bytes)", err, len(got))
+	}
+	unknown := (&blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{blob.HashChunk([]byte("never put"))}}).CID()
+	start := time.Now()
+	if _, _, err := workerB.Open(ctx, unknown.String()); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("get of an ID nobody holds: %v, want ErrNotFound", err)
+	}
+	t.Logf("an unknown ID took %v to be reported missing", time.Since(start))
 }

@@ -100,11 +100,6 @@ func TestGetFDThroughTree(t *testing.T) {
 	if got, err := getFD(t, wc, "init/data"); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("GET_FD after damage at the child: %v (equal %v)", err, bytes.Equal(got, data))
 	}
-	// At the root there is nowhere to fetch it from: a clear error.
-	damageChunk(t, root, rootHome, info.ID, 4)
-	if _, err := getFD(t, rc, "init/data"); !errors.Is(err, blob.ErrCorrupt) {
-		t.Fatalf("GET_FD of a damaged chunk at the root: %v, want ErrCorrupt", err)
-	}
 	// Empty blob: INFO then END.
 	if _, err := rc.Put(ctx, "empty", bytes.NewReader(nil), rpcbridge.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -114,5 +109,18 @@ func TestGetFDThroughTree(t *testing.T) {
 	}
 	if _, err := getFD(t, wc, "no/such"); !errors.Is(err, blob.ErrNotFound) {
 		t.Fatalf("missing: %v, want ErrNotFound", err)
+	}
+	// At the root, the tree has nowhere to fetch it from; the child
+	// announced the blob in the DHT once it held all of it: the root heals
+	// its copy from there.
+	damageChunk(t, root, rootHome, info.ID, 4)
+	if got, err := getFD(t, rc, "init/data"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("GET_FD of a damaged chunk at the root, the child holding the blob: %v (equal %v)", err, bytes.Equal(got, data))
+	}
+	// With the child gone too there is nowhere: a clear error.
+	child.Close()
+	damageChunk(t, root, rootHome, info.ID, 3)
+	if _, err := getFD(t, rc, "init/data"); !errors.Is(err, blob.ErrCorrupt) {
+		t.Fatalf("GET_FD of a damaged chunk at the root, no other holder up: %v, want ErrCorrupt", err)
 	}
 }

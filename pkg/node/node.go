@@ -19,6 +19,7 @@ import (
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/cache"
 	"github.com/omst-project/omst/pkg/dht"
+	"github.com/omst-project/omst/pkg/locate"
 	"github.com/omst-project/omst/pkg/peerhost"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 	"github.com/omst-project/omst/pkg/transfer"
@@ -88,14 +89,20 @@ type Node struct {
 	host   host.Host
 	tree   *tree.Tree
 	engine *transfer.Engine
-	dht    *dht.DHT // nil with NoDHT
+	dht    *dht.DHT        // nil with NoDHT
+	loc    *locate.Locator // sources beyond the tree, found in the DHT; nil with NoDHT
 	provQ  chan provideItem
 	provN  atomic.Uint64 // announcements made in the DHT
-	server *rpcbridge.Server
-	ln     net.Listener
-	cancel context.CancelFunc
-	served chan error
-	once   sync.Once
+	namesN atomic.Uint64 // name records put in the DHT
+	// removed: names removed here since the start, and when; a record of
+	// one found in the DHT counts only if it is newer.
+	removedMu sync.Mutex
+	removed   map[string]int64
+	server    *rpcbridge.Server
+	ln        net.Listener
+	cancel    context.CancelFunc
+	served    chan error
+	once      sync.Once
 }
 
 var _ rpcbridge.Backend = (*Node)(nil)
@@ -118,7 +125,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	nd := &Node{cfg: cfg, log: cfg.Logger}
+	nd := &Node{cfg: cfg, log: cfg.Logger, removed: map[string]int64{}}
 	defer func() {
 		// The returns below set n to nil on error; close what nd opened.
 		if err != nil {
@@ -193,7 +200,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		if parent != nil {
 			bootstrap = append(append(bootstrap, *parent), fallbacks...)
 		}
-		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Logger: cfg.Logger}); err != nil {
+		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Names: n.ownNames, Logger: cfg.Logger}); err != nil {
 			return nil, err
 		}
 	}
@@ -218,10 +225,26 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.tree, err = tree.New(tcfg); err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
+	var finder transfer.Finder
+	if n.dht != nil {
+		n.loc, err = locate.New(locate.Config{
+			Host:     n.host,
+			Searcher: n.dht,
+			Self:     func() locate.Info { return locate.Info{Site: cfg.Site, Gateway: n.tree.Gateway()} },
+			Origin:   n.tree.Origin,
+			Logger:   cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		finder = n.loc
+	}
 	n.engine, err = transfer.New(transfer.Config{
 		Host:             n.host,
 		Store:            n.store,
 		Sources:          n.tree,
+		Finder:           finder,
+		OnComplete:       n.provide,
 		Mode:             relayMode(cfg.StoreForward),
 		Window:           cfg.Window,
 		SiblingExchange:  !cfg.NoSiblingExchange,
@@ -292,6 +315,9 @@ func (n *Node) Close() error {
 		if n.cancel != nil {
 			n.cancel()
 		}
+		if n.loc != nil {
+			errs = append(errs, n.loc.Close())
+		}
 		if n.dht != nil {
 			errs = append(errs, n.dht.Close())
 		}
@@ -336,6 +362,7 @@ func (n *Node) published(ctx context.Context, rec blob.Record) (rpcbridge.Info, 
 	// The put has succeeded once the blob is stored here; a name that
 	// could not be announced now is re-announced on reconnect.
 	_ = n.tree.Announce(ctx, rec)
+	n.publishName(rec)
 	n.provide(rec.ID)
 	m, err := n.store.Manifest(rec.ID)
 	if err != nil {
@@ -344,12 +371,22 @@ func (n *Node) published(ctx context.Context, rec blob.Record) (rpcbridge.Info, 
 	return n.info(rec, m), nil
 }
 
-// resolve looks name up through the tree and returns its record and manifest.
+// resolve looks name up (through the tree, then the DHT) and returns its
+// record and manifest. A name that parses as a blob ID (blob.ParseID) is
+// one: its manifest is fetched from the blob's sources, and the record has
+// the ID as its name, the origin if this node has seen one, no time.
 func (n *Node) resolve(ctx context.Context, name string) (blob.Record, *blob.Manifest, error) {
+	if id, ok := blob.ParseID(name); ok {
+		m, err := n.engine.Manifest(ctx, id)
+		if err != nil {
+			return blob.Record{}, nil, fmt.Errorf("blob %s: %w", id, err)
+		}
+		return blob.Record{Name: name, ID: id, Size: m.Size, Origin: n.tree.Origin(id)}, m, nil
+	}
 	if err := blob.ValidateName(name); err != nil {
 		return blob.Record{}, nil, err
 	}
-	rec, err := n.tree.Lookup(ctx, name)
+	rec, err := n.lookup(ctx, name)
 	if err != nil {
 		return blob.Record{}, nil, err
 	}
@@ -361,6 +398,38 @@ func (n *Node) resolve(ctx context.Context, name string) (blob.Record, *blob.Man
 		return blob.Record{}, nil, fmt.Errorf("manifest of %q (%s): %w", name, rec.ID, err)
 	}
 	return rec, m, nil
+}
+
+// nameSearchTimeout bounds a name's search in the DHT.
+const nameSearchTimeout = 10 * time.Second
+
+// lookup resolves name: through the tree first (it is faster and knows the
+// topology), then, if the tree does not know it or cannot be reached, in
+// the DHT (the only path in a flat cluster); a record found there is kept.
+func (n *Node) lookup(ctx context.Context, name string) (blob.Record, error) {
+	rec, err := n.tree.Lookup(ctx, name)
+	if err == nil || n.dht == nil || !(errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrUnreachable)) {
+		return rec, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, nameSearchTimeout)
+	defer cancel()
+	drec, derr := n.dht.Name(dctx, name)
+	n.removedMu.Lock()
+	at, gone := n.removed[name]
+	n.removedMu.Unlock()
+	if derr == nil && gone && drec.Time <= at {
+		derr = fmt.Errorf("removed here: %w", blob.ErrNotFound)
+	}
+	if derr != nil {
+		if errors.Is(derr, blob.ErrNotFound) {
+			return blob.Record{}, err // the tree's answer says why
+		}
+		return blob.Record{}, fmt.Errorf("%w; in the DHT: %w", err, derr)
+	}
+	if _, perr := n.store.PutRecordFrom(drec, ""); perr != nil {
+		n.log.Warn("keep a record found in the DHT", "name", name, "err", perr)
+	}
+	return drec, nil
 }
 
 // Open returns the verified bytes of the blob named name, fetching missing
@@ -480,8 +549,22 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 	if err := blob.ValidateName(name); err != nil {
 		return err
 	}
+	rec, recErr := n.store.Record(name)
 	if err := n.store.RemoveName(name); err != nil {
 		return fmt.Errorf("remove %q: %w", name, err)
+	}
+	if recErr == nil && n.dht != nil {
+		// Later lookups here must not find the name again in the DHT
+		// unless it was put again since; a name put here is withdrawn
+		// from the DHT too (only its origin can sign that).
+		at := max(time.Now().UnixNano(), rec.Time+1)
+		n.removedMu.Lock()
+		n.removed[name] = at
+		n.removedMu.Unlock()
+		if rec.Origin == n.host.ID().String() {
+			rec.Time = at
+			n.queueProvide(provideItem{id: rec.ID, rec: &rec, removal: true})
+		}
 	}
 	return nil
 }
@@ -540,7 +623,10 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 	}
 	if n.dht != nil {
 		st.DHTPeers = n.dht.RoutingTableSize()
+		st.DHTNames = n.namesN.Load()
+		st.DHTRecordsRejected = n.dht.RecordsRejected()
 	}
+	st.Peers = n.peers()
 	return st, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+
+	"github.com/omst-project/omst/pkg/blob"
 )
 
 // provideQueue bounds the blobs waiting to be announced in the DHT; past
@@ -19,10 +21,17 @@ const provideTimeout = time.Minute
 // DHT (no-op without a DHT; never blocks).
 func (n *Node) provide(id cid.Cid) { n.queueProvide(provideItem{id: id}) }
 
-// provideItem is a blob to announce and the attempts made so far.
+// publishName queues r, put on this node, for its signed record in the
+// DHT (no-op without a DHT; never blocks).
+func (n *Node) publishName(r blob.Record) { n.queueProvide(provideItem{id: r.ID, rec: &r}) }
+
+// provideItem is a blob to announce (or, with rec, a name record to put;
+// with removal too, its removal) and the attempts made so far.
 type provideItem struct {
-	id    cid.Cid
-	tries int
+	id      cid.Cid
+	rec     *blob.Record
+	removal bool
+	tries   int
 }
 
 // Announcing a blob that failed (e.g. right after the start, before the
@@ -51,9 +60,19 @@ func (n *Node) provideLoop(ctx context.Context) {
 			return
 		case it := <-n.provQ:
 			pctx, cancel := context.WithTimeout(ctx, provideTimeout)
-			err := n.dht.Provide(pctx, it.id)
+			var err error
+			switch {
+			case it.removal:
+				err = n.dht.RemoveName(pctx, *it.rec)
+			case it.rec != nil:
+				err = n.dht.PutName(pctx, *it.rec)
+			default:
+				err = n.dht.Provide(pctx, it.id)
+			}
 			cancel()
 			switch {
+			case err == nil && it.rec != nil:
+				n.namesN.Add(1)
 			case err == nil:
 				n.provN.Add(1)
 			case ctx.Err() != nil:
@@ -81,6 +100,23 @@ func (n *Node) heldBlobs() []cid.Cid {
 		if !seen[r.ID] && n.store.HasBlob(r.ID) {
 			seen[r.ID] = true
 			out = append(out, r.ID)
+		}
+	}
+	return out
+}
+
+// ownNames lists the name records put on this node (what the DHT
+// republishes: only their origin can sign them).
+func (n *Node) ownNames() []blob.Record {
+	recs, err := n.store.List("")
+	if err != nil {
+		return nil
+	}
+	self := n.host.ID().String()
+	out := recs[:0]
+	for _, r := range recs {
+		if r.Origin == self {
+			out = append(out, r)
 		}
 	}
 	return out

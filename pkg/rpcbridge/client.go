@@ -761,6 +761,34 @@ func (s *stream) Close() error {
 	return nil
 }
 
+// ErrNoProviders is returned by Providers when the daemon speaks a
+// protocol version without PROVIDERS (before 4).
+var ErrNoProviders = errors.New("the daemon does not support PROVIDERS (protocol version 4)")
+
+// Providers asks the daemon who holds the blob named name (or whose blob
+// ID name is) in full.
+func (c *Client) Providers(ctx context.Context, name string) (Providers, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return Providers{}, err
+	}
+	c.mu.Lock()
+	version := c.version
+	c.mu.Unlock()
+	if version != 0 && version < 4 {
+		return Providers{}, fmt.Errorf("providers of %q: %w", name, ErrNoProviders)
+	}
+	var res Providers
+	err := c.call(ctx, fmt.Sprintf("providers of %q", name), FrameProviders,
+		func(b []byte) []byte { return appendNameReq(b, name) },
+		FrameProvidersJ, func(b []byte) error {
+			if err := json.Unmarshal(b, &res); err != nil {
+				return malformed("PROVIDERS_JSON: %v", err)
+			}
+			return nil
+		})
+	return res, err
+}
+
 // ErrNoPreheat is returned by Preheat when the daemon speaks a protocol
 // version without PREHEAT (before 3).
 var ErrNoPreheat = errors.New("the daemon does not support PREHEAT (protocol version 3)")

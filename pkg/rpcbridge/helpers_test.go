@@ -271,6 +271,18 @@ func (m *memBackend) Preheat(ctx context.Context, name string, sites []string) (
 	return out, nil
 }
 
+// Providers answers that this node holds the blob, or NOT_FOUND.
+func (m *memBackend) Providers(ctx context.Context, name string) (Providers, error) {
+	m.enter(ctx, "providers")
+	m.mu.Lock()
+	b, ok := m.blobs[name]
+	m.mu.Unlock()
+	if !ok {
+		return Providers{}, fmt.Errorf("providers of %q: %w", name, blob.ErrNotFound)
+	}
+	return Providers{ID: b.info.ID, Providers: []Provider{{Peer: "12D3KooWSelf", Site: "site-a", Known: true, Self: true}}}, nil
+}
+
 func (m *memBackend) with(f func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -1199,6 +1199,38 @@ func TestDocExample(t *testing.T) {
 
 // PREHEAT (version 3): the children's answers come back as JSON; an
 // unknown name is NOT_FOUND; a version 2 connection may not send it.
+func TestProviders(t *testing.T) {
+	m := newMem()
+	ts := startServer(t, m, ServerOptions{})
+	c := dial(t, ts.path)
+	ctx := context.Background()
+	info, err := c.Put(ctx, "p/x", bytes.NewReader([]byte("hello")), PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Providers(ctx, "p/x")
+	if err != nil || res.ID != info.ID || len(res.Providers) != 1 || !res.Providers[0].Self || res.Providers[0].Site != "site-a" {
+		t.Fatalf("providers: %+v %v", res, err)
+	}
+	if _, err := c.Providers(ctx, "p/none"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("providers of an unknown name: %v", err)
+	}
+	if _, err := c.Providers(ctx, "../bad"); !errors.Is(err, blob.ErrInvalidName) {
+		t.Fatalf("providers of an invalid name: %v", err)
+	}
+	// Before version 4 PROVIDERS is a bad request.
+	r := rawDial(t, ts.path, false)
+	r.send(FrameHello, appendHello(nil, 3))
+	if typ, body := r.recv(); typ != FrameHello || !bytes.Equal(body, appendHello(nil, 3)) {
+		t.Fatalf("hello v3 reply %v %x", typ, body)
+	}
+	r.send(FrameProviders, appendNameReq(nil, "p/x"))
+	r.expectError(CodeBadRequest)
+	r2 := rawDial(t, ts.path, true)
+	r2.send(FrameProviders, []byte{0, 0, 0, 9, 'x'}) // a name shorter than its length
+	r2.expectError(CodeBadRequest)
+}
+
 func TestPreheat(t *testing.T) {
 	m := newMem()
 	ts := startServer(t, m, ServerOptions{})

@@ -290,6 +290,10 @@ func (sc *conn) next() bool {
 		if sc.version < 3 {
 			return sc.badRequest(malformed("PREHEAT needs protocol version 3; this connection speaks %d", sc.version))
 		}
+	case FrameProviders:
+		if sc.version < 4 {
+			return sc.badRequest(malformed("PROVIDERS needs protocol version 4; this connection speaks %d", sc.version))
+		}
 	default:
 		return sc.badRequest(malformed("unexpected %v frame where a request was expected", h.Type))
 	}
@@ -324,6 +328,8 @@ func (sc *conn) next() bool {
 		return sc.list(ctx, body)
 	case FramePreheat:
 		return sc.preheat(ctx, body)
+	case FrameProviders:
+		return sc.providers(ctx, body)
 	case FrameRemove:
 		return sc.remove(ctx, body)
 	default:
@@ -779,6 +785,29 @@ func (sc *conn) status(ctx context.Context, body []byte) bool {
 		return sc.sendError(errorFor(err))
 	}
 	sc.fc.frame(FrameStatusJ, js)
+	return sc.fc.flush() == nil
+}
+
+func (sc *conn) providers(ctx context.Context, body []byte) bool {
+	name, err := decodeNameReq(body)
+	if err != nil {
+		return sc.badRequest(err)
+	}
+	if err := checkName(name); err != nil {
+		return sc.sendError(errorFor(err))
+	}
+	res, err := sc.s.b.Providers(ctx, name)
+	if err != nil {
+		return sc.sendError(errorFor(err))
+	}
+	if res.Providers == nil {
+		res.Providers = []Provider{}
+	}
+	js, err := json.Marshal(res)
+	if err != nil {
+		return sc.sendError(errorFor(err))
+	}
+	sc.fc.frame(FrameProvidersJ, js)
 	return sc.fc.flush() == nil
 }
 

@@ -25,6 +25,16 @@ type Info struct {
 	Pinned    bool   `json:"pinned"` // pinned on this node
 }
 
+// Peer is a peer a node is connected to. Role is "parent" (its parent or
+// a fallback), "child", "sibling" (a node of its site), "dht" (in its DHT
+// routing table) or "other"; Site is empty when unknown.
+type Peer struct {
+	ID    string   `json:"id"`
+	Role  string   `json:"role"`
+	Site  string   `json:"site"`
+	Addrs []string `json:"addrs"` // the remote addresses of its connections
+}
+
 // Child is one child of a node in the tree.
 type Child struct {
 	ID        string   `json:"id"`
@@ -80,12 +90,19 @@ type Status struct {
 	// put and then read again counts twice; reprovides are not counted).
 	DHTPeers    int    `json:"dht_peers"`
 	DHTProvided uint64 `json:"dht_provided"`
+	// DHTNames counts the name records this node put in the DHT since it
+	// started; DHTRecordsRejected the name records its validator refused
+	// (forged, unsigned, malformed), from any peer.
+	DHTNames           uint64 `json:"dht_names"`
+	DHTRecordsRejected uint64 `json:"dht_records_rejected"`
 	// HedgesDeclined counts children's hedges this relay declined: it had
 	// sent the chunk into the site moments before, so the sibling has it.
 	HedgesDeclined uint64 `json:"hedges_declined"`
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`
+	// Peers are the peers this node is connected to, with their role.
+	Peers []Peer `json:"peers"`
 	// Transfers are the blob fetches under way on this node (a get, a
 	// replication, a preheat, a relay's store-and-forward), with the
 	// peers their bytes came from so far.
@@ -132,6 +149,28 @@ type Backend interface {
 	List(ctx context.Context, prefix string) ([]Info, error)
 	Remove(ctx context.Context, name string) error
 	Status(ctx context.Context) (Status, error)
+	// Providers returns who holds the blob named name (or whose ID name
+	// is) in full: the nodes that announced it in the DHT, and this node
+	// if it does.
+	Providers(ctx context.Context, name string) (Providers, error)
+}
+
+// Providers is the answer to PROVIDERS.
+type Providers struct {
+	ID        string     `json:"id"` // the blob ID
+	Providers []Provider `json:"providers"`
+}
+
+// Provider is a node that holds a blob in full.
+type Provider struct {
+	Peer string `json:"peer"`
+	// Site and Gateway are what the node told of itself (Known); Gateway:
+	// the root or a head node (no parent, or a parent in another site).
+	Site    string `json:"site"`
+	Gateway bool   `json:"gateway"`
+	Known   bool   `json:"known"`
+	// Self: the answering daemon itself.
+	Self bool `json:"self"`
 }
 
 // Extent is a run of blob bytes held by an open, read-only file.

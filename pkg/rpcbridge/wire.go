@@ -13,8 +13,8 @@ import (
 // ProtocolVersion is the highest version of the local API protocol this
 // package speaks: a client asks for it in HELLO, a server answers with the
 // smaller of it and the client's. Version 2 adds GET_FD and FDS; version 3
-// PREHEAT and PREHEAT_JSON.
-const ProtocolVersion = 3
+// PREHEAT and PREHEAT_JSON; version 4 PROVIDERS and PROVIDERS_JSON.
+const ProtocolVersion = 4
 
 // MinProtocolVersion is the lowest version this package still speaks.
 const MinProtocolVersion = 1
@@ -54,28 +54,30 @@ type FrameType uint8
 const (
 	FrameHello FrameType = 0x01 // both ways: magic + version
 
-	FramePut     FrameType = 0x10 // name, chunk size; then DATA..., empty DATA (or ABORT)
-	FramePutFile FrameType = 0x11 // name, chunk size, path
-	FrameGet     FrameType = 0x12 // name
-	FrameGetFile FrameType = 0x13 // name, path
-	FrameStat    FrameType = 0x14 // name
-	FrameList    FrameType = 0x15 // prefix
-	FrameRemove  FrameType = 0x16 // name
-	FrameStatus  FrameType = 0x17 // empty
-	FrameGetFD   FrameType = 0x18 // name (version 2): zero-copy GET; reply INFO, FDS..., END
-	FramePreheat FrameType = 0x19 // name, sites (version 3): children fetch the blob now; reply PREHEAT_JSON
+	FramePut       FrameType = 0x10 // name, chunk size; then DATA..., empty DATA (or ABORT)
+	FramePutFile   FrameType = 0x11 // name, chunk size, path
+	FrameGet       FrameType = 0x12 // name
+	FrameGetFile   FrameType = 0x13 // name, path
+	FrameStat      FrameType = 0x14 // name
+	FrameList      FrameType = 0x15 // prefix
+	FrameRemove    FrameType = 0x16 // name
+	FrameStatus    FrameType = 0x17 // empty
+	FrameGetFD     FrameType = 0x18 // name (version 2): zero-copy GET; reply INFO, FDS..., END
+	FramePreheat   FrameType = 0x19 // name, sites (version 3): children fetch the blob now; reply PREHEAT_JSON
+	FrameProviders FrameType = 0x1A // name or blob ID (version 4): who holds the blob; reply PROVIDERS_JSON
 
 	FrameData  FrameType = 0x20 // raw bytes; empty = end of a PUT upload
 	FrameAbort FrameType = 0x21 // client aborts a PUT upload; empty body
 	FrameEnd   FrameType = 0x22 // server: end of a GET, GET_FD or LIST stream; empty body
 	FrameFDS   FrameType = 0x23 // server (version 2): u32 count + count Extents, with count descriptors
 
-	FrameOK       FrameType = 0x30 // empty body
-	FrameInfo     FrameType = 0x31 // one Info
-	FrameListing  FrameType = 0x32 // u32 count + count Infos (a LIST reply may hold several)
-	FrameStatusJ  FrameType = 0x33 // the STATUS JSON document
-	FramePreheatJ FrameType = 0x34 // (version 3) the PREHEAT results, a JSON array
-	FrameError    FrameType = 0x3F // u32 code + message
+	FrameOK         FrameType = 0x30 // empty body
+	FrameInfo       FrameType = 0x31 // one Info
+	FrameListing    FrameType = 0x32 // u32 count + count Infos (a LIST reply may hold several)
+	FrameStatusJ    FrameType = 0x33 // the STATUS JSON document
+	FramePreheatJ   FrameType = 0x34 // (version 3) the PREHEAT results, a JSON array
+	FrameProvidersJ FrameType = 0x35 // (version 4) the PROVIDERS reply, a JSON object
+	FrameError      FrameType = 0x3F // u32 code + message
 )
 
 var frameNames = map[FrameType]string{
@@ -83,6 +85,7 @@ var frameNames = map[FrameType]string{
 	FrameStat: "STAT", FrameList: "LIST", FrameRemove: "REMOVE", FrameStatus: "STATUS", FrameGetFD: "GET_FD",
 	FrameData: "DATA", FrameAbort: "ABORT", FrameEnd: "END", FrameFDS: "FDS", FrameOK: "OK", FrameInfo: "INFO",
 	FrameListing: "LISTING", FrameStatusJ: "STATUS_JSON", FrameError: "ERROR",
+	FramePreheat: "PREHEAT", FramePreheatJ: "PREHEAT_JSON", FrameProviders: "PROVIDERS", FrameProvidersJ: "PROVIDERS_JSON",
 }
 
 func (t FrameType) String() string {

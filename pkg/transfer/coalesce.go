@@ -400,9 +400,23 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// obtainChunk gets one chunk from sources with the scheduler's retry rule,
-// for asker (see chunkFrom).
-func (e *Engine) obtainChunk(ctx context.Context, q fetchRequest, sources []Source, asker peer.ID) ([]byte, error) {
+// obtainChunk gets one chunk of w's blob for asker (see chunkFrom) from w's
+// sources with the scheduler's retry rule, and when they all fail from the
+// sources a forced search finds.
+func (e *Engine) obtainChunk(ctx context.Context, q fetchRequest, w Want, asker peer.ID) ([]byte, error) {
+	sources := e.sourcesFor(ctx, w)
+	data, err := e.obtainChunkFrom(ctx, q, sources, asker)
+	if err == nil || ctx.Err() != nil {
+		return data, err
+	}
+	if more := e.moreSources(ctx, w, sources); len(more) > 0 {
+		return e.obtainChunkFrom(ctx, q, more, asker)
+	}
+	return nil, err
+}
+
+// obtainChunkFrom is obtainChunk from the given sources only.
+func (e *Engine) obtainChunkFrom(ctx context.Context, q fetchRequest, sources []Source, asker peer.ID) ([]byte, error) {
 	if len(sources) == 0 {
 		return nil, fmt.Errorf("chunk %d of %s: %w (no source to ask)", q.Index, q.ID, blob.ErrNotFound)
 	}

@@ -70,6 +70,13 @@ type Config struct {
 	Host    host.Host // a libp2p host built by the caller
 	Store   Store     // the local store
 	Sources Provider  // where blobs come from
+	// Finder, when set, looks for sources beyond Sources' (a DHT): when its
+	// policy says a closer one may exist, and when Sources' have failed.
+	Finder Finder
+	// OnComplete, when set, is called with a blob's ID each time a fetch
+	// of the whole blob into the store (Fetch, Replicate, Preheat, a
+	// store-and-forward relay's) has completed.
+	OnComplete func(id cid.Cid)
 	// Window is the number of chunks in flight per blob fetch (default 16).
 	Window         int
 	DialTimeout    time.Duration // default 5s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ipfs/go-cid"
 
@@ -13,14 +14,61 @@ import (
 // Manifest returns the manifest of blob id: from the store, else fetched
 // from the blob's sources, verified against id and stored.
 func (e *Engine) Manifest(ctx context.Context, id cid.Cid) (*blob.Manifest, error) {
-	m, err := e.store.Manifest(id)
+	return e.manifestFor(ctx, Want{ID: id})
+}
+
+// manifestFor is Manifest for w: from the store, else from w's sources,
+// else (they failed) from the sources a forced search finds.
+func (e *Engine) manifestFor(ctx context.Context, w Want) (*blob.Manifest, error) {
+	m, err := e.store.Manifest(w.ID)
 	if err == nil {
 		return m, nil
 	}
 	if !errors.Is(err, blob.ErrNotFound) {
-		return nil, fmt.Errorf("manifest %s: local store: %w", id, err)
+		return nil, fmt.Errorf("manifest %s: local store: %w", w.ID, err)
 	}
-	return e.fetchManifest(ctx, id, e.sources.Sources(id, ""))
+	srcs := e.sourcesFor(ctx, w)
+	m, err = e.fetchManifest(ctx, w.ID, srcs)
+	if err == nil {
+		return m, nil
+	}
+	if more := e.moreSources(ctx, w, srcs); len(more) > 0 {
+		m, err2 := e.fetchManifest(ctx, w.ID, more)
+		if err2 == nil {
+			return m, nil
+		}
+		err = fmt.Errorf("%w; then from sources found beyond: %w", err, err2)
+	}
+	return nil, err
+}
+
+// sourcesFor returns the sources of w.ID: the Provider's, with the
+// Finder's ranked in (Finder.Find).
+func (e *Engine) sourcesFor(ctx context.Context, w Want) []Source {
+	given := e.sources.Sources(w.ID, w.Exclude)
+	if e.cfg.Finder == nil {
+		return given
+	}
+	return e.cfg.Finder.Find(ctx, w, given)
+}
+
+// moreSources is a forced search for w, after tried failed: the sources
+// found that are not in tried (none without a Finder).
+func (e *Engine) moreSources(ctx context.Context, w Want, tried []Source) []Source {
+	if e.cfg.Finder == nil || ctx.Err() != nil {
+		return nil
+	}
+	w.Force = true
+	var out []Source
+	for _, s := range e.cfg.Finder.Find(ctx, w, e.sources.Sources(w.ID, w.Exclude)) {
+		if !slices.ContainsFunc(tried, func(t Source) bool { return t.ID == s.ID }) {
+			out = append(out, s)
+		}
+	}
+	if len(out) > 0 {
+		e.log.Info("sources failed: found more beyond them", "blob", w.ID, "found", len(out), "first", e.describe(out[0].ID))
+	}
+	return out
 }
 
 // fetchManifest asks each source in turn for the manifest of id.

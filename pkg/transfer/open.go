@@ -22,7 +22,11 @@ type blobFetch struct {
 	r       blob.Record
 	m       *blob.Manifest
 	sources []Source
+	want    Want // for a search when every source has failed
 	keep    bool // hold fetched chunks for a reader
+	// searched: a search for more sources was made (at most one);
+	// searching: it is under way (chunks that give up meanwhile wait).
+	searched, searching bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -37,11 +41,12 @@ type blobFetch struct {
 }
 
 func (e *Engine) startFetch(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool) *blobFetch {
-	return e.startFetchFrom(ctx, r, m, keep, e.sources.Sources(r.ID, ""))
+	w := Want{ID: r.ID, Origin: r.Origin}
+	return e.startFetchFrom(ctx, r, m, keep, w, e.sourcesFor(ctx, w))
 }
 
-func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool, sources []Source) *blobFetch {
-	bf := &blobFetch{e: e, r: r, m: m, keep: keep, sources: sources, ready: map[int][]byte{}, from: map[Source]uint64{}}
+func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Manifest, keep bool, w Want, sources []Source) *blobFetch {
+	bf := &blobFetch{e: e, r: r, m: m, keep: keep, want: w, sources: sources, ready: map[int][]byte{}, from: map[Source]uint64{}}
 	bf.cond = sync.NewCond(&bf.mu)
 	bf.ctx, bf.cancel = context.WithCancel(ctx)
 	present := make([]bool, len(m.Chunks))
@@ -118,12 +123,16 @@ func (bf *blobFetch) run(req Request) {
 		a := bf.sch.Failed(i, failKind(err))
 		bf.e.log.Info("chunk request failed", "blob", bf.r.ID, "chunk", i, "err", err, "decision", a)
 		if a == GiveUp {
-			bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
-			if errors.Is(err, blob.ErrNotFound) { // no source has it
-				bf.err = fmt.Errorf("get %q (%s): chunk %d: %w: %w", bf.r.Name, bf.r.ID, i, blob.ErrUnavailable, err)
+			switch {
+			case bf.searching:
+			case !bf.searched && bf.e.cfg.Finder != nil:
+				bf.searched, bf.searching = true, true
+				if !bf.e.goTracked(func() { bf.searchMore(i, err) }) {
+					bf.giveUp(i, errClosed)
+				}
+			default:
+				bf.giveUp(i, err)
 			}
-			bf.cond.Broadcast()
-			bf.cancel()
 			return
 		}
 		bf.pump()
@@ -138,6 +147,36 @@ func (bf *blobFetch) run(req Request) {
 	}
 	bf.pump()
 	bf.cond.Broadcast()
+}
+
+// giveUp fails the fetch: chunk i could not be had (err, the last
+// failure); bf.mu is held.
+func (bf *blobFetch) giveUp(i int, err error) {
+	bf.err = fmt.Errorf("get %q (%s): chunk %d: %w", bf.r.Name, bf.r.ID, i, err)
+	if errors.Is(err, blob.ErrNotFound) { // no source has it
+		bf.err = fmt.Errorf("get %q (%s): chunk %d: %w: %w", bf.r.Name, bf.r.ID, i, blob.ErrUnavailable, err)
+	}
+	bf.cond.Broadcast()
+	bf.cancel()
+}
+
+// searchMore looks for sources beyond those that failed chunk i (err) and
+// goes on with them, or gives up when there are none.
+func (bf *blobFetch) searchMore(i int, err error) {
+	more := bf.e.moreSources(bf.ctx, bf.want, bf.sources)
+	bf.mu.Lock()
+	defer bf.mu.Unlock()
+	bf.searching = false
+	if bf.err != nil {
+		return
+	}
+	if len(more) == 0 || bf.ctx.Err() != nil {
+		bf.giveUp(i, err)
+		return
+	}
+	bf.sources = append(bf.sources, more...)
+	bf.sch.AddSources(len(more))
+	bf.pump()
 }
 
 // wait blocks until chunk i is available and returns it, verified.
@@ -272,19 +311,16 @@ func (e *Engine) Open(ctx context.Context, r blob.Record) (io.ReadCloser, error)
 // before they are stored, so it waits for those writes too). A chunk that
 // could not be stored (the cache is full of pinned data) is an error.
 func (e *Engine) Fetch(ctx context.Context, r blob.Record) error {
-	return e.fetchAll(ctx, r, e.sources.Sources(r.ID, ""))
+	return e.fetchAll(ctx, r, Want{ID: r.ID, Origin: r.Origin})
 }
 
-// fetchAll is Fetch from the given sources.
-func (e *Engine) fetchAll(ctx context.Context, r blob.Record, sources []Source) error {
-	m, err := e.store.Manifest(r.ID)
-	if errors.Is(err, blob.ErrNotFound) {
-		m, err = e.fetchManifest(ctx, r.ID, sources)
-	}
+// fetchAll is Fetch for w (w.Exclude: the peer whose request it serves).
+func (e *Engine) fetchAll(ctx context.Context, r blob.Record, w Want) error {
+	m, err := e.manifestFor(ctx, w)
 	if err != nil {
 		return fmt.Errorf("fetch %q: %w", r.Name, err)
 	}
-	bf := e.startFetchFrom(ctx, r, m, false, sources)
+	bf := e.startFetchFrom(ctx, r, m, false, w, e.sourcesFor(ctx, w))
 	defer bf.cancel()
 	bf.mu.Lock()
 	for !bf.sch.Complete() && bf.err == nil {
@@ -305,6 +341,9 @@ func (e *Engine) fetchAll(ctx context.Context, r blob.Record, sources []Source) 
 		if !e.store.HasChunk(h) {
 			return fmt.Errorf("fetch %q: chunk %d (%s) arrived but could not be stored (see the log): %w", r.Name, i, h, blob.ErrNoSpace)
 		}
+	}
+	if e.cfg.OnComplete != nil {
+		e.cfg.OnComplete(r.ID)
 	}
 	return nil
 }

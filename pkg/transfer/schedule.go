@@ -217,6 +217,36 @@ func Decide(tries, triesHere int, kind FailKind, nSources, maxTries int) Action 
 	return RetrySame
 }
 
+// AddSources appends k sources to the end of the preference order (found
+// after the first ones failed). Every chunk that gave up is requested
+// again, from the first new source, with its tries counted afresh; chunks
+// in flight or waiting keep their state. New chunks go to the source with
+// the fewest failures, so to the new ones once the old have failed.
+func (s *Schedule) AddSources(k int) {
+	if k <= 0 {
+		return
+	}
+	first := s.nSources
+	s.nSources += k
+	s.srcFails = append(s.srcFails, make([]int, k)...)
+	if s.failed < 0 {
+		return
+	}
+	s.failed = -1
+	for i, st := range s.state {
+		if st != chunkFailed {
+			continue
+		}
+		s.state[i] = chunkMissing
+		s.tries[i], s.triesHere[i] = 0, 0
+		s.src[i] = first
+		s.requeue(i)
+	}
+}
+
+// Sources returns the number of sources.
+func (s *Schedule) Sources() int { return s.nSources }
+
 // Lost records that chunk i, counted done (present locally), vanished or
 // failed verification in the store: it is requested again.
 func (s *Schedule) Lost(i int) {

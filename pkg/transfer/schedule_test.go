@@ -164,3 +164,50 @@ func TestNoSources(t *testing.T) {
 		t.Fatal("requests with no source")
 	}
 }
+
+// Sources found after every source failed revive the chunks that gave up,
+// and new chunks go to them.
+func TestScheduleAddSourcesRevives(t *testing.T) {
+	s := NewSchedule(4, 2, 1, nil)
+	s.SetMaxTries(2)
+	if reqs := s.Next(); len(reqs) != 2 { // chunks 0 and 1 from source 0
+		t.Fatalf("Next = %v", reqs)
+	}
+	if a := s.Failed(0, FailUnreachable); a != RetrySame {
+		t.Fatalf("first failure: %v", a)
+	}
+	if again := s.Next(); len(again) != 1 || again[0].Chunk != 0 {
+		t.Fatalf("retry of chunk 0 = %v", again)
+	}
+	if a := s.Failed(0, FailUnreachable); a != GiveUp {
+		t.Fatalf("second failure: %v, want give-up", a)
+	}
+	if a := s.Failed(1, FailUnreachable); a != RetrySame { // waits in the retry queue
+		t.Fatalf("chunk 1: %v", a)
+	}
+	if s.GaveUp() != 0 || len(s.Next()) != 0 {
+		t.Fatalf("after giving up: GaveUp %d, or the schedule still issues requests", s.GaveUp())
+	}
+	s.AddSources(2)
+	if s.GaveUp() != -1 || s.Sources() != 3 {
+		t.Fatalf("after AddSources: GaveUp %d, sources %d", s.GaveUp(), s.Sources())
+	}
+	got := s.Next()
+	if !slices.Equal(chunks(got), []int{0, 1}) {
+		t.Fatalf("Next after AddSources = %v, want the chunk that gave up and the one waiting", got)
+	}
+	if got[0].Source != 1 || got[0].Attempt != 0 {
+		t.Fatalf("revived request %+v, want source 1 (the first new one), attempt 0", got[0])
+	}
+	for _, r := range got {
+		s.Done(r.Chunk)
+	}
+	got = s.Next()
+	if !slices.Equal(chunks(got), []int{2, 3}) || got[0].Source == 0 || got[1].Source == 0 {
+		t.Fatalf("new chunks = %+v, want 2 and 3 from new sources", got)
+	}
+	s.AddSources(0) // no-op
+	if s.Sources() != 3 {
+		t.Fatalf("AddSources(0) changed the sources: %d", s.Sources())
+	}
+}

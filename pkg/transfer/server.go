@@ -210,7 +210,7 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *
 			data, err = e.store.ReadChunk(q.Hash)
 		}
 	} else {
-		data, err = e.obtainChunk(ctx, q, e.sources.Sources(q.ID, p), p)
+		data, err = e.obtainChunk(ctx, q, Want{ID: q.ID, Exclude: p}, p)
 	}
 	if err == nil {
 		e.noteSent(q)
@@ -314,7 +314,7 @@ func (e *Engine) serveReport(p peer.ID, q fetchRequest, sl *fetchSlot) {
 func (e *Engine) serveManifest(ctx context.Context, p peer.ID, id cid.Cid, sl *fetchSlot) {
 	m, err := e.store.Manifest(id)
 	if errors.Is(err, blob.ErrNotFound) {
-		m, err = e.fetchManifest(ctx, id, e.sources.Sources(id, p))
+		m, err = e.manifestFor(ctx, Want{ID: id, Exclude: p})
 	}
 	var b []byte
 	if err == nil {
@@ -346,7 +346,7 @@ func (e *Engine) wholeBlob(ctx context.Context, id cid.Cid, asker peer.ID) error
 		e.whole[id] = c
 		e.wg.Go(func() {
 			r := blob.Record{ID: id, Name: "blob " + id.String()}
-			c.err = e.fetchAll(e.ctx, r, e.sources.Sources(id, asker))
+			c.err = e.fetchAll(e.ctx, r, Want{ID: id, Exclude: asker})
 			e.mu.Lock()
 			delete(e.whole, id)
 			e.mu.Unlock()

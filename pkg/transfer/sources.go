@@ -1,6 +1,8 @@
 package transfer
 
 import (
+	"context"
+
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -66,4 +68,30 @@ type Provider interface {
 type Grouper interface {
 	// Group returns p's group and addresses if p is a connected child.
 	Group(p peer.ID) (group string, addrs []ma.Multiaddr, ok bool)
+}
+
+// Want is what a Finder is asked for: the sources of one blob.
+type Want struct {
+	ID cid.Cid
+	// Exclude is the peer whose request this node is serving ("" for a
+	// fetch of its own): never a source, so that pull-through never loops.
+	Exclude peer.ID
+	// Origin is the peer ID (text) of the node that put the blob, when
+	// known; "" if not.
+	Origin string
+	// Force asks for a search even where the policy would not make one:
+	// the sources given have failed.
+	Force bool
+}
+
+// Finder looks for sources beyond a Provider's own (e.g. the nodes that
+// announced a blob in a DHT). Its methods are safe for concurrent use.
+type Finder interface {
+	// Find returns the sources to fetch w.ID from, best first: the
+	// Provider's own (given, as Sources returned them) with the sources
+	// found beyond them ranked in. It searches, within ctx, only when its
+	// policy says a closer source may exist or w.Force is set; otherwise
+	// it returns what it found before (or given) at once. Like Sources, it
+	// never returns this node, w.Exclude, or a peer twice.
+	Find(ctx context.Context, w Want, given []Source) []Source
 }

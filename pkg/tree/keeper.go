@@ -123,6 +123,9 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 	}
 	_ = s.SetDeadline(time.Time{})
 	upSince = time.Now()
+	t.mu.Lock()
+	t.parentSite, t.parentSeen = psite, true
+	t.mu.Unlock()
 	t.setConnected(true)
 	t.log.Info("connected to parent", "parent", t.parentAddr(), "parent_site", psite)
 	t.wg.Go(func() { t.reannounce(ctx) })

@@ -114,8 +114,10 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 			}
 		}
 		if haveLocal && !r.Newer(local) {
+			t.learnOrigin(local)
 			return local, nil
 		}
+		t.learnOrigin(r)
 		if _, err := t.store.PutRecordFrom(r, ""); err != nil {
 			t.log.Warn("store record from parent", "name", name, "err", err)
 		}
@@ -137,6 +139,7 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 // the parent now is sent again, with every record of this subtree, when the
 // parent session is (re)established; the error says why it did not.
 func (t *Tree) Announce(ctx context.Context, r blob.Record) error {
+	t.learnOrigin(r)
 	return t.announceUp(ctx, r)
 }
 
@@ -286,6 +289,7 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 		return errorFrame(fmt.Errorf("announce %q: %w", r.Name, err))
 	}
 	t.learnVia(r.ID, p)
+	t.learnOrigin(r)
 	if changed {
 		t.log.Info("record announced by child", "name", r.Name, "id", r.ID, "child", p)
 		// Forward before acknowledging, so that the child's put returns
@@ -366,6 +370,7 @@ func (t *Tree) servePreheat(p peer.ID, r blob.Record) []byte {
 	if _, err := t.store.PutRecordFrom(r, ""); err != nil {
 		return errorFrame(fmt.Errorf("preheat %q: %w", r.Name, err))
 	}
+	t.learnOrigin(r)
 	ctx, cancel := context.WithTimeout(t.ctx, PreheatTimeout)
 	defer cancel()
 	start := time.Now()

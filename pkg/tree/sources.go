@@ -7,6 +7,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer"
 )
 
@@ -78,15 +79,48 @@ func SourcesFor(via peer.ID, parents []peer.ID, self, exclude peer.ID) []peer.ID
 	return out
 }
 
+// Origin returns the origin (the peer ID, as text, of the node that made
+// the put) of the newest record this node has seen for blob id, or "" if
+// it has seen none.
+func (t *Tree) Origin(id cid.Cid) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.origins[id]
+}
+
+// Gateway reports whether this node is its site's way in and out: it has
+// no parent (the root, or a node of a flat cluster), or its parent is in
+// another site (a head node). It goes by the last parent that welcomed it
+// (a head whose parent is down stays a gateway); a node no parent has
+// welcomed yet is not a gateway.
+func (t *Tree) Gateway() bool {
+	if len(t.parents) == 0 {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.parentSeen && t.parentSite != t.cfg.Site
+}
+
+// Site returns this node's site label.
+func (t *Tree) Site() string { return t.cfg.Site }
+
+// learnOrigin remembers r's origin for its blob.
+func (t *Tree) learnOrigin(r blob.Record) {
+	if r.Origin == "" || !r.ID.Defined() {
+		return
+	}
+	t.mu.Lock()
+	t.origins[r.ID] = r.Origin
+	t.mu.Unlock()
+}
+
 // loadRoutes learns, from the store, which blobs came up through which
-// child.
+// child, and the origin of every blob it has a record of.
 func (t *Tree) loadRoutes() error {
 	routes, err := t.store.Routes()
 	if err != nil {
 		return err
-	}
-	if len(routes) == 0 {
-		return nil
 	}
 	recs, err := t.store.List("")
 	if err != nil {
@@ -95,6 +129,9 @@ func (t *Tree) loadRoutes() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range recs {
+		if r.Origin != "" {
+			t.origins[r.ID] = r.Origin
+		}
 		if v, err := peer.Decode(routes[r.Name]); err == nil {
 			t.via[r.ID] = v
 		}

@@ -97,12 +97,15 @@ type Tree struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	children  map[peer.ID]*childInfo
-	via       map[cid.Cid]peer.ID // blob ID -> child it was announced through
-	connected bool                // the parent session is up
-	started   bool
-	closed    bool
+	mu         sync.Mutex
+	children   map[peer.ID]*childInfo
+	via        map[cid.Cid]peer.ID // blob ID -> child it was announced through
+	origins    map[cid.Cid]string  // blob ID -> origin of the newest record seen for it
+	parentSite string              // the last parent's site (its WELCOME)
+	parentSeen bool                // a parent has welcomed this node
+	connected  bool                // the parent session is up
+	started    bool
+	closed     bool
 
 	peerErrors atomic.Uint64
 }
@@ -149,6 +152,7 @@ func New(cfg Config) (*Tree, error) {
 		self:     cfg.Host.ID(),
 		children: map[peer.ID]*childInfo{},
 		via:      map[cid.Cid]peer.ID{},
+		origins:  map[cid.Cid]string{},
 	}
 	if cfg.Parent != nil {
 		t.parents = append(t.parents, *cfg.Parent)
