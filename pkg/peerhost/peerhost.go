@@ -1,6 +1,8 @@
 // Package peerhost builds the libp2p host every omst node runs: a persisted
 // identity, TCP (TLS + yamux) and QUIC listeners on the given addresses,
-// relay, NAT port mapping and public bootstrap off.
+// relay, NAT port mapping and public bootstrap off, and resource limits
+// that bound what one peer can make the node hold (DHT streams above all)
+// while leaving omst's transfer protocols unlimited (see Limits).
 //
 // New is the one place where connections are admitted: Options.Gater is
 // consulted for every inbound and outbound connection, so a membership
@@ -19,6 +21,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
@@ -38,6 +41,90 @@ func DefaultListen() []string {
 		fmt.Sprintf("/ip4/0.0.0.0/tcp/%d", DefaultPort),
 		fmt.Sprintf("/ip4/0.0.0.0/udp/%d/quic-v1", DefaultPort),
 	}
+}
+
+// KadProtocol is the protocol of omst's private DHT: pkg/dht's Prefix +
+// "/kad/1.0.0". It is spelled out here rather than imported: pkg/dht's
+// tests build hosts with this package (an import cycle), and the host
+// should not pull in kad-dht. pkg/dht's tests check that the two agree.
+const KadProtocol protocol.ID = "/omst/kad/1.0.0"
+
+// Resource limits of New's host (see Limits).
+const (
+	// KadInboundStreamsPerPeer bounds the DHT streams one peer may have
+	// open to this node at once. kad-dht (v0.42.2, internal/net
+	// message_manager.go) sends all its requests to a peer over one
+	// reused stream, serialized by a lock; it opens a second only after
+	// resetting the first on an error (or, after repeated errors, one
+	// stream per request, closed after the reply), and the receiver
+	// resets a stream idle for a minute. So an honest peer holds one
+	// inbound stream here, two for a moment while one is torn down: 16
+	// leaves 8x that. Each stream is a handler goroutine and a message
+	// buffer of the length the peer announces (up to 4 MiB,
+	// network.MessageSizeMax, allocated before the bytes arrive), so one
+	// peer can make the DHT hold at most 16 goroutines and 64 MiB.
+	KadInboundStreamsPerPeer = 16
+	// KadInboundStreams bounds the inbound DHT streams of all peers
+	// together. One per peer that sent a request in the last minute is
+	// the honest load: a blob's provider records go to the same 20
+	// closest nodes, so after a broadcast those receive a request from
+	// every worker that got the blob. 512 covers sites of hundreds of
+	// workers; beyond it a request is refused, the sender retries once
+	// and its lookup goes on with other peers.
+	KadInboundStreams = 512
+	// KadMemoryPerPeer and KadMemory bound the memory reserved in the
+	// scope of DHT streams (per peer, and all together). kad-dht reserves
+	// none today and yamux charges its windows to the connection, so the
+	// stream counts above are what bound a flood's memory; these are a
+	// ceiling should a layer start reserving there.
+	KadMemoryPerPeer = 64 << 20
+	KadMemory        = 512 << 20
+	// PeerInboundConns bounds the connections one peer may have open to
+	// this node. A peer normally has one (libp2p reuses it), at most a
+	// few for a moment (TCP and QUIC dialled at once, simultaneous dials
+	// from both ends, a restarted peer's old connection not yet timed
+	// out).
+	PeerInboundConns = 16
+	// PeerInboundStreams bounds the streams, of all protocols, one peer
+	// may have open to this node, including those still negotiating
+	// their protocol. A child opens 2 fetch streams to its parent, one
+	// tree session, a names stream per lookup in flight and one DHT
+	// stream; a QUIC connection already holds a peer to 256 concurrent
+	// inbound streams. 4096 is far above omst's use and still bounds
+	// what a flood of streams on any protocol costs.
+	PeerInboundStreams = 4096
+)
+
+// Limits is the resource manager configuration of New's host. Everything
+// omst's own protocols (/omst/fetch, /omst/tree, /omst/names) and the
+// system and transient scopes use stays unlimited, as before there were
+// limits: the transfer path needs large stream windows, which libp2p's
+// autoscaled defaults can starve, and a relay may serve many children.
+// What is bounded is what a single peer can make the node hold:
+// connections and streams per peer (generously), and the DHT protocol,
+// whose handler serves any peer's requests, per peer and in total.
+// Outbound streams are not bounded: they are this node's own.
+func Limits() rcmgr.ConcreteLimitConfig {
+	cfg := rcmgr.PartialLimitConfig{
+		PeerDefault: rcmgr.ResourceLimits{
+			ConnsInbound:   rcmgr.LimitVal(PeerInboundConns),
+			StreamsInbound: rcmgr.LimitVal(PeerInboundStreams),
+		},
+		Protocol: map[protocol.ID]rcmgr.ResourceLimits{
+			KadProtocol: {
+				StreamsInbound: rcmgr.LimitVal(KadInboundStreams),
+				Memory:         rcmgr.LimitVal64(KadMemory),
+			},
+		},
+		ProtocolPeer: map[protocol.ID]rcmgr.ResourceLimits{
+			KadProtocol: {
+				StreamsInbound: rcmgr.LimitVal(KadInboundStreamsPerPeer),
+				Memory:         rcmgr.LimitVal64(KadMemoryPerPeer),
+			},
+		},
+	}
+	// Every limit not set above is taken from InfiniteLimits.
+	return cfg.Build(rcmgr.InfiniteLimits)
 }
 
 // Options configures New.
@@ -68,9 +155,7 @@ func New(opts Options) (host.Host, error) {
 		}
 		addrs = append(addrs, a)
 	}
-	// omst nodes are few and trusted to behave; the transfer path needs
-	// large stream windows, which the default autoscaled limits can starve.
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(rcmgr.InfiniteLimits))
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(Limits()))
 	if err != nil {
 		return nil, fmt.Errorf("resource manager: %w", err)
 	}
