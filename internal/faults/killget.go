@@ -15,6 +15,8 @@ type GetKill struct {
 	// get had finished and the kill came after it).
 	Before bool
 	Result CLIResult
+	// Victim is the daemon killed (nil: the client).
+	Victim *Daemon
 }
 
 // getKilling runs `omst get name` at d in mode and, once at bytes of the
@@ -25,7 +27,14 @@ type GetKill struct {
 // judged against the ledger; a killed client's read is judged only on
 // what it left behind (no -o file, or a whole one).
 func (e *Env) getKilling(d, victim *Daemon, name string, mode GetMode, at int64) (GetKill, error) {
+	return e.getKillingPick(d, func() *Daemon { return victim }, name, mode, at)
+}
+
+// getKillingPick is getKilling with the victim chosen at the kill point
+// by pick (nil: the client).
+func (e *Env) getKillingPick(d *Daemon, pick func() *Daemon, name string, mode GetMode, at int64) (GetKill, error) {
 	var gk GetKill
+	var victim *Daemon
 	outDir := e.Path("get-")
 	if err := os.Mkdir(outDir, 0o755); err != nil {
 		return gk, err
@@ -34,6 +43,8 @@ func (e *Env) getKilling(d, victim *Daemon, name string, mode GetMode, at int64)
 	var p *Proc
 	var err error
 	kill := func() error {
+		victim = pick()
+		gk.Victim = victim
 		if victim == nil {
 			p.Kill()
 			return nil
@@ -95,9 +106,12 @@ func (e *Env) getKilling(d, victim *Daemon, name string, mode GetMode, at int64)
 	if r.Err != nil {
 		return gk, r.Err
 	}
-	if !killed && victim != nil {
-		if err := victim.Kill(); err != nil {
-			return gk, err
+	if !killed {
+		if victim = pick(); victim != nil {
+			gk.Victim = victim
+			if err := victim.Kill(); err != nil {
+				return gk, err
+			}
 		}
 	}
 	gk.Result = r
