@@ -331,3 +331,59 @@ func TestGetByBlobID(t *testing.T) {
 	}
 	t.Logf("an unknown ID took %v to be reported missing", time.Since(start))
 }
+
+// A gateway that lost a blob (its chunks damaged and dropped, as an
+// eviction would) answers another site's head from its store only:
+// NOT_FOUND, not a fetch on that head's behalf. The head goes on with the
+// next provider (here, with the root down, the worker that put it).
+func TestLostProviderSkipped(t *testing.T) {
+	homeA := t.TempDir()
+	root := startNode(t, t.TempDir(), "", "")
+	headA := startNode(t, homeA, root.Addrs()[0], "a")
+	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	workerA := startNode(t, t.TempDir(), headA.Addrs()[0], "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	data := bytes.Repeat([]byte("lost at head a "), 300_000)
+	info, err := workerA.Put(ctx, "results/a/lost", bytes.NewReader(data), rpcbridge.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	waitProvider(t, headB, id, headA.ID())
+	waitProvider(t, headB, id, workerA.ID())
+	for statusOf(t, workerA).DHTNames < 1 && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	m, err := headA.store.Manifest(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range m.Chunks {
+		damageChunk(t, headA, homeA, info.ID, i)
+		if damaged, _ := headA.store.RecheckChunk(h); !damaged { // drops it
+			t.Fatalf("chunk %d not found damaged at head a", i)
+		}
+	}
+	if err := root.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fetchedA := statusOf(t, headA).BytesFetched
+
+	_, rc, err := headB.Open(ctx, "results/a/lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("get at head b, head a's copy lost, the root down: %v (%d bytes)", err, len(got))
+	}
+	if d := statusOf(t, headA).BytesFetched - fetchedA; d != 0 {
+		t.Errorf("head a fetched %d bytes on another site's behalf; it should have answered from its store only", d)
+	}
+	if st := statusOf(t, headB); st.BytesIn["other"] < uint64(len(data)) {
+		t.Errorf("head b bytes_in %v: want the blob from the worker that put it", st.BytesIn)
+	}
+}

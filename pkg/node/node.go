@@ -244,6 +244,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		Store:            n.store,
 		Sources:          n.tree,
 		Finder:           finder,
+		OthersFromStore:  n.tree.Gateway,
 		OnComplete:       n.provide,
 		Mode:             relayMode(cfg.StoreForward),
 		Window:           cfg.Window,

@@ -134,7 +134,19 @@ func (r *providingReader) Close() error {
 	err := r.ReadCloser.Close()
 	if r.n.store.HasBlob(r.id) {
 		r.n.provide(r.id)
+		return err
 	}
+	// Chunks are handed to the reader before they are written: the last
+	// may land just after the reader is done.
+	go func() {
+		for range 50 {
+			time.Sleep(100 * time.Millisecond)
+			if r.n.store.HasBlob(r.id) {
+				r.n.provide(r.id)
+				return
+			}
+		}
+	}()
 	return err
 }
 

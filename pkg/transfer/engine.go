@@ -73,6 +73,15 @@ type Config struct {
 	// Finder, when set, looks for sources beyond Sources' (a DHT): when its
 	// policy says a closer one may exist, and when Sources' have failed.
 	Finder Finder
+	// OthersFromStore, when set and true, makes this node serve a peer
+	// that is neither its child nor its parent (Relation KindOther) only
+	// what is in its store: NOT_FOUND for the rest, no pull-through on
+	// that peer's behalf. A gateway (root, head, a flat cluster's node)
+	// sets it: its other peers are nodes of other sites that found it in
+	// a DHT, and a provider that evicted a blob must send them to the
+	// next provider, not fetch it for them. Workers leave it unset: their
+	// siblings ask them for chunks they are still receiving.
+	OthersFromStore func() bool
 	// OnComplete, when set, is called with a blob's ID each time a fetch
 	// of the whole blob into the store (Fetch, Replicate, Preheat, a
 	// store-and-forward relay's) has completed.

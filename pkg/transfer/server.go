@@ -202,6 +202,10 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *
 		e.reply(sl, nil, fmt.Errorf("chunk %d of %s: not here yet: %w", q.Index, q.ID, blob.ErrNotFound))
 		return
 	}
+	if e.storeOnlyFor(p) {
+		e.reply(sl, nil, fmt.Errorf("chunk %d of %s: not held here (served to other sites from the store only): %w", q.Index, q.ID, blob.ErrNotFound))
+		return
+	}
 	var data []byte
 	var err error
 	if e.cfg.Mode == ModeStoreForward {
@@ -216,6 +220,12 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *
 		e.noteSent(q)
 	}
 	e.reply(sl, data, err)
+}
+
+// storeOnlyFor reports whether p is served from the store only
+// (Config.OthersFromStore).
+func (e *Engine) storeOnlyFor(p peer.ID) bool {
+	return e.cfg.OthersFromStore != nil && e.cfg.OthersFromStore() && e.sources.Relation(p) == KindOther
 }
 
 // noteSent tells the distribution that chunk q is on its way to a child.
@@ -313,7 +323,7 @@ func (e *Engine) serveReport(p peer.ID, q fetchRequest, sl *fetchSlot) {
 // verified and stored.
 func (e *Engine) serveManifest(ctx context.Context, p peer.ID, id cid.Cid, sl *fetchSlot) {
 	m, err := e.store.Manifest(id)
-	if errors.Is(err, blob.ErrNotFound) {
+	if errors.Is(err, blob.ErrNotFound) && !e.storeOnlyFor(p) {
 		m, err = e.manifestFor(ctx, Want{ID: id, Exclude: p})
 	}
 	var b []byte
