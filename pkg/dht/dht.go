@@ -1,7 +1,8 @@
 // Package dht is omst's private Kademlia DHT (go-libp2p-kad-dht): which
-// nodes hold which blobs (provider records), so that a blob can be found
-// outside the tree's paths: from another site's head, with the parent down,
-// or in a flat cluster with no tree at all.
+// nodes hold which blobs (provider records) and which blob each name is
+// (name records signed by the node that made the put; names.go), so that a
+// blob can be found outside the tree's paths: from another site's head,
+// with the parent down, or in a flat cluster with no tree at all.
 //
 // The DHT is private: its protocols are under /omst (/omst/kad/1.0.0), every
 // node runs in server mode (in a closed network, automatic mode leaves the
@@ -17,6 +18,12 @@
 //   - Providers returns the nodes that announced a blob, this node excluded,
 //     with the addresses they or the DHT know; it returns what it found when
 //     its context ends or enough are found.
+//   - Name records (PutName, RemoveName, Name) are stored under
+//     NameKey(name), signed with the key of the record's origin; every
+//     node's validator rejects (and counts) a value that does not verify,
+//     and of valid ones the newest wins (blob.Record.Newer). Only this
+//     namespace is accepted. Names whose origin is this node (Config.Names)
+//     are republished with the provider records.
 package dht
 
 import (
