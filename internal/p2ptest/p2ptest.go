@@ -23,7 +23,7 @@ func NewHost(t testing.TB, extra ...libp2p.Option) host.Host {
 	}
 	opts := []libp2p.Option{
 		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"),
-		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Transport(tcp.NewTCPTransport, tcp.DisableReuseport()), // as pkg/peerhost
 		libp2p.Security(libp2ptls.ID, libp2ptls.New),
 		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
 		libp2p.DisableRelay(),

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 
 	"github.com/omst-project/omst/pkg/transfer"
 )
@@ -246,6 +247,14 @@ func (l *Locator) describe(ctx context.Context, p peer.ID) Peer {
 	if !ok || time.Now().After(e.until) {
 		ictx, cancel := context.WithTimeout(ctx, l.cfg.InfoTimeout)
 		in, err := AskInfo(ictx, l.h, p)
+		if err != nil && ictx.Err() == nil {
+			// Once more, past a dial backoff left by a failed dial (e.g.
+			// the two nodes dialled each other at once).
+			if sw, ok := l.h.Network().(interface{ Backoff() *swarm.DialBackoff }); ok {
+				sw.Backoff().Clear(p)
+			}
+			in, err = AskInfo(ictx, l.h, p)
+		}
 		cancel()
 		e = infoEntry{in: in, ok: err == nil, until: time.Now().Add(l.cfg.InfoFor)}
 		if err != nil {
