@@ -25,13 +25,19 @@ fail=0
 # Runs: NAME CASE MODE WORKERS EXTRA-PARAMS. The broadcast in the three
 # modes, then failover (the head dies at 30%: its workers finish through
 # their fallback parent, the root) and churn (one worker leaves early, one
-# joins late), on the same small topology.
+# joins late), on the same small topology; then the dht case on 2 sites x 2
+# workers (a 16 MiB result put at each site, read by the other site's
+# workers; tree topology, where the results must flow head to head: the
+# root may serve at most 5% of what is read; then a flat cluster with no
+# --parent).
 runs=(
 	"tree broadcast tree 2 "
 	"store-forward broadcast store-forward 2 "
 	"star broadcast star 2 "
 	"failover failover tree 2 kill_at_fraction=0.3"
 	"churn churn tree 3 churn_leave=1|churn_late=1"
+	"dht-tree dht tree 2 topology=tree|result_size=16MiB|max_root_share=0.05"
+	"dht-flat dht tree 2 topology=flat|result_size=16MiB"
 )
 for r in "${runs[@]}"; do
 	read -r mode case m workers extra <<<"$r"
@@ -40,8 +46,10 @@ for r in "${runs[@]}"; do
 	# as bench-wan does), so that the test command exercises that too.
 	scratch=/tmp
 	[ "$mode" != churn ] || [ ! -d /dev/shm ] || scratch=/dev/shm
+	sites=1
+	[ "$case" != dht ] || sites=2 # dht reads the other sites' results
 	rc=0
-	timeout 300 bin/omst-wan run -q -sites 1 -workers "$workers" -wan-bw 100mbit -wan-delay 20ms -lan-bw 1gbit \
+	timeout 300 bin/omst-wan run -q -sites "$sites" -workers "$workers" -wan-bw 100mbit -wan-delay 20ms -lan-bw 1gbit \
 		-scratch "$scratch" -timeout 4m -out "$out/$mode" -plan omst -case "$case" \
 		-params "$params" -sync "$sync_bin" -- "$PWD/bin/omst-plan" \
 		>"$out/$mode.log" 2>&1 || rc=$?

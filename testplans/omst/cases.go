@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	gosync "sync"
 	"time"
 
+	"github.com/omst-project/omst/pkg/rpcbridge"
 	"github.com/testground/sdk-go/sync"
 )
 
@@ -411,6 +414,392 @@ func (churnCase) notes(in *instance, all []record) []string {
 		}
 	}
 	return out
+}
+
+// ---- dht ----
+
+const topicDHT = "omst-dht"
+
+// dhtCase: putters_per_site workers of every site put result_size bytes
+// (results/site-S/worker-I) before the start signal; after it, every
+// worker gets every result of the other sites by name and verifies it.
+// In the tree topology a result flows from its site's head to the
+// reader's head, which found it in the DHT, and not through the root;
+// with dht=false (every daemon with --no-dht) it goes through the root,
+// the old path. In the flat topology there is no --parent anywhere: names
+// and sources come from the DHT alone. The measure is each worker's time
+// to its last verified result; the root's bytes_served over the reading
+// phase is recorded (and checked against max_root_share when that is set),
+// and so are the heads' bytes in and out by kind.
+type dhtCase struct{}
+
+func (dhtCase) name() string                        { return "dht" }
+func (dhtCase) workerStartsLate(*instance) bool     { return false }
+func (dhtCase) workerParents(in *instance) []string { return []string{in.defaultParent()} }
+
+// dhtPutters is the number of workers per site that put a result.
+func dhtPutters(cfg *config) int {
+	if cfg.puttersPerSite <= 0 {
+		return cfg.workersPerSite
+	}
+	return cfg.puttersPerSite
+}
+
+// dhtBytesRead is what the workers read in all: each reads every result
+// of the other sites.
+func dhtBytesRead(cfg *config) int64 {
+	return int64(cfg.sites*cfg.workersPerSite) * int64((cfg.sites-1)*dhtPutters(cfg)) * cfg.resultSize
+}
+
+func (c dhtCase) prepare(ctx context.Context, in *instance) error {
+	cfg := in.cfg
+	if cfg.sites < 2 {
+		return errors.New("dht needs sites >= 2: the workers read the results of the other sites")
+	}
+	switch in.role {
+	case roleWorker:
+		if in.index < dhtPutters(cfg) {
+			if err := c.put(ctx, in); err != nil {
+				return err
+			}
+		}
+		all, err := waitAllResults(ctx, in)
+		if err != nil {
+			return fmt.Errorf("wait for the other sites' results: %w", err)
+		}
+		var reads []blobInfo
+		for _, b := range all {
+			if b.Site != in.site {
+				reads = append(reads, b)
+			}
+		}
+		sort.Slice(reads, func(i, j int) bool {
+			return reads[i].Site < reads[j].Site || reads[i].Site == reads[j].Site && reads[i].Index < reads[j].Index
+		})
+		in.reads = reads
+		return nil
+	case roleHead:
+		if !in.flat() && cfg.mode != modeStar {
+			if err := c.waitHeadHolds(ctx, in); err != nil {
+				return err
+			}
+		}
+	}
+	st, err := in.d.client.Status(ctx)
+	if err != nil {
+		return err
+	}
+	in.readStart = &st
+	return nil
+}
+
+// put (a putting worker) puts this worker's result, waits (softly) until
+// its daemon has announced it in the DHT, and publishes it.
+func (dhtCase) put(ctx context.Context, in *instance) error {
+	cfg := in.cfg
+	before, err := in.d.client.Status(ctx)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	name := fmt.Sprintf("results/site-%d/worker-%d", in.site, in.index)
+	stream := int64(1+in.site)<<20 + int64(in.index)
+	bi, err := putPayload(ctx, in.d.client, name, cfg.seed, stream, cfg.resultSize, cfg.chunkSize)
+	if err != nil {
+		return err
+	}
+	bi.Site, bi.Index = in.site, in.index
+	put := time.Since(t0)
+	announced := "dht off"
+	if cfg.dht {
+		// The blob's provider record and the name's record: a flat
+		// cluster finds the name only there.
+		waited, ok := waitStatus(ctx, in, cfg.startupTimeout, func(st rpcbridge.Status) bool {
+			return st.DHTProvided > before.DHTProvided && st.DHTNames > before.DHTNames
+		})
+		announced = fmt.Sprintf("announced in the DHT after %.3fs more", waited.Seconds())
+		if !ok {
+			announced = fmt.Sprintf("NOT announced in the DHT after %s (the readers may not find it there)", waited)
+		}
+	}
+	in.re.RecordMessage("put %s: %d bytes, id %s, %.3fs; %s", name, bi.Size, bi.ID, put.Seconds(), announced)
+	in.blob = bi
+	_, err = in.sc.Publish(ctx, sync.NewTopic(topicDHT, &blobInfo{}), &bi)
+	return err
+}
+
+// waitHeadHolds (a head, tree topology) waits (softly) until it holds its
+// site's results in full (the daemon copies a result to the head when it
+// is put) and, with the DHT, has announced them: so that the reading phase
+// measures the transfer between sites, not the copy into the head.
+func (dhtCase) waitHeadHolds(ctx context.Context, in *instance) error {
+	cfg := in.cfg
+	all, err := waitAllResults(ctx, in)
+	if err != nil {
+		return fmt.Errorf("wait for site %d's results: %w", in.site, err)
+	}
+	var own []blobInfo
+	for _, b := range all {
+		if b.Site == in.site {
+			own = append(own, b)
+		}
+	}
+	t0 := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, cfg.startupTimeout)
+	defer cancel()
+	for _, bi := range own {
+		for {
+			info, err := in.d.client.Stat(wctx, bi.Name)
+			if err == nil && info.Local {
+				break
+			}
+			select {
+			case <-wctx.Done():
+				in.re.RecordMessage("head %d: %s not held in full after %s (err=%v)", in.site, bi.Name, cfg.startupTimeout, err)
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	held := time.Since(t0)
+	if cfg.dht {
+		_, ok := waitStatus(wctx, in, cfg.startupTimeout, func(st rpcbridge.Status) bool {
+			return st.DHTProvided >= uint64(len(own))
+		})
+		if !ok {
+			in.re.RecordMessage("head %d: its %d result(s) not all announced in the DHT", in.site, len(own))
+		}
+	}
+	in.re.RecordMessage("head %d holds its site's %d result(s) after %.3fs, announced after %.3fs",
+		in.site, len(own), held.Seconds(), time.Since(t0).Seconds())
+	return nil
+}
+
+// waitStatus polls the daemon's status until ok, for at most limit.
+func waitStatus(ctx context.Context, in *instance, limit time.Duration, ok func(rpcbridge.Status) bool) (time.Duration, bool) {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		if st, err := in.d.client.Status(ctx); err == nil && ok(st) {
+			return time.Since(t0), true
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(t0), false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c dhtCase) act(ctx context.Context, in *instance, rec *record) error {
+	if in.role == roleWorker {
+		return c.read(ctx, in, rec)
+	}
+	return c.watchRead(ctx, in, rec)
+}
+
+// read (a worker) gets every result of the other sites at once, each on
+// its own API connection, and verifies it.
+func (dhtCase) read(ctx context.Context, in *instance, rec *record) error {
+	gets := make([]getTime, len(in.reads))
+	errs := make([]error, len(in.reads))
+	var wg gosync.WaitGroup
+	for i, bi := range in.reads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := record{}
+			cl, err := in.d.dial()
+			if err == nil {
+				err = fetchVerify(ctx, cl, bi, &r, in.re.RecordMessage)
+				cl.Close()
+			}
+			g := getTime{Name: bi.Name, Site: bi.Site, Index: bi.Index, Bytes: r.Bytes, Seconds: in.since(),
+				Attempts: r.Attempts, OK: err == nil}
+			if err != nil {
+				g.Error = err.Error()
+			}
+			in.re.RecordMessage("get %s (site %d): %d bytes at %.3fs, %d attempt(s), ok %v", bi.Name, bi.Site, g.Bytes, g.Seconds, g.Attempts, g.OK)
+			gets[i], errs[i] = g, err
+		}()
+	}
+	wg.Wait()
+	rec.Gets = gets
+	rec.Seconds = in.since()
+	rec.OK = true
+	for _, g := range gets {
+		rec.Bytes += g.Bytes
+		rec.OK = rec.OK && g.OK
+	}
+	rec.Note = fmt.Sprintf("seconds = the last of %d gets of the other sites' results", len(gets))
+	return errors.Join(errs...)
+}
+
+// watchRead (the root, a head) waits for the workers and records its
+// counters over the reading phase.
+func (dhtCase) watchRead(ctx context.Context, in *instance, rec *record) error {
+	cfg := in.cfg
+	b, err := in.sc.Barrier(ctx, stateWorkersDone, cfg.sites*cfg.workersPerSite)
+	if err == nil {
+		err = <-b.C
+	}
+	if err != nil {
+		return fmt.Errorf("wait for the workers: %w", err)
+	}
+	rec.Seconds = in.since()
+	st, err := in.d.client.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if in.readStart == nil {
+		return errors.New("no status at the start of the reading phase")
+	}
+	st0 := *in.readStart
+	rec.Read = &readCounters{BytesServed: st.BytesServed - st0.BytesServed, BytesFetched: st.BytesFetched - st0.BytesFetched,
+		BytesIn: diffCounts(st.BytesIn, st0.BytesIn), BytesOut: diffCounts(st.BytesOut, st0.BytesOut)}
+	rec.OK = true
+	if in.role == roleRoot && cfg.maxRootShare >= 0 {
+		read := dhtBytesRead(cfg)
+		if float64(rec.Read.BytesServed) > cfg.maxRootShare*float64(read) {
+			return fmt.Errorf("the root served %d bytes while the results were read, %.3f of the %d bytes read (max_root_share=%g)",
+				rec.Read.BytesServed, float64(rec.Read.BytesServed)/float64(read), read, cfg.maxRootShare)
+		}
+	}
+	return nil
+}
+
+func diffCounts(now, then map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range now {
+		if v > then[k] {
+			out[k] = v - then[k]
+		} else {
+			out[k] = 0
+		}
+	}
+	return out
+}
+
+func (dhtCase) measured(in *instance, all, _ []record) ([]record, int) {
+	return workerRecords(all, nil), in.cfg.sites * in.cfg.workersPerSite
+}
+
+func (dhtCase) notes(in *instance, all []record) []string {
+	cfg := in.cfg
+	read := dhtBytesRead(cfg)
+	out := []string{fmt.Sprintf("topology %s, dht %v: %d result(s) of %s per site, each read by the %d workers of the other site(s); %s read in all",
+		cfg.topology, cfg.dht, dhtPutters(cfg), mib(uint64(cfg.resultSize)), (cfg.sites-1)*cfg.workersPerSite, mib(uint64(read)))}
+	workersIn := make([]map[string]uint64, cfg.sites)
+	for _, r := range all {
+		switch {
+		case r.Role == roleRoot && r.Read != nil:
+			out = append(out, fmt.Sprintf("reading phase: the root served %s (%.3f of the bytes read)",
+				mib(r.Read.BytesServed), float64(r.Read.BytesServed)/float64(max(read, 1))))
+			if cfg.dht && !in.flat() && r.Read.BytesServed > 0 {
+				out = append(out, "with the DHT, results went through the root: a head did not take another site's head "+
+					"as its source (at log_level=debug, a head's daemon.log says why, e.g. \"provider did not tell its place\")")
+			}
+		case r.Role == roleHead && r.Read != nil:
+			out = append(out, fmt.Sprintf("reading phase, head of site %d: bytes in %s; bytes out %s",
+				r.Site, kinds(r.Read.BytesIn), kinds(r.Read.BytesOut)))
+		case r.Role == roleWorker && r.Site >= 0 && r.Site < cfg.sites:
+			if workersIn[r.Site] == nil {
+				workersIn[r.Site] = map[string]uint64{}
+			}
+			for k, v := range r.BytesIn {
+				workersIn[r.Site][k] += v
+			}
+		}
+	}
+	for s, m := range workersIn {
+		if m != nil {
+			out = append(out, fmt.Sprintf("site %d's workers: bytes in %s", s, kinds(m)))
+		}
+	}
+	return out
+}
+
+func (dhtCase) extras(in *instance, all []record, s *summary) {
+	cfg := in.cfg
+	dht := cfg.dht
+	s.Topology, s.DHT = cfg.topology, &dht
+	for _, r := range all {
+		if r.Role == roleRoot && r.Read != nil {
+			served := r.Read.BytesServed
+			s.RootServedRead = &served
+			s.RootShareRead = float64(served) / float64(max(dhtBytesRead(cfg), 1))
+		}
+	}
+	// What entered each site from outside: its head's bytes from its
+	// parent and from other peers (another site's head, found in the
+	// DHT) over the reading phase, in units of s.Bytes (what one worker
+	// read). The flat topology has no such gateway: see the wire bytes.
+	s.SiteIn = nil
+	if in.flat() || s.Bytes <= 0 {
+		return
+	}
+	s.SiteIn = make([]float64, cfg.sites)
+	for _, r := range all {
+		if r.Role == roleHead && r.Read != nil && r.Site >= 0 && r.Site < cfg.sites {
+			s.SiteIn[r.Site] = float64(r.Read.BytesIn["parent"]+r.Read.BytesIn["other"]) / float64(s.Bytes)
+		}
+	}
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// kinds formats bytes by kind, e.g. "other=64.0 MiB parent=0.0 MiB".
+func kinds(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%s", k, mib(m[k]))
+	}
+	return b.String()
+}
+
+// waitAllResults waits for every site's results. It takes them all, not
+// only those it needs: sdk-go v0.3.0 may panic (send on closed channel)
+// when a subscription is cancelled while items still arrive on it.
+func waitAllResults(ctx context.Context, in *instance) ([]blobInfo, error) {
+	return waitN[blobInfo](ctx, in.sc, topicDHT, in.cfg.sites*dhtPutters(in.cfg), nil)
+}
+
+// waitN subscribes to a topic and returns the first n items that ok
+// accepts; the subscription replays items published before it.
+func waitN[T any](ctx context.Context, sc sync.Client, topic string, n int, ok func(*T) bool) ([]T, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan *T, 64)
+	sub, err := sc.Subscribe(ctx, sync.NewTopic(topic, new(T)), ch)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for len(out) < n {
+		select {
+		case v := <-ch:
+			if ok == nil || ok(v) {
+				out = append(out, *v)
+			}
+		case err := <-sub.Done():
+			if err == nil {
+				err = errors.New("subscription closed")
+			}
+			return out, fmt.Errorf("topic %s: %d of %d: %w", topic, len(out), n, err)
+		case <-ctx.Done():
+			return out, fmt.Errorf("topic %s: %d of %d: %w", topic, len(out), n, ctx.Err())
+		}
+	}
+	return out, nil
 }
 
 // noter is implemented by cases that add notes to the summary.

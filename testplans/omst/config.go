@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"strconv"
@@ -17,6 +18,12 @@ const (
 	modeStar         = "star"          // every worker's parent is the root, which serves each itself (the baseline; --no-sibling-exchange)
 	modeStoreForward = "store-forward" // tree, with the daemons' --relay-mode store-forward and --no-sibling-exchange (OmniStorage's relay)
 	modeTreeAlone    = "tree-alone"    // tree without sibling exchange: the head serves every worker (--no-sibling-exchange)
+)
+
+// Topologies (param topology).
+const (
+	topologyTree = "tree" // root, heads under the root, workers under their head (--parent)
+	topologyFlat = "flat" // no --parent anywhere: every daemon joins the DHT through --bootstrap peers
 )
 
 // Group IDs the compositions must use.
@@ -57,6 +64,12 @@ type config struct {
 	leaveAfter time.Duration
 	joinDelay  time.Duration
 
+	// dht
+	topology       string  // tree or flat
+	dht            bool    // false: every daemon runs with --no-dht (tree only)
+	puttersPerSite int     // workers per site that put a result; 0 = every worker
+	maxRootShare   float64 // most the root may serve while results are read, as a share of the bytes read; < 0: not checked
+
 	// daemon
 	omstBin   string
 	window    int
@@ -67,7 +80,10 @@ type config struct {
 }
 
 // defaultBlobSize per case, as in manifest.toml.
-var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0"}
+var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0"}
+
+// defaultResultSize per case, as in manifest.toml.
+var defaultResultSize = map[string]string{"dht": "16MiB"}
 
 func loadConfig(re *runtime.RunEnv) (*config, error) {
 	p := params{re: re}
@@ -75,7 +91,7 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		sites:          p.int("sites", envInt("OMST_WAN_SITES", 2)),
 		workersPerSite: p.int("workers_per_site", envInt("OMST_WAN_WORKERS", 4)),
 		blobSize:       p.size("blob_size", defaultBlobSize[re.TestCase]),
-		resultSize:     p.size("result_size", "8MiB"),
+		resultSize:     p.size("result_size", cmp.Or(defaultResultSize[re.TestCase], "8MiB")),
 		chunkSize:      p.size("chunk_size", "0"),
 		mode:           p.str("mode", modeTree),
 		seed:           int64(p.int("seed", 1)),
@@ -91,6 +107,10 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		churnLate:      p.int("churn_late", 1),
 		leaveAfter:     p.duration("leave_after", "200ms"),
 		joinDelay:      p.duration("join_delay", "300ms"),
+		topology:       p.str("topology", topologyTree),
+		dht:            p.bool("dht", true),
+		puttersPerSite: p.int("putters_per_site", 1),
+		maxRootShare:   p.float("max_root_share", -1),
 		omstBin:        p.str("omst_bin", ""),
 		window:         p.int("window", 0),
 		cacheSize:      p.str("cache_size", ""),
@@ -105,6 +125,18 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 	case modeTree, modeStar, modeStoreForward, modeTreeAlone:
 	default:
 		return nil, fmt.Errorf("param mode=%q: want tree, tree-alone, star or store-forward", c.mode)
+	}
+	switch c.topology {
+	case topologyTree:
+	case topologyFlat:
+		if !c.dht || c.mode != modeTree {
+			return nil, fmt.Errorf("param topology=flat needs dht=true and mode=tree (a flat cluster exists only through the DHT)")
+		}
+	default:
+		return nil, fmt.Errorf("param topology=%q: want tree or flat", c.topology)
+	}
+	if re.TestCase == "dht" && (c.puttersPerSite < 0 || c.puttersPerSite > c.workersPerSite) {
+		return nil, fmt.Errorf("param putters_per_site=%d: want 0 (every worker) .. workers_per_site=%d", c.puttersPerSite, c.workersPerSite)
 	}
 	switch c.transport {
 	case "tcp", "quic":

@@ -24,6 +24,8 @@ type daemonSpec struct {
 	ip        string   // data IP to listen on
 	transport string   // tcp or quic
 	parents   []string // multiaddrs with /p2p/ID: the first preferred, the others fallbacks
+	bootstrap []string // --bootstrap peers (multiaddrs with /p2p/ID) to join the private DHT through
+	noDHT     bool     // --no-dht
 	site      string
 	relayMode string // "" = the daemon's default
 	// noSiblings runs the daemon with --no-sibling-exchange.
@@ -85,6 +87,12 @@ func startDaemon(ctx context.Context, tag string, spec daemonSpec) (*daemon, err
 	args := []string{"daemon", "--home", home, "--listen", listen, "--log-level", spec.logLevel}
 	for _, p := range spec.parents {
 		args = append(args, "--parent", p)
+	}
+	for _, b := range spec.bootstrap {
+		args = append(args, "--bootstrap", b)
+	}
+	if spec.noDHT {
+		args = append(args, "--no-dht")
 	}
 	if spec.site != "" {
 		args = append(args, "--site", spec.site)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/omst-project/omst/pkg/rpcbridge"
 	"github.com/omst-project/omst/pkg/wanemu/ifstat"
 	"github.com/testground/sdk-go/network"
 	"github.com/testground/sdk-go/run"
@@ -79,6 +80,11 @@ type instance struct {
 	start time.Time
 	blob  blobInfo // the broadcast blob (root: as put; workers: as published)
 	local []record // extra records this instance wrote (the root's gather fetches)
+
+	// dht case: the other sites' results this worker reads; the root's
+	// and a head's status when the reading phase starts.
+	reads     []blobInfo
+	readStart *rpcbridge.Status
 
 	// A head under the namespace harness: its WAN link's interface and its
 	// counters at the start signal.
@@ -176,7 +182,7 @@ func (in *instance) setupAndAct(rec *record) error {
 
 	switch in.role {
 	case roleRoot:
-		if err := in.startDaemon(sctx, nil); err != nil {
+		if err := in.startDaemon(sctx, nil, nil); err != nil {
 			return err
 		}
 		if _, err := in.sc.Publish(sctx, sync.NewTopic(topicRootAddr, &nodeAddr{}), in.self()); err != nil {
@@ -188,10 +194,18 @@ func (in *instance) setupAndAct(rec *record) error {
 			return fmt.Errorf("wait for the root's address: %w", err)
 		}
 		in.root = *root
-		if err := in.startDaemon(sctx, []string{root.Addr}); err != nil {
-			return err
+		if in.flat() {
+			// A flat cluster: no parent, the DHT joined through the root.
+			if err := in.startDaemon(sctx, nil, []string{root.Addr}); err != nil {
+				return err
+			}
+			in.waitDHT(sctx)
+		} else {
+			if err := in.startDaemon(sctx, []string{root.Addr}, nil); err != nil {
+				return err
+			}
+			in.waitParent(sctx, root.PeerID)
 		}
-		in.waitParent(sctx, root.PeerID)
 		if _, err := in.sc.Publish(sctx, sync.NewTopic(headTopic(in.site), &nodeAddr{}), in.self()); err != nil {
 			return err
 		}
@@ -201,7 +215,7 @@ func (in *instance) setupAndAct(rec *record) error {
 			return fmt.Errorf("wait for the root's address: %w", err)
 		}
 		in.root = *root
-		if cfg.mode != modeStar {
+		if cfg.mode != modeStar || in.flat() {
 			head, err := waitFirst[nodeAddr](sctx, in.sc, headTopic(in.site), nil)
 			if err != nil {
 				return fmt.Errorf("wait for head %d's address: %w", in.site, err)
@@ -351,10 +365,11 @@ func (in *instance) configureNetwork(ctx context.Context) error {
 	})
 }
 
-func (in *instance) daemonSpec(parents []string) daemonSpec {
+func (in *instance) daemonSpec(parents, bootstrap []string) daemonSpec {
 	cfg := in.cfg
 	spec := daemonSpec{
 		bin: cfg.omstBin, ip: in.ip, transport: cfg.transport, parents: parents,
+		bootstrap: bootstrap, noDHT: !cfg.dht,
 		window: cfg.window, cacheSize: cfg.cacheSize, chunkSize: cfg.chunkSize,
 		logLevel: cfg.logLevel, keepHome: cfg.keepHome,
 		logPath: filepath.Join(in.re.TestOutputsPath, "daemon.log"),
@@ -380,25 +395,55 @@ func (in *instance) daemonSpec(parents []string) daemonSpec {
 	return spec
 }
 
-func (in *instance) startDaemon(ctx context.Context, parents []string) error {
-	d, err := startDaemon(ctx, in.tag, in.daemonSpec(parents))
+func (in *instance) startDaemon(ctx context.Context, parents, bootstrap []string) error {
+	d, err := startDaemon(ctx, in.tag, in.daemonSpec(parents, bootstrap))
 	if err != nil {
 		return err
 	}
 	in.d = d
-	in.re.RecordMessage("daemon up: %s (parents %v)", d.addr, parents)
+	in.re.RecordMessage("daemon up: %s (parents %v, bootstrap %v, dht %v)", d.addr, parents, bootstrap, in.cfg.dht)
 	return nil
 }
 
 // startWorker starts a worker's daemon under the case's parents and waits
-// (softly) until it is connected to the first.
+// (softly) until it is connected to the first. In the flat topology it has
+// no parent: it joins the DHT through the root and its site's head.
 func (in *instance) startWorker(ctx context.Context) error {
+	if in.flat() {
+		if err := in.startDaemon(ctx, nil, []string{in.root.Addr, in.head.Addr}); err != nil {
+			return err
+		}
+		in.waitDHT(ctx)
+		return nil
+	}
 	parents := in.c.workerParents(in)
-	if err := in.startDaemon(ctx, parents); err != nil {
+	if err := in.startDaemon(ctx, parents, nil); err != nil {
 		return err
 	}
 	in.waitParent(ctx, peerOf(parents[0]))
 	return nil
+}
+
+// flat: the topology has no tree (param topology=flat).
+func (in *instance) flat() bool { return in.cfg.topology == topologyFlat }
+
+// waitDHT waits up to 10 s for the daemon's DHT routing table to hold a
+// peer; softly, as waitParent.
+func (in *instance) waitDHT(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		st, err := in.d.client.Status(ctx)
+		if err == nil && st.DHTPeers > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			in.re.RecordMessage("DHT routing table still empty after 10s (status err=%v)", err)
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // defaultParent is the worker's parent in the mode: the site's head, or

@@ -1,6 +1,6 @@
 // Command omst is the testground plan for omst: a root, one head node per
 // site and workers, each instance one host running its own `omst daemon`.
-// Test cases: broadcast, gather, failover, churn (see README.md and
+// Test cases: broadcast, gather, failover, churn, dht (see README.md and
 // manifest.toml).
 package main
 
@@ -29,6 +29,7 @@ func main() {
 		"gather":    testCase(gatherCase{}),
 		"failover":  testCase(failoverCase{}),
 		"churn":     testCase(churnCase{}),
+		"dht":       testCase(dhtCase{}),
 	})
 	if failed.Load() {
 		os.Exit(1)

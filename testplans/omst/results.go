@@ -53,6 +53,32 @@ type record struct {
 	WANIface   string `json:"wan_iface,omitempty"`
 	WANRxBytes uint64 `json:"wan_rx_bytes,omitempty"`
 	WANTxBytes uint64 `json:"wan_tx_bytes,omitempty"`
+
+	// dht case: a reading worker's gets (one per result of the other
+	// sites); the root's and heads' counters over the reading phase.
+	Gets []getTime     `json:"gets,omitempty"`
+	Read *readCounters `json:"read,omitempty"`
+}
+
+// getTime is one get of the dht case.
+type getTime struct {
+	Name     string  `json:"name"`
+	Site     int     `json:"site"` // the putter's
+	Index    int     `json:"index"`
+	Bytes    int64   `json:"bytes"`
+	Seconds  float64 `json:"seconds"` // from the start signal to verified bytes
+	Attempts int     `json:"attempts"`
+	OK       bool    `json:"ok"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// readCounters are a daemon's counters over the dht case's reading phase:
+// from the start signal until every worker was done.
+type readCounters struct {
+	BytesServed  uint64            `json:"bytes_served"`
+	BytesFetched uint64            `json:"bytes_fetched"`
+	BytesIn      map[string]uint64 `json:"bytes_in"`
+	BytesOut     map[string]uint64 `json:"bytes_out"`
 }
 
 // summary is what the root writes to summary.json when every instance has
@@ -83,10 +109,18 @@ type summary struct {
 	// headers, TLS and everything else (only under the namespace harness).
 	SiteInWire  []float64 `json:"site_in_wire_blobs,omitempty"`
 	SiteOutWire []float64 `json:"site_out_wire_blobs,omitempty"`
-	Pass        bool      `json:"pass"`
-	Failures    []string  `json:"failures,omitempty"`
-	Notes       []string  `json:"notes,omitempty"`
-	Records     []record  `json:"records"`
+	// dht case: the topology, whether the daemons ran the DHT, what the
+	// root served while the results were read (bytes, and as a share of
+	// the bytes the workers read).
+	Topology       string  `json:"topology,omitempty"`
+	DHT            *bool   `json:"dht,omitempty"`
+	RootServedRead *uint64 `json:"root_bytes_served_read,omitempty"`
+	RootShareRead  float64 `json:"root_share_read,omitempty"`
+
+	Pass     bool     `json:"pass"`
+	Failures []string `json:"failures,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	Records  []record `json:"records"`
 }
 
 // resultsFile appends records as JSON lines.
@@ -186,6 +220,9 @@ func (in *instance) collect(ctx context.Context, own record) error {
 	s.HeadToChildren, s.SiteIn = siteBytes(in.cfg, all, s.Bytes)
 	s.SiteInWire, s.SiteOutWire = siteWire(in.cfg, all, s.Bytes)
 	s.Notes = append(s.Notes, caseNotes(in, all)...)
+	if x, ok := in.c.(summaryExtras); ok {
+		x.extras(in, all, &s)
+	}
 	s.Pass = len(s.Failures) == 0
 
 	b, _ := json.MarshalIndent(s, "", "  ")
@@ -196,6 +233,9 @@ func (in *instance) collect(ctx context.Context, own record) error {
 	re.R().RecordPoint(fmt.Sprintf("%s_verified", s.Case), float64(s.Verified))
 	re.RecordMessage("SUMMARY case=%s mode=%s verified=%d/%d time_to_last=%.3fs median=%.3fs pass=%v",
 		s.Case, s.Mode, s.Verified, s.Expected, s.TimeToLast, s.Median, s.Pass)
+	for _, n := range s.Notes {
+		re.RecordMessage("note: %s", n)
+	}
 	for _, f := range s.Failures {
 		re.RecordMessage("failure: %s", f)
 	}
@@ -203,6 +243,12 @@ func (in *instance) collect(ctx context.Context, own record) error {
 		return fmt.Errorf("%s/%s failed: %d failure(s), first: %s", s.Case, s.Mode, len(s.Failures), s.Failures[0])
 	}
 	return nil
+}
+
+// summaryExtras is implemented by cases that fill fields of the summary
+// of their own.
+type summaryExtras interface {
+	extras(in *instance, all []record, s *summary)
 }
 
 // siteBytes returns, per site, what its head sent to its workers and what
