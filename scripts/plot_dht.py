@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Plot the DHT-at-scale figures (cmd/omst-dhtbench's JSON) into docs/dht-scale.png.
 
-Usage: python3 scripts/plot_dht.py [--in docs/bench/dht-scale.json] [--out docs/dht-scale.png]
+Usage: python3 scripts/plot_dht.py [--in docs/bench/dht-scale.json] [--names docs/bench/dht-scale-names.json]
+                                   [--out docs/dht-scale.png]
+
+--names (when the file exists) adds the name lookups (signed records, kad's GetValue with omst's
+quorum) of a later run made with the same command.
 
 Left: lookup latency in round trips of the link (p50 and p99, medians over
 runs) against the number of nodes, with the 6-round-trip target. Right:
@@ -30,6 +34,7 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--in", dest="inp", default=os.path.join(root, "docs", "bench", "dht-scale.json"))
+    ap.add_argument("--names", default=os.path.join(root, "docs", "bench", "dht-scale-names.json"))
     ap.add_argument("--out", default=os.path.join(root, "docs", "dht-scale.png"))
     args = ap.parse_args()
     with open(args.inp) as f:
@@ -47,6 +52,13 @@ def main():
     for key, label, col in SERIES:
         ax.plot(ns, [m[key]["p50_rt"] for m in med], "o-", color=col, label=label + ", p50")
         ax.plot(ns, [m[key]["p99_rt"] for m in med], "s--", color=col, label=label + ", p99")
+    if os.path.exists(args.names):
+        with open(args.names) as f:
+            nsz = [x for x in json.load(f)["sizes"] if x.get("median_over_runs", {}).get("name_lookup")]
+        nn = [x["nodes"] for x in nsz]
+        nm = [x["median_over_runs"]["name_lookup"] for x in nsz]
+        ax.plot(nn, [m["p50_rt"] for m in nm], "o-", color="tab:red", label="name lookup (signed record, quorum 3), p50")
+        ax.plot(nn, [m["p99_rt"] for m in nm], "s--", color="tab:red", label="name lookup (signed record, quorum 3), p99")
     ax.axhline(6, color="k", ls=":", lw=1, label="target: lookup p99 <= 6 RT")
     ax.set_xscale("log")
     ax.set_xticks(ns)

@@ -66,11 +66,13 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/routing"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/multiformats/go-multihash"
 
 	"github.com/omst-project/omst/pkg/blob"
@@ -524,7 +526,7 @@ func runOne(cfg config, n, repeat int) (res Run, err error) {
 	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: cfg.latency})
 	hosts := make([]host.Host, n)
 	for i := range hosts {
-		if hosts[i], err = mn.GenPeer(); err != nil {
+		if hosts[i], err = genPeer(mn, i); err != nil {
 			mn.Close()
 			return res, err
 		}
@@ -718,6 +720,9 @@ func runOne(cfg config, n, repeat int) (res Run, err error) {
 		o := rng.IntN(n)
 		names[k] = blob.Record{Name: fmt.Sprintf("bench/name-%d", k), ID: randomCID(rng), Size: 1, Time: int64(k + 1), Origin: hosts[o].ID().String()}
 		d, rpcs, err := timed(ctx, cfg.opTimeout, func(ctx context.Context) error { return dhts[o].PutName(ctx, names[k]) })
+		if err != nil && namePut.failed == 0 {
+			logf("   name put failed: %v", err)
+		}
 		namePut.add(d, rpcs, err == nil)
 	}
 	for i := 0; i < cfg.lookups; i++ {
@@ -749,6 +754,21 @@ func runOne(cfg config, n, repeat int) (res Run, err error) {
 	logf("   measured in %.1f s (CPU %.0f%% of all cores; at rest %.0f%%; load average %.1f -> %.1f); heap in use %.2f MB/node, %.0f goroutines/node",
 		res.MeasureSec, 100*res.CPUMeasure, 100*res.CPURest, res.LoadBefore, res.LoadAfter, res.HeapPerNodeEnd/1e6, res.GoroutinesNodeE)
 	return res, nil
+}
+
+// genPeer adds a host with an ed25519 identity, as omst daemons have
+// (mocknet's GenPeer makes ECDSA ones, whose peer IDs do not embed the
+// public key that name records are checked against).
+func genPeer(mn mocknet.Mocknet, i int) (host.Host, error) {
+	sk, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		return nil, err
+	}
+	a, err := ma.NewMultiaddr(fmt.Sprintf("/ip4/10.%d.%d.%d/tcp/4040", (i>>16)&0xff, (i>>8)&0xff, i&0xff))
+	if err != nil {
+		return nil, err
+	}
+	return mn.AddPeer(sk, a)
 }
 
 // timed runs op with a timeout and counts the DHT RPCs it sends.
@@ -917,8 +937,8 @@ func calibrate(ctx context.Context, cfg config) (open, first float64, err error)
 	defer mn.Close()
 	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: cfg.latency})
 	var hs []host.Host
-	for range 2 * cfg.calibrations {
-		h, err := mn.GenPeer()
+	for i := range 2 * cfg.calibrations {
+		h, err := genPeer(mn, i)
 		if err != nil {
 			return 0, 0, err
 		}

@@ -200,10 +200,17 @@ func (d *DHT) putSigned(ctx context.Context, r blob.Record, sign func(crypto.Pri
 	return nil
 }
 
+// nameQuorum: see Name.
+const nameQuorum = 3
+
 // Name returns the newest valid record of name in the DHT; an error
 // wrapping blob.ErrNotFound if there is none.
 func (d *DHT) Name(ctx context.Context, name string) (blob.Record, error) {
-	val, err := d.kad.GetValue(ctx, NameKey(name))
+	// A lookup ends once nameQuorum+1 nodes have answered with a valid
+	// record (the newest of theirs wins) instead of walking on to the
+	// closest nodes: a name is stored on the 20 closest, each put reaches
+	// all of them, and kad corrects the stale ones it met afterwards.
+	val, err := d.kad.GetValue(ctx, NameKey(name), kad.Quorum(nameQuorum))
 	if errors.Is(err, routing.ErrNotFound) {
 		return blob.Record{}, fmt.Errorf("dht: name %q: %w", name, blob.ErrNotFound)
 	}
