@@ -113,6 +113,16 @@ func TestCrossSiteHeadToHead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
+	// Workers are DHT clients, heads and the root servers.
+	for deadline := time.Now().Add(10 * time.Second); workerA.dht.Server() || workerB.dht.Server(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the workers are still DHT servers 10 s after the start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !headA.dht.Server() || !headB.dht.Server() || !root.dht.Server() {
+		t.Fatal("a head or the root is not a DHT server")
+	}
 	data := bytes.Repeat([]byte("cross-site result "), 300_000) // 5.4 MB: 6 chunks
 	info, err := workerA.Put(ctx, "results/a/big", bytes.NewReader(data), rpcbridge.PutOptions{})
 	if err != nil {

@@ -270,6 +270,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.dht != nil {
 		n.provQ = make(chan provideItem, provideQueue)
 		go n.provideLoop(tctx)
+		if parent != nil {
+			go n.dhtModeLoop(tctx)
+		}
 	}
 	if !cfg.NoSocket {
 		n.server = rpcbridge.NewServer(n, rpcbridge.ServerOptions{Logger: cfg.Logger})

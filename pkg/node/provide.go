@@ -87,6 +87,30 @@ func (n *Node) provideLoop(ctx context.Context) {
 	}
 }
 
+// dhtModeLoop keeps a node with a parent a DHT server while it is a
+// gateway (a head: its parent in another site) and makes it a client while
+// it is a worker (its parent in its own site), checking as the parent
+// session comes and goes, until ctx ends. A node with no parent stays a
+// server.
+func (n *Node) dhtModeLoop(ctx context.Context) {
+	t := time.NewTicker(dhtModeEvery)
+	defer t.Stop()
+	for {
+		if n.tree.Welcomed() {
+			n.dht.SetServer(n.tree.Gateway())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// dhtModeEvery is how often dhtModeLoop looks (the first parent session
+// takes a round trip or two).
+const dhtModeEvery = 200 * time.Millisecond
+
 // heldBlobs lists the named blobs held here in full (what the DHT
 // reprovides).
 func (n *Node) heldBlobs() []cid.Cid {

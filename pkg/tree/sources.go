@@ -102,6 +102,17 @@ func (t *Tree) Gateway() bool {
 	return t.parentSeen && t.parentSite != t.cfg.Site
 }
 
+// Welcomed reports whether a parent has welcomed this node (so that
+// Gateway is known); always true on a node with no parent.
+func (t *Tree) Welcomed() bool {
+	if len(t.parents) == 0 {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.parentSeen
+}
+
 // Site returns this node's site label.
 func (t *Tree) Site() string { return t.cfg.Site }
 
