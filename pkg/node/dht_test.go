@@ -23,22 +23,13 @@ import (
 // blob ID, from the head of site b, as is a blob that site b's head fetched
 // through the tree.
 func TestDHTProvidersAcrossSites(t *testing.T) {
-	root := startNode(t, t.TempDir(), "", "")
-	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
-	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	_, headA, headB := startTwoSites(t)
 	worker := startNode(t, t.TempDir(), headA.Addrs()[0], "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	data := bytes.Repeat([]byte("result "), 100_000)
-	info, err := worker.Put(ctx, "results/a/1", bytes.NewReader(data), rpcbridge.PutOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := cid.Decode(info.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, id := putBlob(t, ctx, worker, "results/a/1", data)
 	waitProvider(t, headB, id, worker.ID())
 	for {
 		st, _ := worker.Status(ctx)
@@ -105,9 +96,7 @@ func waitProvider(t *testing.T, from *Node, id cid.Cid, want peer.ID) {
 // A result put by a worker at site a and read by a worker at site b flows
 // head a -> head b, found in the DHT: the root serves none of its bytes.
 func TestCrossSiteHeadToHead(t *testing.T) {
-	root := startNode(t, t.TempDir(), "", "")
-	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
-	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	root, headA, headB := startTwoSites(t)
 	workerA := startNode(t, t.TempDir(), headA.Addrs()[0], "a")
 	workerB := startNode(t, t.TempDir(), headB.Addrs()[0], "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -124,11 +113,7 @@ func TestCrossSiteHeadToHead(t *testing.T) {
 		t.Fatal("a head or the root is not a DHT server")
 	}
 	data := bytes.Repeat([]byte("cross-site result "), 300_000) // 5.4 MB: 6 chunks
-	info, err := workerA.Put(ctx, "results/a/big", bytes.NewReader(data), rpcbridge.PutOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := cid.Decode(info.ID)
+	_, id := putBlob(t, ctx, workerA, "results/a/big", data)
 	// Head a copies its worker's result and announces it once complete.
 	waitProvider(t, headB, id, headA.ID())
 	before := statusOf(t, root)
@@ -154,19 +139,13 @@ func TestCrossSiteHeadToHead(t *testing.T) {
 // With its head down, a worker still gets a blob, by ID, from a provider
 // it finds in the DHT (here the other site's head, the only other holder).
 func TestParentDownFetchThroughDHT(t *testing.T) {
-	root := startNode(t, t.TempDir(), "", "")
-	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
-	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	root, headA, headB := startTwoSites(t)
 	workerB := startNode(t, t.TempDir(), headB.Addrs()[0], "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
 	data := bytes.Repeat([]byte("held at site a "), 200_000)
-	info, err := headA.Put(ctx, "data/a", bytes.NewReader(data), rpcbridge.PutOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := cid.Decode(info.ID)
+	_, id := putBlob(t, ctx, headA, "data/a", data)
 	rec, err := headA.store.Record("data/a")
 	if err != nil {
 		t.Fatal(err)
@@ -224,11 +203,7 @@ func TestFlatCluster(t *testing.T) {
 	c := start("y", a.Addrs()[0])
 
 	data := bytes.Repeat([]byte("flat "), 500_000)
-	info, err := a.Put(ctx, "flat/data", bytes.NewReader(data), rpcbridge.PutOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := cid.Decode(info.ID)
+	_, id := putBlob(t, ctx, a, "flat/data", data)
 	waitProvider(t, c, id, a.ID())
 	for _, n := range []*Node{b, c} {
 		_, rc, err := n.Open(ctx, "flat/data")
@@ -272,19 +247,13 @@ func TestFlatCluster(t *testing.T) {
 // With the root down, a worker resolves a name it never saw through the
 // DHT and fetches the blob from the other site's head.
 func TestRootDownNamesThroughDHT(t *testing.T) {
-	root := startNode(t, t.TempDir(), "", "")
-	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
-	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	root, headA, headB := startTwoSites(t)
 	workerB := startNode(t, t.TempDir(), headB.Addrs()[0], "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
 	data := bytes.Repeat([]byte("put at site a "), 300_000)
-	info, err := headA.Put(ctx, "results/a/final", bytes.NewReader(data), rpcbridge.PutOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := cid.Decode(info.ID)
+	_, id := putBlob(t, ctx, headA, "results/a/final", data)
 	waitProvider(t, workerB, id, headA.ID())
 	for statusOf(t, headA).DHTNames < 1 && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
@@ -306,20 +275,14 @@ func TestRootDownNamesThroughDHT(t *testing.T) {
 // A blob is read by its ID as by its name, from another site; an ID no
 // node holds is a clear not-found.
 func TestGetByBlobID(t *testing.T) {
-	root := startNode(t, t.TempDir(), "", "")
-	headA := startNode(t, t.TempDir(), root.Addrs()[0], "a")
-	headB := startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	_, headA, headB := startTwoSites(t)
 	workerA := startNode(t, t.TempDir(), headA.Addrs()[0], "a")
 	workerB := startNode(t, t.TempDir(), headB.Addrs()[0], "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
 	data := bytes.Repeat([]byte("by id "), 400_000)
-	info, err := workerA.Put(ctx, "results/a/id", bytes.NewReader(data), rpcbridge.PutOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := cid.Decode(info.ID)
+	info, id := putBlob(t, ctx, workerA, "results/a/id", data)
 	waitProvider(t, headB, id, headA.ID())
 	st, err := workerB.Stat(ctx, info.ID)
 	if err != nil || st.Size != uint64(len(data)) || st.ID != info.ID {
@@ -356,11 +319,7 @@ func TestLostProviderSkipped(t *testing.T) {
 	defer cancel()
 
 	data := bytes.Repeat([]byte("lost at head a "), 300_000)
-	info, err := workerA.Put(ctx, "results/a/lost", bytes.NewReader(data), rpcbridge.PutOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := cid.Decode(info.ID)
+	info, id := putBlob(t, ctx, workerA, "results/a/lost", data)
 	waitProvider(t, headB, id, headA.ID())
 	waitProvider(t, headB, id, workerA.ID())
 	for statusOf(t, workerA).DHTNames < 1 && ctx.Err() == nil {
@@ -396,4 +355,27 @@ func TestLostProviderSkipped(t *testing.T) {
 	if st := statusOf(t, headB); st.BytesIn["other"] < uint64(len(data)) {
 		t.Errorf("head b bytes_in %v: want the blob from the worker that put it", st.BytesIn)
 	}
+}
+
+// startTwoSites starts a root and the heads of sites a and b under it.
+func startTwoSites(t *testing.T) (root, headA, headB *Node) {
+	t.Helper()
+	root = startNode(t, t.TempDir(), "", "")
+	headA = startNode(t, t.TempDir(), root.Addrs()[0], "a")
+	headB = startNode(t, t.TempDir(), root.Addrs()[0], "b")
+	return root, headA, headB
+}
+
+// putBlob puts data under name at n and returns its info and blob ID.
+func putBlob(t *testing.T, ctx context.Context, n *Node, name string, data []byte) (rpcbridge.Info, cid.Cid) {
+	t.Helper()
+	info, err := n.Put(ctx, name, bytes.NewReader(data), rpcbridge.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := cid.Decode(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info, id
 }
