@@ -535,7 +535,8 @@ func statusCmd(g *globals) *cobra.Command {
 				st.BytesOut["parent"], st.BytesOut["child"], st.BytesOut["other"])
 			fmt.Fprintf(tw, "redirects\t%d sent, %d taken, %d of them failed, %d hedged, %d hedges declined\nuploads_refused\t%d\n",
 				st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures, st.Hedges, st.HedgesDeclined, st.UploadsRefused)
-			fmt.Fprintf(tw, "dht\t%d peers in the routing table, %d announcements, %d names put, %d records rejected\n", st.DHTPeers, st.DHTProvided, st.DHTNames, st.DHTRecordsRejected)
+			fmt.Fprintf(tw, "dht\t%s, %d peers in the routing table, %d announcements, %d names put, %d records rejected\n",
+				map[bool]string{true: "server", false: "client"}[st.DHTServer], st.DHTPeers, st.DHTProvided, st.DHTNames, st.DHTRecordsRejected)
 			fmt.Fprintf(tw, "chunks_damaged\t%d (found damaged in this node's store and dropped)\ncorrupt_received\t%d (from peers)\ncorrupt_reports\t%d (peers told us they received a corrupt chunk)\n",
 				st.ChunksDamaged, st.CorruptReceived, st.CorruptReports)
 			for _, p := range slices.Sorted(maps.Keys(st.ErrorsByPeer)) {

@@ -112,6 +112,9 @@ func TestCrossSiteHeadToHead(t *testing.T) {
 	if !headA.dht.Server() || !headB.dht.Server() || !root.dht.Server() {
 		t.Fatal("a head or the root is not a DHT server")
 	}
+	if !statusOf(t, headA).DHTServer || statusOf(t, workerA).DHTServer {
+		t.Fatal("status dht_server: want true at a head, false at a worker")
+	}
 	data := bytes.Repeat([]byte("cross-site result "), 300_000) // 5.4 MB: 6 chunks
 	_, id := putBlob(t, ctx, workerA, "results/a/big", data)
 	// Head a copies its worker's result and announces it once complete.

@@ -629,6 +629,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		st.DHTPeers = n.dht.RoutingTableSize()
 		st.DHTNames = n.namesN.Load()
 		st.DHTRecordsRejected = n.dht.RecordsRejected()
+		st.DHTServer = n.dht.Server()
 	}
 	st.Peers = n.peers()
 	return st, nil

@@ -95,6 +95,9 @@ type Status struct {
 	// (forged, unsigned, malformed), from any peer.
 	DHTNames           uint64 `json:"dht_names"`
 	DHTRecordsRejected uint64 `json:"dht_records_rejected"`
+	// DHTServer: this node serves the DHT (a head, the root, a flat
+	// cluster's node); a worker is a client of it.
+	DHTServer bool `json:"dht_server"`
 	// HedgesDeclined counts children's hedges this relay declined: it had
 	// sent the chunk into the site moments before, so the sibling has it.
 	HedgesDeclined uint64 `json:"hedges_declined"`

@@ -57,7 +57,13 @@ func TestSiblingKilledMidBroadcast(t *testing.T) {
 		}
 	}()
 	go func() {
+		// Stop once siblings are fetching from it (it served one chunk
+		// to one), else at 400 ms: a fixed time alone sometimes came
+		// before the head had sent anyone to it, and proved nothing.
 		time.Sleep(400 * time.Millisecond)
+		for deadline := time.Now().Add(2 * time.Second); ws[victim].eng.Status().BytesOut["other"] == 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		ws[victim].eng.Close()
 	}()
 	start := time.Now()
@@ -81,7 +87,7 @@ func TestSiblingKilledMidBroadcast(t *testing.T) {
 		}
 		failures += w.eng.Status().SiblingFailures
 	}
-	t.Logf("broadcast took %v with a sibling gone at 400ms; %d sibling failures", took, failures)
+	t.Logf("broadcast took %v with a sibling gone from 400ms on; %d sibling failures", took, failures)
 	if failures == 0 {
 		t.Fatal("no request went to the dead sibling: the test proves nothing")
 	}
