@@ -382,3 +382,50 @@ func putBlob(t *testing.T, ctx context.Context, n *Node, name string, data []byt
 	}
 	return info, id
 }
+
+// A blob is announced once: gets of a held blob do not announce it again,
+// and a get cut short announces nothing.
+func TestAnnounceOnce(t *testing.T) {
+	root, headA, _ := startTwoSites(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	data := bytes.Repeat([]byte("announce once "), 300_000)
+	putBlob(t, ctx, root, "init/once", data)
+	provided := func(n *Node, want uint64) {
+		t.Helper()
+		for statusOf(t, n).DHTProvided < want && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond) // room for a wrong extra one
+		if got := statusOf(t, n).DHTProvided; got != want {
+			t.Fatalf("dht_provided = %d, want %d", got, want)
+		}
+	}
+	provided(root, 1)
+	for range 3 {
+		_, rc, err := root.Open(ctx, "init/once")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, rc)
+		rc.Close()
+	}
+	provided(root, 1)
+
+	_, rc, err := headA.Open(ctx, "init/once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rc, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	provided(headA, 0)
+	_, rc, err = headA.Open(ctx, "init/once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, rc)
+	rc.Close()
+	provided(headA, 1)
+}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -94,6 +95,10 @@ type Node struct {
 	provQ  chan provideItem
 	provN  atomic.Uint64 // announcements made in the DHT
 	namesN atomic.Uint64 // name records put in the DHT
+	// announced: when each blob was last announced (zero: queued), so
+	// that gets of a held blob do not announce it again (provide).
+	announcedMu sync.Mutex
+	announced   map[cid.Cid]time.Time
 	// removed: names removed here since the start, and when; a record of
 	// one found in the DHT counts only if it is newer.
 	removedMu sync.Mutex
@@ -125,7 +130,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	nd := &Node{cfg: cfg, log: cfg.Logger, removed: map[string]int64{}}
+	nd := &Node{cfg: cfg, log: cfg.Logger, removed: map[string]int64{}, announced: map[cid.Cid]time.Time{}}
 	defer func() {
 		// The returns below set n to nil on error; close what nd opened.
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/dht"
 )
 
 // provideQueue bounds the blobs waiting to be announced in the DHT; past
@@ -18,8 +19,37 @@ const provideQueue = 256
 const provideTimeout = time.Minute
 
 // provide queues blob id, held here in full, for an announcement in the
-// DHT (no-op without a DHT; never blocks).
-func (n *Node) provide(id cid.Cid) { n.queueProvide(provideItem{id: id}) }
+// DHT (no-op without a DHT; never blocks), unless it was announced (or is
+// queued) already within the reprovide interval: every get of a held blob
+// ends here, and its records live for days.
+func (n *Node) provide(id cid.Cid) {
+	if n.provQ == nil {
+		return
+	}
+	n.announcedMu.Lock()
+	at, seen := n.announced[id]
+	if seen && (at.IsZero() || time.Since(at) < dht.DefaultReprovideEvery) {
+		n.announcedMu.Unlock()
+		return
+	}
+	n.announced[id] = time.Time{} // queued
+	n.announcedMu.Unlock()
+	if !n.queueProvide(provideItem{id: id}) {
+		n.announceDone(id, false)
+	}
+}
+
+// announceDone records the outcome of blob id's announcement: the time of
+// success, or nothing (so that a later provide tries again).
+func (n *Node) announceDone(id cid.Cid, ok bool) {
+	n.announcedMu.Lock()
+	defer n.announcedMu.Unlock()
+	if ok {
+		n.announced[id] = time.Now()
+	} else {
+		delete(n.announced, id)
+	}
+}
 
 // publishName queues r, put on this node, for its signed record in the
 // DHT (no-op without a DHT; never blocks).
@@ -42,13 +72,17 @@ const (
 	provideTries = 6
 )
 
-func (n *Node) queueProvide(it provideItem) {
+// queueProvide queues it unless the queue is full; it reports whether it
+// did.
+func (n *Node) queueProvide(it provideItem) bool {
 	if n.provQ == nil {
-		return
+		return false
 	}
 	select {
 	case n.provQ <- it:
+		return true
 	default:
+		return false
 	}
 }
 
@@ -75,13 +109,21 @@ func (n *Node) provideLoop(ctx context.Context) {
 				n.namesN.Add(1)
 			case err == nil:
 				n.provN.Add(1)
+				n.announceDone(it.id, true)
 			case ctx.Err() != nil:
 				return
 			case it.tries+1 < provideTries:
 				it.tries++
-				time.AfterFunc(provideRetry<<(it.tries-1), func() { n.queueProvide(it) })
+				time.AfterFunc(provideRetry<<(it.tries-1), func() {
+					if !n.queueProvide(it) && it.rec == nil {
+						n.announceDone(it.id, false)
+					}
+				})
 			default:
-				n.log.Info("could not announce a blob in the DHT (announced again at the next reprovide)", "id", it.id, "err", err)
+				if it.rec == nil {
+					n.announceDone(it.id, false)
+				}
+				n.log.Info("could not announce in the DHT (announced again at the next reprovide)", "id", it.id, "name_record", it.rec != nil, "err", err)
 			}
 		}
 	}
@@ -150,12 +192,25 @@ func (n *Node) ownNames() []blob.Record {
 // whole blob held here.
 type providingReader struct {
 	io.ReadCloser
-	n  *Node
-	id cid.Cid
+	n     *Node
+	id    cid.Cid
+	whole bool // read to its end
+}
+
+// Read notes when the reader reached the end of the blob.
+func (r *providingReader) Read(p []byte) (int, error) {
+	k, err := r.ReadCloser.Read(p)
+	if err == io.EOF {
+		r.whole = true
+	}
+	return k, err
 }
 
 func (r *providingReader) Close() error {
 	err := r.ReadCloser.Close()
+	if !r.whole { // a get cut short: nothing to announce
+		return err
+	}
 	if r.n.store.HasBlob(r.id) {
 		r.n.provide(r.id)
 		return err
@@ -176,9 +231,12 @@ func (r *providingReader) Close() error {
 
 // WriteTo keeps the engine reader's WriteTo (chunks written straight into
 // the local API's frames, no per-request buffer).
-func (r *providingReader) WriteTo(w io.Writer) (int64, error) {
+func (r *providingReader) WriteTo(w io.Writer) (k int64, err error) {
 	if wt, ok := r.ReadCloser.(io.WriterTo); ok {
-		return wt.WriteTo(w)
+		k, err = wt.WriteTo(w)
+	} else {
+		k, err = io.Copy(w, r.ReadCloser)
 	}
-	return io.Copy(w, r.ReadCloser)
+	r.whole = err == nil
+	return k, err
 }

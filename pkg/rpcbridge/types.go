@@ -87,7 +87,8 @@ type Status struct {
 	Hedges uint64 `json:"hedges"`
 	// DHTPeers is the size of the node's DHT routing table; DHTProvided
 	// counts the announcements it made in the DHT since it started (a blob
-	// put and then read again counts twice; reprovides are not counted).
+	// announced is not announced again for 12 h, however often it is read;
+	// reprovides are not counted).
 	DHTPeers    int    `json:"dht_peers"`
 	DHTProvided uint64 `json:"dht_provided"`
 	// DHTNames counts the name records this node put in the DHT since it
