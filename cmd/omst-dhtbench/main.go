@@ -733,7 +733,7 @@ func runOne(cfg config, n, repeat int) (res Run, err error) {
 			got, err = dhts[q].Name(ctx, names[k].Name)
 			return err
 		})
-		nameLookup.add(d, rpcs, err == nil && got == names[k])
+		nameLookup.add(d, rpcs, err == nil && got.Equal(names[k]))
 	}
 	res.NamePut, res.NameLookup = namePut.dist(cfg.latency), nameLookup.dist(cfg.latency)
 	logf("   %d name puts p50 %.1f RT; %d name lookups p50/p99 %.1f/%.1f RT (%d failed)", len(names), res.NamePut.P50RT, cfg.lookups, res.NameLookup.P50RT, res.NameLookup.P99RT, nameLookup.failed)

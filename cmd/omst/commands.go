@@ -59,6 +59,8 @@ func daemonCmd(g *globals) *cobra.Command {
 		logLevel    string
 		cpuProfile  string
 		parentRetry time.Duration
+		sockGroup   string
+		join        string
 	)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -68,7 +70,8 @@ func daemonCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate,
-				NoSiblingExchange: noSiblings, Sync: syncPuts, Bootstrap: bootstrap, NoDHT: noDHT}
+				NoSiblingExchange: noSiblings, Sync: syncPuts, Bootstrap: bootstrap, NoDHT: noDHT, Join: join}
+			cfg.SocketGroup = sockGroup
 			if len(parents) > 0 {
 				cfg.Parent, cfg.Fallbacks = parents[0], parents[1:]
 			}
@@ -153,7 +156,11 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&upRate, "max-upload-rate", "", "cap on the bytes per second this node sends to peers, e.g. 50M (default: no cap)")
 	f.IntVar(&upStreams, "max-upload-streams", 0, "cap on the fetch streams served at once to peers that are neither children nor parents\n"+
 		"(on a worker: its siblings; refused ones get the chunk from their head instead; default 0: no cap)")
+	f.StringVar(&join, "join", "", "join a grid on the first start: a join token (omst-join-..., from `omst grid token`), redeemed with the root\n"+
+		"through --parent, or a certificate (omst-cert-..., from `omst grid admit`); ignored once this node is a member")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&sockGroup, "socket-group", "", "open the local API socket to this group (name or GID): socket mode 0660 and HOME mode 0710 with that group,\n"+
+		"so that its members (e.g. jobs running as other users) can connect; the daemon's user must be a member (default: socket 0600, this user only)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	return c
 }
@@ -537,6 +544,14 @@ func statusCmd(g *globals) *cobra.Command {
 				st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures, st.Hedges, st.HedgesDeclined, st.UploadsRefused)
 			fmt.Fprintf(tw, "dht\t%s, %d peers in the routing table, %d announcements, %d names put, %d records rejected\n",
 				map[bool]string{true: "server", false: "client"}[st.DHTServer], st.DHTPeers, st.DHTProvided, st.DHTNames, st.DHTRecordsRejected)
+			if m := st.Membership; m != nil {
+				fmt.Fprintf(tw, "grid\t%s, role %s %s, certificate until %s, revocations #%d%s\n", m.Grid, m.Role, strings.Join(m.Prefixes, " "),
+					m.CertExpires, m.RevocationSeq, map[bool]string{true: ", issuer (root)"}[m.Issuer])
+				fmt.Fprintf(tw, "members\t%d admitted, %d certificates refused, %d connections without one, %d streams denied, %d records rejected, %d joins served\n",
+					m.Admitted, m.Refused, m.Unshown, m.Denied, m.RecordsRejected, m.Joins)
+			} else if st.Open {
+				fmt.Fprintf(tw, "grid\tOPEN: admits anyone who can reach it\n")
+			}
 			fmt.Fprintf(tw, "chunks_damaged\t%d (found damaged in this node's store and dropped)\ncorrupt_received\t%d (from peers)\ncorrupt_reports\t%d (peers told us they received a corrupt chunk)\n",
 				st.ChunksDamaged, st.CorruptReceived, st.CorruptReports)
 			for _, p := range slices.Sorted(maps.Keys(st.ErrorsByPeer)) {

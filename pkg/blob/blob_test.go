@@ -133,7 +133,7 @@ func TestRecordRoundTripAndOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back != r {
+	if !back.Equal(r) {
 		t.Fatalf("round trip: got %+v want %+v", back, r)
 	}
 	later := r
@@ -160,7 +160,7 @@ func TestRecordRoundTripAndOrder(t *testing.T) {
 	v1 := append([]byte{1}, enc[1:]...)
 	v1 = append(v1, 0, 3, 'v', 'i', 'a')
 	back, via, err := DecodeRecordV1(v1)
-	if err != nil || back != r || via != "via" {
+	if err != nil || !back.Equal(r) || via != "via" {
 		t.Fatalf("version 1 record: %+v via %q %v", back, via, err)
 	}
 	if _, err := DecodeRecord(append([]byte{3}, enc[1:]...)); err == nil {

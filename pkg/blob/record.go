@@ -1,7 +1,9 @@
 package blob
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,7 +19,14 @@ type Record struct {
 	Size   uint64  // blob size in bytes
 	Time   int64   // when the name was put, Unix nanoseconds at the origin
 	Origin string  // peer ID (string form) of the node where it was put
+	// Proof, in a closed grid, is the origin's signature of the record
+	// and its membership certificate (pkg/member): every node that stores
+	// or forwards the record checks it. Nil in an open one.
+	Proof []byte
 }
+
+// MaxProofLen bounds a record's Proof.
+const MaxProofLen = 16 << 10
 
 // Newer reports whether r should replace old.
 func (r Record) Newer(old Record) bool {
@@ -39,12 +48,16 @@ func (r Record) When() time.Time { return time.Unix(0, r.Time) }
 //	time    i64
 //	origin  u16 length + bytes
 //
+// Version 3 is version 2 followed by proof (u16 length + bytes); a record
+// without a proof is encoded as version 2.
+//
 // Version 1 had a seventh field, via (u16 length + bytes): a node's local
 // routing state, which now lives with the tree (pkg/tree), not in the
 // record. DecodeRecord still reads version 1 and ignores via.
 const (
 	recordVersion   = 2
 	recordVersionV1 = 1
+	recordVersionV3 = 3
 )
 
 // maxRecordField bounds the CID, origin and (version 1) via fields.
@@ -53,14 +66,33 @@ const maxRecordField = 256
 // Encode returns the binary form of r.
 func (r Record) Encode() []byte {
 	idb := r.ID.Bytes()
-	b := make([]byte, 0, 1+2+len(r.Name)+2+len(idb)+16+2+len(r.Origin))
-	b = append(b, recordVersion)
+	b := make([]byte, 0, 1+2+len(r.Name)+2+len(idb)+16+2+len(r.Origin)+2+len(r.Proof))
+	v := byte(recordVersion)
+	if r.Proof != nil {
+		v = recordVersionV3
+	}
+	b = append(b, v)
 	b = appendField(b, []byte(r.Name))
 	b = appendField(b, idb)
 	b = binary.BigEndian.AppendUint64(b, r.Size)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Time))
 	b = appendField(b, []byte(r.Origin))
+	if r.Proof != nil {
+		b = appendField(b, r.Proof)
+	}
 	return b
+}
+
+// Equal reports whether r and o are the same record, proof included.
+func (r Record) Equal(o Record) bool {
+	return r.Name == o.Name && r.ID == o.ID && r.Size == o.Size && r.Time == o.Time && r.Origin == o.Origin && bytes.Equal(r.Proof, o.Proof)
+}
+
+// Unproved returns r without its Proof: the bytes a proof signs are
+// r.Unproved().Encode().
+func (r Record) Unproved() Record {
+	r.Proof = nil
+	return r
 }
 
 func appendField(b, f []byte) []byte {
@@ -84,7 +116,7 @@ func DecodeRecordV1(b []byte) (r Record, via string, err error) {
 	if d.err != nil {
 		return r, "", fmt.Errorf("decode record: %w", d.err)
 	}
-	if v != recordVersion && v != recordVersionV1 {
+	if v != recordVersion && v != recordVersionV1 && v != recordVersionV3 {
 		return r, "", fmt.Errorf("decode record: unknown version %d", v)
 	}
 	name := d.field(MaxNameLen)
@@ -94,6 +126,11 @@ func DecodeRecordV1(b []byte) (r Record, via string, err error) {
 	r.Origin = string(d.field(maxRecordField))
 	if v == recordVersionV1 {
 		via = string(d.field(maxRecordField))
+	}
+	if v == recordVersionV3 {
+		if r.Proof = bytes.Clone(d.field(MaxProofLen)); d.err == nil && len(r.Proof) == 0 {
+			d.err = errors.New("version 3 with an empty proof")
+		}
 	}
 	if d.err != nil {
 		return Record{}, "", fmt.Errorf("decode record: %w", d.err)

@@ -315,6 +315,12 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 			return err
 		}
 		rec = blob.Record{Name: name, ID: id, Size: m.Size, Time: now, Origin: origin}
+		if s.seal != nil {
+			var err error
+			if rec, err = s.seal(rec); err != nil {
+				return err
+			}
+		}
 		if _, err := s.addOwnerTxn(txn, id, name); err != nil {
 			return err
 		}

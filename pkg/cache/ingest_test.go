@@ -30,7 +30,7 @@ func TestIngestRoundTrip(t *testing.T) {
 	if rec.Name != "shared/in.dat" || rec.Size != uint64(len(data)) || rec.Origin != "peerMe" || rec.Time < before {
 		t.Fatalf("record %+v", rec)
 	}
-	if got, err := s.Record("shared/in.dat"); err != nil || got != rec {
+	if got, err := s.Record("shared/in.dat"); err != nil || !got.Equal(rec) {
 		t.Fatalf("Record: %+v %v, want %+v", got, err, rec)
 	}
 	m, err := s.Manifest(rec.ID)
@@ -180,7 +180,7 @@ func TestIngestFailureLeavesNoName(t *testing.T) {
 	if u := s.Usage(); u != base {
 		t.Fatalf("cancelled ingest changed usage: %+v, before %+v", u, base)
 	}
-	if recs, _ := s.List(""); len(recs) != 1 || recs[0] != keep {
+	if recs, _ := s.List(""); len(recs) != 1 || !recs[0].Equal(keep) {
 		t.Fatalf("names after failures: %v", recs)
 	}
 	if n := countFiles(t, filepath.Join(dir, "tmp")); n != 0 {
@@ -252,7 +252,7 @@ func TestReopenKeepsState(t *testing.T) {
 	if u := s.Usage(); u != before {
 		t.Fatalf("usage after reopen %+v, before %+v", u, before)
 	}
-	if got, err := s.Record("n/one"); err != nil || got != rec {
+	if got, err := s.Record("n/one"); err != nil || !got.Equal(rec) {
 		t.Fatalf("record after reopen: %+v %v", got, err)
 	}
 	if h, _ := s.History("n/one"); len(h) != 2 {
@@ -407,7 +407,7 @@ func TestIngestReaderErrorIsNotEnd(t *testing.T) {
 				t.Errorf("sync %v: reader error %q changed usage (pins or chunks left): %+v, before %+v", durable, readErr, u, base)
 			}
 		}
-		if recs, _ := s.List(""); len(recs) != 1 || recs[0] != keep {
+		if recs, _ := s.List(""); len(recs) != 1 || !recs[0].Equal(keep) {
 			t.Errorf("sync %v: names after cut ingests: %v", durable, recs)
 		}
 		if err := s.Close(); err != nil {

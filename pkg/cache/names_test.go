@@ -29,7 +29,7 @@ func TestRecordsNewerWins(t *testing.T) {
 	if ch, err := s.PutRecord(r0); err != nil || ch {
 		t.Fatalf("older record: changed=%v err=%v, want unchanged", ch, err)
 	}
-	if got, err := s.Record("x/y"); err != nil || got != r1 {
+	if got, err := s.Record("x/y"); err != nil || !got.Equal(r1) {
 		t.Fatalf("current %+v, %v; want %+v", got, err, r1)
 	}
 	// The same record again, learnt from another neighbour: no new history
@@ -186,7 +186,7 @@ func TestHistoryBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur, _ := s.Record("h")
-	if len(h) != MaxHistory || h[0] != cur {
+	if len(h) != MaxHistory || !h[0].Equal(cur) {
 		t.Fatalf("history of %d records (want %d), first %+v, current %+v", len(h), MaxHistory, h[0], cur)
 	}
 	for i := 1; i < len(h); i++ {
@@ -314,14 +314,14 @@ func TestMigrateIndexV1(t *testing.T) {
 	}
 	for range 2 { // a second open finds version 2 and changes nothing
 		s = openStore(t, dir, 1<<30)
-		if got, err := s.Record("m/x"); err != nil || got != cur {
+		if got, err := s.Record("m/x"); err != nil || !got.Equal(cur) {
 			t.Fatalf("record after migration: %+v %v", got, err)
 		}
 		if routes, err := s.Routes(); err != nil || routes["m/x"] != "child7" {
 			t.Fatalf("routes after migration: %v %v", routes, err)
 		}
 		h, err := s.History("m/x")
-		if err != nil || len(h) != 2 || h[0] != cur || h[1] != old {
+		if err != nil || len(h) != 2 || !h[0].Equal(cur) || !h[1].Equal(old) {
 			t.Fatalf("history after migration: %+v %v", h, err)
 		}
 		if err := s.Close(); err != nil {

@@ -87,7 +87,8 @@ type Usage struct {
 // are bounded by a size cap; the least recently used unpinned chunks are
 // evicted to make room. All methods are safe for concurrent use.
 type Store struct {
-	sync     bool // Options.Sync
+	sync     bool                                   // Options.Sync
+	seal     func(blob.Record) (blob.Record, error) // SetSeal
 	dir      string
 	chunkDir string
 	tmpDir   string
@@ -155,6 +156,11 @@ const (
 // indexVersion 2: records are encoded without via (blob record version 2);
 // a name's via is its route (keyRoute). Open migrates version 1.
 const indexVersion = 2
+
+// SetSeal sets a function that completes every record a put makes here,
+// before it is stored (pkg/member's proof, in a closed grid); an error
+// from it fails the put, storing no record. Set it before the first put.
+func (s *Store) SetSeal(f func(blob.Record) (blob.Record, error)) { s.seal = f }
 
 // Open opens (creating if needed) the store in dir. It removes temp files
 // left by an earlier process and reconciles the index with the chunk files on

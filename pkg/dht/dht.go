@@ -78,6 +78,10 @@ type Config struct {
 	// Names lists the name records this node put (their origin is this
 	// node), republished with the provider records.
 	Names func() []blob.Record
+	// CheckRecord, when set, must accept a name record (not a removal)
+	// for the validator to: a closed grid checks its origin's proof
+	// (pkg/member). Refusals count as rejected.
+	CheckRecord func(blob.Record) error
 	// ReprovideEvery (default DefaultReprovideEvery) and RecordAge
 	// (default DefaultRecordAge).
 	ReprovideEvery time.Duration
@@ -136,7 +140,7 @@ func New(cfg Config) (*DHT, error) {
 		kad.BootstrapPeers(cfg.Bootstrap...),
 		kad.MaxRecordAge(cfg.RecordAge),
 		// Only omst's name records: no public-key or IPNS values.
-		kad.Validator(record.NamespacedValidator{NameNamespace: nameValidator{rejected: &d.rejected}}),
+		kad.Validator(record.NamespacedValidator{NameNamespace: nameValidator{rejected: &d.rejected, check: cfg.CheckRecord}}),
 	)
 	if err != nil {
 		cancel()

@@ -34,7 +34,7 @@ const (
 	nameMagic     = "OSR1"
 	removeMagic   = "OSD1"
 	removeDomain  = "omst name removal v1\x00"
-	maxRecordLen  = 4096
+	maxRecordLen  = 4096 + blob.MaxProofLen
 	maxSigLen     = 1024
 	signDomain    = "omst name record v1\x00"
 )
@@ -156,6 +156,7 @@ func take16(b []byte, limit int) (field, rest []byte, err error) {
 // rejects.
 type nameValidator struct {
 	rejected *atomic.Uint64
+	check    func(blob.Record) error // Config.CheckRecord; nil: none
 }
 
 // Validate implements record.Validator.
@@ -170,9 +171,14 @@ func (v nameValidator) open(key string, value []byte) (blob.Record, error) {
 		v.rejected.Add(1)
 		return blob.Record{}, fmt.Errorf("key %q is not a name record key", key)
 	}
-	r, _, err := OpenRecord(value)
+	r, removed, err := OpenRecord(value)
 	if err == nil && r.Name != name {
 		err = fmt.Errorf("a record of %q under the key of %q", r.Name, name)
+	}
+	// A removal needs only its origin's signature: the origin may always
+	// withdraw its own name.
+	if err == nil && !removed && v.check != nil {
+		err = v.check(r)
 	}
 	if err != nil {
 		v.rejected.Add(1)

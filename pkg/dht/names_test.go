@@ -41,14 +41,14 @@ func TestSignOpenRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, removed, err := OpenRecord(b)
-	if err != nil || got != r || removed {
+	if err != nil || !got.Equal(r) || removed {
 		t.Fatalf("OpenRecord = %+v, %v; want %+v", got, err, r)
 	}
 	rm, err := SignRemoval(k, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, removed, err := OpenRecord(rm); err != nil || got != r || !removed {
+	if got, removed, err := OpenRecord(rm); err != nil || !got.Equal(r) || !removed {
 		t.Fatalf("OpenRecord of a removal = %+v, %v, %v", got, removed, err)
 	}
 	// A removal's signature does not pass for a name's, nor the reverse.
@@ -132,14 +132,14 @@ func TestNamesAcrossTheDHT(t *testing.T) {
 	if err := dhts[0].PutName(ctx, r1); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := dhts[3].Name(ctx, "results/x"); err != nil || got != r1 {
+	if got, err := dhts[3].Name(ctx, "results/x"); err != nil || !got.Equal(r1) {
 		t.Fatalf("Name from the far end = %+v, %v; want %+v", got, err, r1)
 	}
 	r2 := blob.Record{Name: "results/x", ID: blobID(t, "x2"), Size: 2, Time: 200, Origin: hosts[1].ID().String()}
 	if err := dhts[1].PutName(ctx, r2); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := dhts[3].Name(ctx, "results/x"); err != nil || got != r2 {
+	if got, err := dhts[3].Name(ctx, "results/x"); err != nil || !got.Equal(r2) {
 		t.Fatalf("after a newer put: %+v, %v; want %+v", got, err, r2)
 	}
 	if err := dhts[0].PutName(ctx, blob.Record{Name: "y", ID: r1.ID, Origin: hosts[1].ID().String()}); err == nil {
@@ -165,7 +165,7 @@ func TestNamesAcrossTheDHT(t *testing.T) {
 	if err := dhts[2].PutName(ctx, r3); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := dhts[0].Name(ctx, "tmp/y"); err != nil || got != r3 {
+	if got, err := dhts[0].Name(ctx, "tmp/y"); err != nil || !got.Equal(r3) {
 		t.Fatalf("put again after its removal: %+v, %v", got, err)
 	}
 
@@ -203,7 +203,7 @@ func TestNamesAcrossTheDHT(t *testing.T) {
 		t.Fatalf("no honest node counted the forged record (rejected %d -> %d)", before, after)
 	}
 	for i, d := range dhts {
-		if got, err := d.Name(ctx, "results/x"); err != nil || got != r2 {
+		if got, err := d.Name(ctx, "results/x"); err != nil || !got.Equal(r2) {
 			t.Fatalf("node %d after the forgery: %+v, %v; want %+v", i, got, err, r2)
 		}
 	}

@@ -10,4 +10,7 @@
 //	identity.key  the libp2p identity (Ed25519), mode 0600
 //	cache/        the store (chunk files and the Badger index)
 //	omst.sock     the local API socket, mode 0600
+//
+// With Config.SocketGroup the socket is mode 0660 and the home 0710, both
+// with that group, and cache/ 0700 (shareHome).
 package node

@@ -20,7 +20,9 @@ import (
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/cache"
 	"github.com/omst-project/omst/pkg/dht"
+	"github.com/omst-project/omst/pkg/gridstore"
 	"github.com/omst-project/omst/pkg/locate"
+	"github.com/omst-project/omst/pkg/member"
 	"github.com/omst-project/omst/pkg/peerhost"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 	"github.com/omst-project/omst/pkg/transfer"
@@ -78,6 +80,17 @@ type Config struct {
 	Host host.Host
 	// NoSocket skips the local API socket (in-process use).
 	NoSocket bool
+	// SocketGroup, a group name or numeric GID, opens the local API to
+	// that group's members: the socket gets the group and mode 0660
+	// (rpcbridge.Server.ListenGroup), the home directory the group and
+	// mode 0710 (search only) and HOME/cache mode 0700. "" keeps the
+	// socket 0600 (the home's mode is then left as it is).
+	SocketGroup string
+	// Join is a join token (omst-join-..., redeemed with the root through
+	// the parents on the first start) or a certificate's text form
+	// (omst-cert-..., from `omst grid admit`); ignored once this node
+	// holds a certificate. Without grid material the node is open.
+	Join string
 }
 
 // Node is a running daemon. Its methods implement rpcbridge.Backend and are
@@ -90,7 +103,10 @@ type Node struct {
 	host   host.Host
 	tree   *tree.Tree
 	engine *transfer.Engine
-	dht    *dht.DHT        // nil with NoDHT
+	dht    *dht.DHT // nil with NoDHT
+	adm    *member.Admission
+	treeP  atomic.Pointer[tree.Tree] // n.tree, for the admission's goroutines
+	gdir   gridstore.Dir
 	loc    *locate.Locator // sources beyond the tree, found in the DHT; nil with NoDHT
 	provQ  chan provideItem
 	provN  atomic.Uint64 // announcements made in the DHT
@@ -156,6 +172,10 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		fallbacks = append(fallbacks, *fb)
 	}
+	sockGroup, err := lookupSocketGroup(cfg.SocketGroup)
+	if err != nil {
+		return nil, err
+	}
 	var bootstrap []peer.AddrInfo
 	for _, b := range cfg.Bootstrap {
 		ai, err := peerhost.ParsePeerAddr(b)
@@ -176,6 +196,11 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.lock, err = lockHome(cfg.Home); err != nil {
 		return nil, err
 	}
+	if sockGroup.gid >= 0 && !cfg.NoSocket {
+		if err = shareHome(cfg.Home, sockGroup); err != nil {
+			return nil, err
+		}
+	}
 	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger, Sync: cfg.Sync}); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -183,15 +208,26 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, err
 	}
 	if cfg.Host != nil {
+		// An in-process host: membership is the caller's (open here).
 		n.host = cfg.Host
+		if n.adm, err = member.New(member.Config{Logger: cfg.Logger}, member.Material{}); err != nil {
+			return nil, err
+		}
 	} else {
 		key, err := peerhost.LoadOrCreateKey(filepath.Join(cfg.Home, "identity.key"))
 		if err != nil {
 			return nil, err
 		}
-		if n.host, err = peerhost.New(peerhost.Options{Key: key, Listen: cfg.Listen}); err != nil {
+		self, _ := peer.IDFromPrivateKey(key)
+		if n.adm, err = n.newAdmission(self); err != nil {
 			return nil, err
 		}
+		if n.host, err = peerhost.New(peerhost.Options{Key: key, Listen: cfg.Listen, Admission: n.adm}); err != nil {
+			return nil, err
+		}
+	}
+	if key := n.host.Peerstore().PrivKey(n.host.ID()); key != nil {
+		n.store.SetSeal(n.seal(key))
 	}
 	if parent != nil && parent.ID == n.host.ID() {
 		return nil, fmt.Errorf("--parent %s is this node itself", cfg.Parent)
@@ -201,11 +237,20 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			return nil, fmt.Errorf("--parent %s is this node itself", cfg.Fallbacks[i])
 		}
 	}
+	if cfg.Join != "" && cfg.Host == nil {
+		if err = n.joinGrid(ctx, append(parentList(parent), fallbacks...)); err != nil {
+			return nil, err
+		}
+	}
+	if n.adm.Open() {
+		n.log.Warn(openWarning)
+	}
 	if !cfg.NoDHT {
 		if parent != nil {
 			bootstrap = append(append(bootstrap, *parent), fallbacks...)
 		}
-		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Names: n.ownNames, Logger: cfg.Logger}); err != nil {
+		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Names: n.ownNames,
+			CheckRecord: n.adm.CheckRecord, Logger: cfg.Logger}); err != nil {
 			return nil, err
 		}
 	}
@@ -213,6 +258,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		// A parent's PREHEAT: fetch the blob now (n.engine is set below,
 		// before the tree starts).
 		OnPreheat:      func(ctx context.Context, r blob.Record) error { return n.engine.Preheat(ctx, r) },
+		CheckRecord:    n.adm.CheckRecord,
 		Host:           n.host,
 		Store:          n.store,
 		Parent:         parent,
@@ -230,6 +276,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.tree, err = tree.New(tcfg); err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
+	n.treeP.Store(n.tree)
 	var finder transfer.Finder
 	if n.dht != nil {
 		n.loc, err = locate.New(locate.Config{
@@ -272,6 +319,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err = n.tree.Start(tctx); err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
+	if cfg.Host == nil {
+		go n.gridLoop(tctx)
+	}
 	if n.dht != nil {
 		n.provQ = make(chan provideItem, provideQueue)
 		go n.provideLoop(tctx)
@@ -281,7 +331,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	if !cfg.NoSocket {
 		n.server = rpcbridge.NewServer(n, rpcbridge.ServerOptions{Logger: cfg.Logger})
-		if n.ln, err = n.server.Listen(SocketPath(cfg.Home)); err != nil {
+		if n.ln, err = n.server.ListenGroup(SocketPath(cfg.Home), sockGroup.gid); err != nil {
 			return nil, fmt.Errorf("local API: %w", err)
 		}
 		n.served = make(chan error, 1)
@@ -351,6 +401,9 @@ func (n *Node) chunkSize(opts rpcbridge.PutOptions) int {
 // Put stores the bytes of r under name on this node (pinned) and announces
 // the name up the tree.
 func (n *Node) Put(ctx context.Context, name string, r io.Reader, opts rpcbridge.PutOptions) (rpcbridge.Info, error) {
+	if err := n.adm.MayWrite(name); err != nil {
+		return rpcbridge.Info{}, err
+	}
 	rec, err := n.store.Ingest(ctx, name, r, n.chunkSize(opts), n.host.ID().String())
 	if err != nil {
 		return rpcbridge.Info{}, fmt.Errorf("put %q: %w", name, err)
@@ -360,6 +413,9 @@ func (n *Node) Put(ctx context.Context, name string, r io.Reader, opts rpcbridge
 
 // PutFile is Put reading the file at path.
 func (n *Node) PutFile(ctx context.Context, name, path string, opts rpcbridge.PutOptions) (rpcbridge.Info, error) {
+	if err := n.adm.MayWrite(name); err != nil {
+		return rpcbridge.Info{}, err
+	}
 	rec, err := n.store.IngestFile(ctx, name, path, n.chunkSize(opts), n.host.ID().String())
 	if err != nil {
 		return rpcbridge.Info{}, fmt.Errorf("put %q from %s: %w", name, path, err)
@@ -637,6 +693,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		st.DHTServer = n.dht.Server()
 	}
 	st.Peers = n.peers()
+	n.membershipStatus(&st)
 	return st, nil
 }
 
@@ -680,4 +737,11 @@ func (n *Node) Preheat(ctx context.Context, name string, sites []string) ([]rpcb
 		out = append(out, pr)
 	}
 	return out, nil
+}
+
+func parentList(p *peer.AddrInfo) []peer.AddrInfo {
+	if p == nil {
+		return nil
+	}
+	return []peer.AddrInfo{*p}
 }

@@ -4,9 +4,10 @@
 // that bound what one peer can make the node hold (DHT streams above all)
 // while leaving omst's transfer protocols unlimited (see Limits).
 //
-// New is the one place where connections are admitted: Options.Gater is
-// consulted for every inbound and outbound connection, so a membership
-// check (a later feature) plugs in here and covers both transports.
+// New is the one place where connections are admitted: with
+// Options.Admission, the host refuses revoked peers at the door, and
+// serves and asks only peers that showed a valid membership certificate
+// (pkg/member), on TCP and QUIC alike.
 package peerhost
 
 import (
@@ -28,6 +29,8 @@ import (
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/omst-project/omst/pkg/member"
 )
 
 // DefaultPort is the TCP and UDP (QUIC) port a node listens on when no
@@ -135,6 +138,10 @@ type Options struct {
 	Listen []string
 	// Gater, when non-nil, admits or refuses every connection.
 	Gater connmgr.ConnectionGater
+	// Admission, when non-nil, decides who is a member: it is the
+	// connection gater (Gater must then be nil) and New's host is wrapped
+	// by member.Wrap.
+	Admission *member.Admission
 }
 
 // New starts a libp2p host listening on opts.Listen. It fails, naming the
@@ -177,12 +184,20 @@ func New(opts Options) (host.Host, error) {
 		libp2p.ResourceManager(rm),
 		libp2p.UserAgent("omst"),
 	}
-	if opts.Gater != nil {
+	switch {
+	case opts.Admission != nil && opts.Gater != nil:
+		return nil, errors.New("peerhost: both a gater and an admission")
+	case opts.Admission != nil:
+		o = append(o, libp2p.ConnectionGater(opts.Admission.Gater()))
+	case opts.Gater != nil:
 		o = append(o, libp2p.ConnectionGater(opts.Gater))
 	}
 	h, err := libp2p.New(o...)
 	if err != nil {
 		return nil, fmt.Errorf("start libp2p host on %v: %w", listen, err)
+	}
+	if opts.Admission != nil {
+		return member.Wrap(h, opts.Admission), nil
 	}
 	return h, nil
 }

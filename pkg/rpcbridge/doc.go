@@ -1,6 +1,7 @@
 // Package rpcbridge is the daemon's local API: a small versioned binary
-// protocol over a unix socket ($OMST_HOME/omst.sock, mode 0600), the
-// server side (serving any Backend; the node implements it) and the Go
+// protocol over a unix socket ($OMST_HOME/omst.sock, mode 0600; with
+// ListenGroup mode 0660 and a chosen group, `omst daemon --socket-group`),
+// the server side (serving any Backend; the node implements it) and the Go
 // client used by the omst CLI.
 //
 // The protocol is specified in docs/rpcbridge.md, precisely enough to write

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/grid"
 )
 
 // Code is the numeric error code of an ERROR frame. The numbers are part of
@@ -31,13 +32,14 @@ const (
 	CodeAborted            Code = 11 // the request was aborted (client ABORT, daemon shutting down)
 	CodeTimeout            Code = 12 // a deadline expired
 	CodeUnavailable        Code = 13 // the name exists but its bytes can be had nowhere (blob.ErrUnavailable)
+	CodeForbidden          Code = 14 // this node's grid role or prefixes do not allow it (grid.ErrNotAllowed)
 )
 
 var codeNames = [...]string{
 	CodeNotFound: "NOT_FOUND", CodeInvalidName: "INVALID_NAME", CodeBadRequest: "BAD_REQUEST", CodeIO: "IO",
 	CodeNoSpace: "NO_SPACE", CodeUnreachable: "UNREACHABLE", CodeCorrupt: "CORRUPT", CodeSizeMismatch: "SIZE_MISMATCH",
 	CodeUnsupportedVersion: "UNSUPPORTED_VERSION", CodeInternal: "INTERNAL", CodeAborted: "ABORTED", CodeTimeout: "TIMEOUT",
-	CodeUnavailable: "UNAVAILABLE",
+	CodeUnavailable: "UNAVAILABLE", CodeForbidden: "FORBIDDEN",
 }
 
 func (c Code) String() string {
@@ -130,6 +132,8 @@ func CodeOf(err error) Code {
 		return 0
 	case errors.As(err, &e):
 		return e.Code
+	case errors.Is(err, grid.ErrNotAllowed):
+		return CodeForbidden
 	case errors.Is(err, blob.ErrUnavailable): // before ErrNotFound, which it may wrap too
 		return CodeUnavailable
 	case errors.Is(err, blob.ErrNotFound):

@@ -19,7 +19,7 @@ const maxSockPath = 103
 
 // Listen creates the unix socket at path with mode 0600 and returns its
 // listener (pass it to Serve). Closing the listener removes the socket
-// file, if it is still the one Listen created.
+// file, if it is still the one Listen created. It is ListenGroup(path, -1).
 //
 // There is no moment at which anyone else can connect: the socket is bound
 // inside a fresh private directory (mode 0700) next to path, chmod'ed to
@@ -35,6 +35,20 @@ const maxSockPath = 103
 // with an error saying the socket is in use. A non-socket file at path is
 // never removed.
 func (s *Server) Listen(path string) (net.Listener, error) {
+	return s.ListenGroup(path, -1)
+}
+
+// ListenGroup is Listen giving the socket to group gid with mode 0660, so
+// that the group's members (other users, e.g. jobs on a cluster) can
+// connect; gid < 0 is Listen (mode 0600, the process's group). The group
+// and the mode are set before the socket appears at path (chown, then
+// chmod, inside the private directory, or in place while the socket is
+// still 0600 in the fallback), so there is no moment at which the socket
+// is open to anyone else. The directories above path must let the group
+// reach it (search permission); ListenGroup does not change them. If the
+// process may not give files to gid (EPERM: it is neither a member of the
+// group nor privileged), the error says so and wraps fs.ErrPermission.
+func (s *Server) ListenGroup(path string, gid int) (net.Listener, error) {
 	if err := checkStale(path); err != nil {
 		return nil, err
 	}
@@ -46,14 +60,14 @@ func (s *Server) Listen(path string) (net.Listener, error) {
 	defer os.RemoveAll(tmpDir)
 	tmp := filepath.Join(tmpDir, "s")
 	if len(tmp) > maxSockPath {
-		return listenUmask(path)
+		return listenUmask(path, gid)
 	}
 	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	ul.SetUnlinkOnClose(false)
-	if err := os.Chmod(tmp, 0o600); err != nil {
+	if err := setSocketPerm(tmp, gid); err != nil {
 		ul.Close()
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
@@ -66,7 +80,28 @@ func (s *Server) Listen(path string) (net.Listener, error) {
 
 var umaskMu sync.Mutex
 
-func listenUmask(path string) (net.Listener, error) {
+// setSocketPerm gives the socket file at path its final group and mode:
+// 0600, or group gid and 0660 if gid >= 0 (the group first, so the socket
+// is never group-accessible with the wrong group).
+func setSocketPerm(path string, gid int) error {
+	mode := os.FileMode(0o600)
+	if gid >= 0 {
+		if err := os.Chown(path, -1, gid); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err // the temporary path means nothing to the reader
+			}
+			if errors.Is(err, syscall.EPERM) {
+				return fmt.Errorf("give the socket to group %d: %w (the daemon's user must be a member of that group)", gid, err)
+			}
+			return fmt.Errorf("give the socket to group %d: %w", gid, err)
+		}
+		mode = 0o660
+	}
+	return os.Chmod(path, mode)
+}
+
+func listenUmask(path string, gid int) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
@@ -79,6 +114,14 @@ func listenUmask(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	ul.SetUnlinkOnClose(false)
+	if gid >= 0 {
+		// Bound 0600 in place; only now widen it to the group.
+		if err := setSocketPerm(path, gid); err != nil {
+			ul.Close()
+			os.Remove(path)
+			return nil, fmt.Errorf("listen %s: %w", path, err)
+		}
+	}
 	return newListener(ul, path)
 }
 

@@ -105,6 +105,10 @@ type Status struct {
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`
+	// Membership: Open says this daemon admits anyone who can reach it
+	// (no grid material); otherwise Membership describes the grid.
+	Open       bool        `json:"open"`
+	Membership *Membership `json:"membership,omitempty"`
 	// Peers are the peers this node is connected to, with their role.
 	Peers []Peer `json:"peers"`
 	// Transfers are the blob fetches under way on this node (a get, a
@@ -118,6 +122,29 @@ type Status struct {
 	ErrorsByPeer map[string]uint64 `json:"errors_by_peer"`
 	Names        int               `json:"names"`
 	Version      string            `json:"version"`
+}
+
+// Membership is a closed daemon's view of its grid (pkg/member).
+type Membership struct {
+	Grid        string   `json:"grid"`
+	Role        string   `json:"role"`               // "" before it joined
+	Prefixes    []string `json:"prefixes,omitempty"` // the names it may write under
+	CertExpires string   `json:"cert_expires"`       // RFC 3339, UTC
+	Issuer      bool     `json:"issuer"`             // holds the grid key (the root)
+	// RevocationSeq is the newest revocation list's sequence number.
+	RevocationSeq uint64 `json:"revocation_seq"`
+	// Admitted are the peers admitted now; Refused counts certificates
+	// refused, Unshown connections closed for showing none in time, Denied
+	// streams reset for a peer not admitted, RecordsRejected name records
+	// refused (unsigned, forged, outside their origin's rights), Joins the
+	// join and renewal requests served.
+	Admitted        int    `json:"admitted"`
+	Refused         uint64 `json:"refused"`
+	Unshown         uint64 `json:"unshown"`
+	Denied          uint64 `json:"denied"`
+	RecordsRejected uint64 `json:"records_rejected"`
+	Joins           uint64 `json:"joins"`
+	LastRefusal     string `json:"last_refusal,omitempty"`
 }
 
 // Backend is what the server serves: the node implements it. Names reach

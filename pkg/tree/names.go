@@ -104,6 +104,10 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 			t.notePeerError(parent, "lookup", fmt.Errorf("asked for %q, got a record of %q", name, r.Name))
 			break
 		}
+		if err := t.checkRecord(r); err != nil {
+			t.notePeerError(parent, "lookup", err)
+			break
+		}
 		if rep.Manifest != nil {
 			// Checked against the blob ID before it is kept: a parent
 			// cannot pass off other chunks for the blob.
@@ -284,6 +288,10 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 	if !t.isChild(p) {
 		return errorFrame(fmt.Errorf("announce %q: %s is not a child of %s", r.Name, p, t.self))
 	}
+	if err := t.checkRecord(r); err != nil {
+		t.log.Warn("refused a record announced by a child", "child", p, "err", err)
+		return errorFrame(fmt.Errorf("announce to %s: %w", t.self, err))
+	}
 	changed, err := t.store.PutRecordFrom(r, p.String())
 	if err != nil {
 		return errorFrame(fmt.Errorf("announce %q: %w", r.Name, err))
@@ -366,6 +374,9 @@ func (t *Tree) servePreheat(p peer.ID, r blob.Record) []byte {
 	}
 	if t.cfg.OnPreheat == nil {
 		return errorFrame(fmt.Errorf("preheat %q: this node does not preheat", r.Name))
+	}
+	if err := t.checkRecord(r); err != nil {
+		return errorFrame(fmt.Errorf("preheat at %s: %w", t.self, err))
 	}
 	if _, err := t.store.PutRecordFrom(r, ""); err != nil {
 		return errorFrame(fmt.Errorf("preheat %q: %w", r.Name, err))

@@ -52,9 +52,13 @@ const (
 
 // Config configures New.
 type Config struct {
-	Host   host.Host      // a libp2p host built by the caller
-	Store  Store          // the local store
-	Parent *peer.AddrInfo // nil for the root
+	// CheckRecord, when set, accepts or refuses every name record this
+	// node is given (a child's ANNOUNCE, a parent's FOUND or PREHEAT)
+	// before it is stored or forwarded (pkg/member: the origin's proof).
+	CheckRecord func(blob.Record) error
+	Host        host.Host      // a libp2p host built by the caller
+	Store       Store          // the local store
+	Parent      *peer.AddrInfo // nil for the root
 	// Fallbacks are further parents, tried in order when the current
 	// parent cannot be reached (e.g. the root, for a worker whose head
 	// node dies). They are also sources of last resort.
@@ -308,6 +312,18 @@ func (t *Tree) parentIndex(p peer.ID) int {
 }
 
 // parentIDs returns every configured parent, the current one first.
+// checkRecord applies Config.CheckRecord.
+func (t *Tree) checkRecord(r blob.Record) error {
+	if t.cfg.CheckRecord == nil {
+		return nil
+	}
+	return t.cfg.CheckRecord(r)
+}
+
+// Parents returns the parents' peer IDs, the current one first (nil at
+// the root).
+func (t *Tree) Parents() []peer.ID { return t.parentIDs() }
+
 func (t *Tree) parentIDs() []peer.ID {
 	if len(t.parents) == 0 {
 		return nil

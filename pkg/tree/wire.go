@@ -25,7 +25,7 @@ const (
 	maxAddrs       = 32
 	maxAddrLen     = 1024
 	maxErrorMsg    = 1024
-	maxRecordBytes = 4096
+	maxRecordBytes = 4096 + blob.MaxProofLen
 	// maxInlineManifest bounds a manifest carried in a FOUND reply
 	// (32768 chunks: a 32 GiB blob of 1 MiB chunks); a bigger one is
 	// fetched on its own.

@@ -50,7 +50,7 @@ func TestFoundRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		rep, err := decodeNamesReply(typ, p)
-		if err != nil || rep.Record != r || !bytes.Equal(rep.Manifest, mb) {
+		if err != nil || !rep.Record.Equal(r) || !bytes.Equal(rep.Manifest, mb) {
 			t.Fatalf("FOUND with a %d-byte manifest: %+v %v", len(mb), rep, err)
 		}
 	}

@@ -53,6 +53,7 @@ enum omst_error {
 	OMST_EABORTED = -11,     /* request aborted (daemon shutting down) */
 	OMST_ETIMEDOUT = -12,    /* a deadline expired */
 	OMST_EUNAVAILABLE = -13, /* the name exists but its bytes can be had nowhere */
+	OMST_EFORBIDDEN = -14,   /* this node's grid role or name prefixes do not allow it */
 	OMST_EINVAL = -100,      /* bad argument (NULL pointer, bad flags, ...) */
 	OMST_ENODAEMON = -101,   /* no daemon answers at the socket */
 	OMST_ECONN = -102,       /* connection lost during the call (daemon died) */

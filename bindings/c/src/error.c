@@ -31,7 +31,7 @@ int omst_fail_msg(int code, const char *msg, size_t n)
 
 int omst_code_from_wire(uint32_t code)
 {
-	if (code >= 1 && code <= 13)
+	if (code >= 1 && code <= 14)
 		return -(int)code;
 	return OMST_EUNKNOWN;
 }
@@ -58,6 +58,7 @@ OMST_EXPORT const char *omst_strerror(int code)
 	case OMST_EABORTED: return "request aborted";
 	case OMST_ETIMEDOUT: return "timed out";
 	case OMST_EUNAVAILABLE: return "the blob's bytes are missing here and no source has them";
+	case OMST_EFORBIDDEN: return "not allowed by this node's grid role or name prefixes";
 	case OMST_EINVAL: return "invalid argument";
 	case OMST_ENODAEMON: return "no omst daemon answers at the socket";
 	case OMST_ECONN: return "connection to the daemon lost";

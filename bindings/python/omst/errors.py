@@ -51,6 +51,7 @@ INTERNAL = 10
 ABORTED = 11
 TIMEOUT = 12
 UNAVAILABLE = 13
+FORBIDDEN = 14
 
 CODE_NAMES: Dict[int, str] = {
     NOT_FOUND: "NOT_FOUND",
@@ -66,6 +67,7 @@ CODE_NAMES: Dict[int, str] = {
     ABORTED: "ABORTED",
     TIMEOUT: "TIMEOUT",
     UNAVAILABLE: "UNAVAILABLE",
+    FORBIDDEN: "FORBIDDEN",
 }
 
 
@@ -184,6 +186,13 @@ class Unavailable(OmstError):
     default_code = UNAVAILABLE
 
 
+class Forbidden(OmstError):
+    """This node's grid role or name prefixes do not allow the operation,
+    e.g. a worker putting a name outside its prefixes (code 14)."""
+
+    default_code = FORBIDDEN
+
+
 class DaemonUnavailable(OmstError):
     """Nothing listens on the socket: no omst daemon there (client-side)."""
 
@@ -214,6 +223,7 @@ _BY_CODE: Dict[int, Type[OmstError]] = {
     ABORTED: Aborted,
     TIMEOUT: Timeout,
     UNAVAILABLE: Unavailable,
+    FORBIDDEN: Forbidden,
 }
 
 

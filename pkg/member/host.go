@@ -1,0 +1,258 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/control"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// Protocols.
+const (
+	// HelloProto carries each side's certificate right after connect.
+	HelloProto protocol.ID = "/omst/member/1.0.0"
+	// JoinProto redeems join tokens and renews certificates; the one
+	// protocol served to peers that are not (yet) members.
+	JoinProto protocol.ID = "/omst/join/1.0.0"
+)
+
+// attachment is an Admission bound to its host.
+type attachment struct {
+	a     *Admission
+	inner host.Host
+	ctx   context.Context
+	stop  context.CancelFunc
+	// joins bounds the join requests served at once.
+	joins chan struct{}
+}
+
+// Wrap binds a to h: it serves HELLO and JOIN on h, sends this node's
+// HELLO on every new connection, closes connections whose peer is not
+// admitted within the timeout, and returns h wrapped so that handlers set
+// and streams opened through it serve and ask admitted members only. Use
+// the returned host everywhere; Close it to close h. a must also be h's
+// connection gater (Gater) for revoked peers to be refused at the door.
+func Wrap(h host.Host, a *Admission) host.Host {
+	ctx, stop := context.WithCancel(context.Background())
+	at := &attachment{a: a, inner: h, ctx: ctx, stop: stop, joins: make(chan struct{}, 8)}
+	a.mu.Lock()
+	a.attached = at
+	a.mu.Unlock()
+	h.SetStreamHandler(HelloProto, at.handleHello)
+	h.SetStreamHandler(JoinProto, at.handleJoin)
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: at.connected, DisconnectedF: at.disconnected})
+	go at.sweep()
+	return &gated{Host: h, at: at}
+}
+
+// connected starts the exchange on a new connection (when closed to
+// outsiders): our HELLO, and the deadline for theirs.
+func (at *attachment) connected(_ network.Network, c network.Conn) {
+	if at.a.Open() {
+		return
+	}
+	p := c.RemotePeer()
+	go at.sendHello(p)
+	at.deadline(c)
+}
+
+func (at *attachment) disconnected(n network.Network, c network.Conn) {
+	if n.Connectedness(c.RemotePeer()) != network.Connected {
+		at.a.forget(c.RemotePeer())
+	}
+}
+
+// deadline closes c if its peer is not admitted within the timeout.
+func (at *attachment) deadline(c network.Conn) {
+	time.AfterFunc(at.a.cfg.Timeout, func() {
+		if c.IsClosed() || at.a.Admitted(c.RemotePeer()) {
+			return
+		}
+		_, _, err := at.a.admitted(c.RemotePeer())
+		if err == nil {
+			at.a.count(func(s *Stats) { s.Unshown++ })
+			err = fmt.Errorf("no certificate shown within %v", at.a.cfg.Timeout)
+		}
+		at.a.log.Warn("disconnecting a peer that is not a member", "peer", c.RemotePeer(), "addr", c.RemoteMultiaddr(), "err", err)
+		_ = c.Close()
+	})
+}
+
+// helloAll sends this node's HELLO to every connected peer; with
+// deadlines, each connection must also see the peer admitted in time (the
+// node was just closed to outsiders).
+func (at *attachment) helloAll(deadlines bool) {
+	for _, p := range at.inner.Network().Peers() {
+		go at.sendHello(p)
+		if deadlines {
+			for _, c := range at.inner.Network().ConnsToPeer(p) {
+				at.deadline(c)
+			}
+		}
+	}
+}
+
+// sendHello sends this node's certificate and revocation list to p and
+// reads its answer; a refusal is logged (it says why this node is not let
+// in there).
+func (at *attachment) sendHello(p peer.ID) {
+	ctx, cancel := context.WithTimeout(at.ctx, at.a.cfg.Timeout)
+	defer cancel()
+	s, err := at.inner.NewStream(network.WithNoDial(ctx, "hello"), p, HelloProto)
+	if err != nil {
+		at.a.log.Debug("membership hello", "peer", p, "err", err)
+		return
+	}
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(at.a.cfg.Timeout))
+	if _, err := s.Write(encodeHello(at.a.hello())); err != nil {
+		_ = s.Reset()
+		return
+	}
+	_ = s.CloseWrite()
+	b, err := readAll(s, 2+1+MaxMessage)
+	if err == nil {
+		err = decodeReply(b)
+	}
+	if errors.Is(err, ErrRefused) {
+		at.a.log.Warn("a peer refused this node's membership", "peer", p, "err", err)
+	}
+}
+
+// handleHello admits (or refuses) the sender of a HELLO and adopts a
+// newer revocation list it carries.
+func (at *attachment) handleHello(s network.Stream) {
+	defer s.Close()
+	p := s.Conn().RemotePeer()
+	_ = s.SetDeadline(time.Now().Add(at.a.cfg.Timeout))
+	b, err := readAll(s, maxHello)
+	var h hello
+	if err == nil {
+		h, err = decodeHello(b)
+	}
+	if err != nil {
+		at.a.log.Warn("bad membership hello", "peer", p, "err", err)
+		_ = s.Reset()
+		return
+	}
+	err = at.a.admit(p, h.Cert)
+	_, _ = s.Write(encodeReply(err))
+	if err != nil {
+		at.a.log.Warn("refused a peer's certificate", "peer", p, "err", err)
+		return
+	}
+	if h.Revocations != nil {
+		if _, err := at.a.AdoptRevocations(h.Revocations); err != nil {
+			at.a.log.Warn("bad revocation list from a member", "peer", p, "err", err)
+		}
+	}
+}
+
+// cutOff closes every connection to p.
+func (at *attachment) cutOff(p peer.ID) {
+	for _, c := range at.inner.Network().ConnsToPeer(p) {
+		_ = c.Close()
+	}
+}
+
+// sweep closes, every few seconds, connections of peers whose certificate
+// expired or was revoked (Wait re-checks on every stream; this frees the
+// connections of peers that open none).
+func (at *attachment) sweep() {
+	t := time.NewTicker(at.a.cfg.Timeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-at.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if at.a.Open() {
+			continue
+		}
+		for _, p := range at.inner.Network().Peers() {
+			at.a.mu.Lock()
+			st := at.a.peers[p]
+			was := st != nil && st.admitted
+			at.a.mu.Unlock()
+			if was && !at.a.Admitted(p) {
+				at.a.log.Warn("disconnecting a peer whose certificate no longer holds", "peer", p)
+				at.cutOff(p)
+			}
+		}
+	}
+}
+
+// gated is a host that serves and asks admitted members only.
+type gated struct {
+	host.Host
+	at *attachment
+}
+
+// guard wraps a stream handler: the stream is served once its peer is
+// admitted, reset otherwise.
+func (g *gated) guard(h network.StreamHandler) network.StreamHandler {
+	return func(s network.Stream) {
+		if err := g.at.a.Wait(g.at.ctx.Done(), s.Conn().RemotePeer()); err != nil {
+			g.at.a.count(func(st *Stats) { st.Denied++ })
+			g.at.a.log.Debug("stream refused", "protocol", s.Protocol(), "err", err)
+			_ = s.Reset()
+			return
+		}
+		h(s)
+	}
+}
+
+func (g *gated) SetStreamHandler(pid protocol.ID, h network.StreamHandler) {
+	g.Host.SetStreamHandler(pid, g.guard(h))
+}
+
+func (g *gated) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, h network.StreamHandler) {
+	g.Host.SetStreamHandlerMatch(pid, m, g.guard(h))
+}
+
+// NewStream opens a stream once p is admitted (connecting first if
+// needed): a peer that is not a member is asked nothing, not even a name.
+func (g *gated) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	if !g.at.a.Admitted(p) {
+		if err := g.Host.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
+			return nil, err
+		}
+		if err := g.at.a.Wait(ctx.Done(), p); err != nil {
+			return nil, err
+		}
+	}
+	return g.Host.NewStream(ctx, p, pids...)
+}
+
+func (g *gated) Close() error {
+	g.at.stop()
+	return g.Host.Close()
+}
+
+// Gater returns a's connection gater: it refuses, at dial and after the
+// security handshake, peers known to hold only revoked certificates.
+// Everyone else gets in and must show a certificate (HELLO).
+func (a *Admission) Gater() *Gater { return &Gater{a: a} }
+
+// Gater is a libp2p ConnectionGater backed by an Admission.
+type Gater struct{ a *Admission }
+
+func (g *Gater) InterceptPeerDial(p peer.ID) bool { return !g.a.Revoked(p) }
+
+func (g *Gater) InterceptAddrDial(peer.ID, ma.Multiaddr) bool { return true }
+
+func (g *Gater) InterceptAccept(network.ConnMultiaddrs) bool { return true }
+
+func (g *Gater) InterceptSecured(_ network.Direction, p peer.ID, _ network.ConnMultiaddrs) bool {
+	return !g.a.Revoked(p)
+}
+
+func (g *Gater) InterceptUpgraded(network.Conn) (bool, control.DisconnectReason) { return true, 0 }

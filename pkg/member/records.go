@@ -1,0 +1,126 @@
+package member
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/internal/wire"
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/grid"
+)
+
+// A record's proof (blob.Record.Proof) in a closed grid:
+//
+//	version u8 (1) | signature u16-len | certificate u16-len
+//
+// The signature is the origin's libp2p key's, over proofDomain followed by
+// r.Unproved().Encode(); the certificate is the origin's. A record is
+// accepted if the signature verifies with the key in its Origin peer ID,
+// the certificate is this grid's, for that origin, valid at the record's
+// time and not revoked, and allows writing its name. So no relay can
+// forge a name or point it at other bytes: it would need the origin's key.
+const proofDomain = "omst name proof v1\x00"
+
+// ErrBadRecord wraps every refused name record.
+var ErrBadRecord = errors.New("name record refused")
+
+// Prove returns r with its proof, signed by key (this node's, r's origin),
+// with this node's certificate; r unchanged when the grid is open. It
+// fails, naming the role and prefixes, when the certificate does not allow
+// writing r's name.
+func (a *Admission) Prove(key crypto.PrivKey, r blob.Record) (blob.Record, error) {
+	a.mu.Lock()
+	open, cert, self := a.pub == nil, a.cert, a.self
+	a.mu.Unlock()
+	if open {
+		return r, nil
+	}
+	if cert == nil {
+		return r, fmt.Errorf("put %q: this node has no membership certificate yet: %w", r.Name, grid.ErrNotAllowed)
+	}
+	if err := self.MayWrite(r.Name); err != nil {
+		return r, err
+	}
+	r = r.Unproved()
+	sig, err := key.Sign(append([]byte(proofDomain), r.Encode()...))
+	if err != nil {
+		return r, fmt.Errorf("sign record %q: %w", r.Name, err)
+	}
+	b := []byte{version}
+	b = appendBytes16(b, sig)
+	r.Proof = appendBytes16(b, cert)
+	if len(r.Proof) > blob.MaxProofLen {
+		return blob.Record{}, fmt.Errorf("record %q: proof of %d bytes", r.Name, len(r.Proof))
+	}
+	return r, nil
+}
+
+// MayWrite reports whether this node's certificate lets it put name (nil
+// when the grid is open); the error names the role and prefixes.
+func (a *Admission) MayWrite(name string) error {
+	a.mu.Lock()
+	open, cert, self := a.pub == nil, a.cert, a.self
+	a.mu.Unlock()
+	switch {
+	case open:
+		return nil
+	case cert == nil:
+		return fmt.Errorf("put %q: this node has no membership certificate yet: %w", name, grid.ErrNotAllowed)
+	}
+	return self.MayWrite(name)
+}
+
+// CheckRecord accepts r if the grid is open or its proof holds (see the
+// format above); else it returns an error wrapping ErrBadRecord and
+// counts it.
+func (a *Admission) CheckRecord(r blob.Record) error {
+	a.mu.Lock()
+	pub, revs := a.pub, a.revs
+	a.mu.Unlock()
+	if pub == nil {
+		return nil
+	}
+	err := checkProof(r, pub, revs)
+	if err != nil {
+		a.count(func(s *Stats) { s.RecordsRejected++ })
+		return fmt.Errorf("%w: %q from %s: %w", ErrBadRecord, r.Name, r.Origin, err)
+	}
+	return nil
+}
+
+// checkProof is CheckRecord's decision, plain code.
+func checkProof(r blob.Record, pub []byte, revs *grid.Revocations) error {
+	if len(r.Proof) == 0 {
+		return errors.New("unsigned (this grid requires its origin's signature and certificate)")
+	}
+	rd := reader{b: r.Proof}
+	rd.version()
+	sig := rd.bytes16(1024, "signature")
+	cert := rd.bytes16(blob.MaxProofLen, "certificate")
+	if err := rd.done("proof"); err != nil {
+		return err
+	}
+	origin, err := peer.Decode(r.Origin)
+	if err != nil {
+		return wire.Malformed("origin %q: %v", r.Origin, err)
+	}
+	key, err := origin.ExtractPublicKey()
+	if err != nil {
+		return fmt.Errorf("origin %s: no public key in its ID: %w", origin, err)
+	}
+	ok, err := key.Verify(append([]byte(proofDomain), r.Unproved().Encode()...), sig)
+	if err != nil || !ok {
+		return errors.New("not signed by its origin")
+	}
+	c, err := grid.DecodeCert(cert, pub)
+	if err != nil {
+		return err
+	}
+	if err := c.Check(origin, r.When(), revs); err != nil {
+		return err
+	}
+	return c.MayWrite(r.Name)
+}
