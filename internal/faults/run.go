@@ -33,6 +33,7 @@ var Cases = []Case{
 	{"parent-restart", "kill -9 the root while workers hold sessions, restart it with the same identity", caseParentRestart},
 	{"sibling-kill", "kill -9 a worker while its siblings fetch chunks from it during a broadcast", caseSiblingKill},
 	{"provider-kill", "kill -9 another site's head while it serves a result found in the DHT", caseProviderKill},
+	{"revoke", "revoke a worker's membership mid-broadcast in a closed grid, an outsider trying to read", caseRevoke},
 	{"many-gets", "1,000 concurrent local gets of one blob against one daemon: exact bytes, fds and RSS", caseManyGets},
 }
 
