@@ -39,16 +39,25 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func TestClosedGrid(t *testing.T) {
 	dir := t.TempDir()
 	home := func(n string) string { return filepath.Join(dir, n) }
+	// The root starts open and says so; `omst grid init` closes it while
+	// it runs.
+	root := startDaemon(t, home("root"), "--listen", "/ip4/127.0.0.1/udp/0/quic-v1", "--site", "master")
+	if st := root.status(t); !st.Open || st.Membership != nil || !strings.Contains(strings.Join(st.Warnings, "\n"), "OPEN") {
+		t.Fatalf("a daemon without grid material: open %v, warnings %q", st.Open, st.Warnings)
+	}
+	if !strings.Contains(root.logText(), "OPEN") {
+		t.Fatalf("an open daemon's log does not say so: %s", root.logText())
+	}
 	gridID := lastLine(mustOmst(t, 10*time.Second, "--home", home("root"), "grid", "init"))
 	if !strings.HasPrefix(gridID, "grid-") {
 		t.Fatalf("grid init printed %q", gridID)
 	}
-	root := startDaemon(t, home("root"), "--listen", "/ip4/127.0.0.1/udp/0/quic-v1", "--site", "master")
-	if st := root.status(t); st.Open || st.Membership == nil || st.Membership.Grid != gridID || !st.Membership.Issuer {
-		t.Fatalf("root status: open %v, %+v", st.Open, st.Membership)
-	}
+	waitFor(t, 10*time.Second, "the running root picks up its grid", func() bool {
+		st := root.status(t)
+		return !st.Open && st.Membership != nil && st.Membership.Grid == gridID && st.Membership.Issuer
+	})
 	token := func(role string, prefixes ...string) string {
-		args := []string{"--home", home("root"), "grid", "token", "--role", role, "--ttl", "10m"}
+		args := []string{"--home", home("root"), "grid", "token", "--role", role, "--ttl", "10m", "--cert-ttl", "1h"}
 		for _, p := range prefixes {
 			args = append(args, "--prefix", p)
 		}
@@ -85,7 +94,7 @@ func TestClosedGrid(t *testing.T) {
 	mustOmst(t, 30*time.Second, "--home", home("root"), "stat", "results/siteA/w1/out")
 
 	// Outsiders, over TCP and QUIC, at the root and the head: no byte.
-	for i, parent := range []string{tcpAddr(t, root), quicAddr(t, root), tcpAddr(t, head)} {
+	for i, parent := range []string{tcpAddr(t, root), quicAddr(t, root), tcpAddr(t, head), tcpAddr(t, worker)} {
 		oh := home("outsider" + string(rune('0'+i)))
 		o := startDaemon(t, oh, "--parent", parent, "--listen", "/ip4/127.0.0.1/udp/0/quic-v1")
 		r := omst(t, 40*time.Second, "--home", oh, "get", "shared/init", "-o", filepath.Join(dir, "stolen"))
@@ -109,6 +118,26 @@ func TestClosedGrid(t *testing.T) {
 	if st := mustOmst(t, 10*time.Second, "--home", home("worker"), "stat", "shared/init", "--json"); strings.Contains(st, "outsider") {
 		t.Fatalf("name replaced: %s", st)
 	}
+
+	// A token used after its expiry.
+	short := lastLine(mustOmst(t, 10*time.Second, "--home", home("root"), "grid", "token", "--role", "reader", "--ttl", "1s"))
+	time.Sleep(1500 * time.Millisecond)
+	ex := omst(t, 30*time.Second, "daemon", "--home", home("late"), "--listen", "/ip4/127.0.0.1/tcp/0", "--parent", tcpAddr(t, root), "--join", short)
+	if ex.code == 0 || !strings.Contains(ex.stderr, "expired") {
+		t.Fatalf("expired token: exit %d, %s", ex.code, ex.stderr)
+	}
+
+	// Renewal: a worker whose certificate lives 6 s renews it through its
+	// head before it ends.
+	shortLived := lastLine(mustOmst(t, 10*time.Second, "--home", home("root"), "grid", "token", "--role", "worker",
+		"--prefix", "results/siteA/w2/", "--ttl", "10m", "--cert-ttl", "6s"))
+	w2 := startDaemon(t, home("w2"), "--parent", tcpAddr(t, head), "--site", "siteA", "--join", shortLived)
+	first := w2.status(t).Membership.CertExpires
+	waitFor(t, 15*time.Second, "the short-lived certificate is renewed", func() bool {
+		return w2.status(t).Membership.CertExpires > first
+	})
+	mustOmst(t, 30*time.Second, "--home", home("w2"), "get", "shared/init", "-o", filepath.Join(dir, "w2.bin"))
+	w2.stop(t)
 
 	// A replayed token.
 	rp := omst(t, 30*time.Second, "daemon", "--home", home("replay"), "--listen", "/ip4/127.0.0.1/tcp/0", "--parent", tcpAddr(t, head), "--join", headTok)

@@ -214,3 +214,29 @@ type acceptAll struct{}
 
 func (acceptAll) Validate(string, []byte) error        { return nil }
 func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
+
+// The validator applies Config.CheckRecord to records (a closed grid's
+// proof check), not to removals, and counts its refusals.
+func TestNameValidatorCheck(t *testing.T) {
+	v := nameValidator{rejected: new(atomic.Uint64), check: func(r blob.Record) error {
+		if r.Proof == nil {
+			return errors.New("unsigned")
+		}
+		return nil
+	}}
+	k, a := newKey(t)
+	plain, _ := SignRecord(k, rec(t, "n", a, 1))
+	if err := v.Validate(NameKey("n"), plain); err == nil || v.rejected.Load() != 1 {
+		t.Fatalf("a record the check refuses: %v (rejected %d)", err, v.rejected.Load())
+	}
+	proved := rec(t, "n", a, 2)
+	proved.Proof = []byte{1}
+	pb, _ := SignRecord(k, proved)
+	if err := v.Validate(NameKey("n"), pb); err != nil {
+		t.Fatalf("a record the check accepts: %v", err)
+	}
+	rm, _ := SignRemoval(k, rec(t, "n", a, 3))
+	if err := v.Validate(NameKey("n"), rm); err != nil {
+		t.Fatalf("a removal signed by its origin: %v", err)
+	}
+}
