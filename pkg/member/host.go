@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	ma "github.com/multiformats/go-multiaddr"
+	msmux "github.com/multiformats/go-multistream"
 )
 
 // Protocols.
@@ -102,21 +103,32 @@ func (at *attachment) helloAll(deadlines bool) {
 // sendHello sends this node's certificate and revocation list to p and
 // reads its answer; a refusal is logged (it says why this node is not let
 // in there).
+//
+// It does not wait for identify, as the host's NewStream does (a round
+// trip after the connection is up): the stream is opened on the network
+// and HelloProto proposed optimistically, its first bytes going out with
+// the certificate. A peer that does not speak it (a libp2p node that is
+// not omst) just fails the stream.
 func (at *attachment) sendHello(p peer.ID) {
 	ctx, cancel := context.WithTimeout(at.ctx, at.a.cfg.Timeout)
 	defer cancel()
-	s, err := at.inner.NewStream(network.WithNoDial(ctx, "hello"), p, HelloProto)
+	ns, err := at.inner.Network().NewStream(network.WithNoDial(ctx, "hello"), p)
 	if err != nil {
 		at.a.log.Debug("membership hello", "peer", p, "err", err)
 		return
 	}
-	defer s.Close()
-	_ = s.SetDeadline(time.Now().Add(at.a.cfg.Timeout))
-	if _, err := s.Write(encodeHello(at.a.hello())); err != nil {
-		_ = s.Reset()
+	if err := ns.SetProtocol(HelloProto); err != nil {
+		_ = ns.Reset()
 		return
 	}
-	_ = s.CloseWrite()
+	s := msmux.NewMSSelect(ns, HelloProto)
+	defer s.Close()
+	_ = ns.SetDeadline(time.Now().Add(at.a.cfg.Timeout))
+	if _, err := s.Write(encodeHello(at.a.hello())); err != nil {
+		_ = ns.Reset()
+		return
+	}
+	_ = ns.CloseWrite()
 	b, err := readAll(s, 2+1+MaxMessage)
 	if err == nil {
 		err = decodeReply(b)
