@@ -205,10 +205,24 @@ const warmupSize = 1 << 20
 // until the child reports its parent connected.
 func startPair(ctx context.Context, cfg *config, dir string, stored int64) (root, child *daemon, err error) {
 	cache := cacheFor(cfg, stored)
-	if root, err = startDaemon(ctx, cfg.omst, dir, "root", cache, ""); err != nil {
+	var rootArgs, childArgs []string
+	if cfg.grid {
+		if err := gridInit(ctx, cfg.omst, filepath.Join(dir, "root")); err != nil {
+			return nil, nil, err
+		}
+	}
+	if root, err = startDaemon(ctx, cfg.omst, dir, "root", cache, "", rootArgs...); err != nil {
 		return nil, nil, err
 	}
-	if child, err = startDaemon(ctx, cfg.omst, dir, "child", cache, root.tcpAddr); err != nil {
+	if cfg.grid {
+		tok, err := gridToken(ctx, cfg.omst, root.home)
+		if err != nil {
+			root.close()
+			return nil, nil, err
+		}
+		childArgs = append(childArgs, "--join", tok)
+	}
+	if child, err = startDaemon(ctx, cfg.omst, dir, "child", cache, root.tcpAddr, childArgs...); err != nil {
 		root.close()
 		return nil, nil, err
 	}

@@ -48,6 +48,7 @@ type config struct {
 	seed      uint64
 	keepTmp   bool
 	cmdline   string
+	grid      bool // a closed grid: the root runs `omst grid init`, the others join with tokens
 }
 
 // Figure groups selectable with -figures.
@@ -103,6 +104,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cacheSize, "cache-size", "", "daemons' --cache-size (default: computed from what each section stores)")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the random blob contents")
 	fs.BoolVar(&cfg.keepTmp, "keep-tmp", false, "keep the temporary directory (daemon logs) after the run")
+	fs.BoolVar(&cfg.grid, "grid", false, "membership on: the root makes a grid (omst grid init), every other daemon joins it with a token")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ type daemon struct {
 
 // startDaemon starts `omst daemon` on 127.0.0.1 with its home under dir and
 // waits until its socket answers a status request with a TCP address.
-func startDaemon(ctx context.Context, bin, dir, name string, cacheSize int64, parent string) (*daemon, error) {
+func startDaemon(ctx context.Context, bin, dir, name string, cacheSize int64, parent string, extra ...string) (*daemon, error) {
 	d := &daemon{name: name, home: filepath.Join(dir, name), logPath: filepath.Join(dir, name+".log")}
 	if err := os.MkdirAll(d.home, 0o700); err != nil {
 		return nil, err
@@ -149,6 +149,7 @@ func startDaemon(ctx context.Context, bin, dir, name string, cacheSize int64, pa
 	if parent != "" {
 		args = append(args, "--parent", parent)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -263,4 +264,26 @@ func logTail(path string) string {
 		lines = lines[len(lines)-15:]
 	}
 	return "\n--- " + path + " (last lines) ---\n" + strings.Join(lines, "\n")
+}
+
+// gridInit makes a grid in home (omst grid init), before its daemon starts.
+func gridInit(ctx context.Context, bin, home string) error {
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, bin, "--home", home, "-q", "grid", "init").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("omst grid init: %w: %s", err, out)
+	}
+	return nil
+}
+
+// gridToken mints a worker's join token at the root whose home is home.
+func gridToken(ctx context.Context, bin, home string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "--home", home, "-q", "grid", "token", "--role", "worker", "--prefix", "bench/", "--ttl", "1h").Output()
+	if err != nil {
+		return "", fmt.Errorf("omst grid token: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
