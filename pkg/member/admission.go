@@ -93,8 +93,13 @@ type Admission struct {
 	peers map[peer.ID]*peerState
 	// revoked peers, as far as this node has seen their certificates.
 	revokedPeers map[peer.ID]bool
-	stats        Stats
-	attached     *attachment // set by Wrap
+	// shunned: peers whose connection was closed for showing no valid
+	// certificate, and when; this node does not dial them (or wait for
+	// them) again for ShunFor, so that an outsider in the DHT's routing
+	// table costs a failed stream, not a dial and a timeout each time.
+	shunned  map[peer.ID]time.Time
+	stats    Stats
+	attached *attachment // set by Wrap
 }
 
 type peerState struct {
@@ -116,7 +121,7 @@ func New(cfg Config, m Material) (*Admission, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Admission{cfg: cfg, log: cfg.Logger, peers: map[peer.ID]*peerState{}, revokedPeers: map[peer.ID]bool{}}
+	a := &Admission{cfg: cfg, log: cfg.Logger, peers: map[peer.ID]*peerState{}, revokedPeers: map[peer.ID]bool{}, shunned: map[peer.ID]time.Time{}}
 	if m.GridKey != nil {
 		if err := a.setMaterial(m); err != nil {
 			return nil, err
@@ -283,6 +288,7 @@ func (a *Admission) admitLocked(p peer.ID, st *peerState, b []byte) error {
 		return err
 	}
 	st.cert, st.err = c, nil
+	delete(a.shunned, p)
 	if !st.admitted {
 		st.admitted = true
 		close(st.ready)
@@ -368,6 +374,42 @@ func (a *Admission) notAdmitted(p peer.ID, err error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return fmt.Errorf("peer %s showed no membership certificate within %v: %w of %s", p, a.cfg.Timeout, ErrNotMember, a.grid)
+}
+
+// ShunFor is how long a peer whose connection was closed for showing no
+// valid certificate is not dialled again.
+const ShunFor = time.Minute
+
+// maxShunned bounds the shunned peers remembered (the oldest go first).
+const maxShunned = 4096
+
+// shun records that p's connection was closed for showing no valid
+// certificate.
+func (a *Admission) shun(p peer.ID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.cfg.Now()
+	if len(a.shunned) >= maxShunned {
+		for q, at := range a.shunned {
+			if now.Sub(at) > ShunFor || len(a.shunned) >= maxShunned {
+				delete(a.shunned, q)
+			}
+		}
+	}
+	a.shunned[p] = now
+}
+
+// Shunned reports whether p was disconnected for showing no valid
+// certificate less than ShunFor ago (and has not been admitted since).
+func (a *Admission) Shunned(p peer.ID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.shunned[p]
+	if ok && a.cfg.Now().Sub(at) > ShunFor {
+		delete(a.shunned, p)
+		return false
+	}
+	return ok
 }
 
 // Revoked reports whether p is known to hold only revoked certificates.

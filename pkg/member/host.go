@@ -82,6 +82,7 @@ func (at *attachment) deadline(c network.Conn) {
 			err = fmt.Errorf("no certificate shown within %v", at.a.cfg.Timeout)
 		}
 		at.a.log.Warn("disconnecting a peer that is not a member", "peer", c.RemotePeer(), "addr", c.RemoteMultiaddr(), "err", err)
+		at.a.shun(c.RemotePeer())
 		_ = c.Close()
 	})
 }
@@ -234,6 +235,9 @@ func (g *gated) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool,
 // needed): a peer that is not a member is asked nothing, not even a name.
 func (g *gated) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
 	if !g.at.a.Admitted(p) {
+		if g.at.a.Shunned(p) {
+			return nil, fmt.Errorf("peer %s showed no valid membership certificate on its last connection (not asked again for %v): %w", p, ShunFor, ErrNotMember)
+		}
 		if err := g.Host.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
 			return nil, err
 		}
@@ -257,7 +261,9 @@ func (a *Admission) Gater() *Gater { return &Gater{a: a} }
 // Gater is a libp2p ConnectionGater backed by an Admission.
 type Gater struct{ a *Admission }
 
-func (g *Gater) InterceptPeerDial(p peer.ID) bool { return !g.a.Revoked(p) }
+// InterceptPeerDial refuses to dial revoked peers, and peers disconnected
+// for showing no valid certificate less than ShunFor ago.
+func (g *Gater) InterceptPeerDial(p peer.ID) bool { return !g.a.Revoked(p) && !g.a.Shunned(p) }
 
 func (g *Gater) InterceptAddrDial(peer.ID, ma.Multiaddr) bool { return true }
 

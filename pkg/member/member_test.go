@@ -208,6 +208,16 @@ func TestOutsiderReadsNothing(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
+			// Once cut off, it is not dialled again for a while: asking it
+			// fails at once (an outsider in the DHT's routing table costs
+			// no dial and no timeout).
+			t0 := time.Now()
+			if _, err := a.h.NewStream(ctx, o.ID(), secretProto); !errors.Is(err, member.ErrNotMember) || time.Since(t0) > 200*time.Millisecond {
+				t.Fatalf("a stream to a shunned outsider: %v after %v", err, time.Since(t0))
+			}
+			for t0 := time.Now(); a.adm.Stats().Denied == 0 && time.Since(t0) < 3*time.Second; {
+				time.Sleep(20 * time.Millisecond) // the guard gives up at its own timeout
+			}
 			if st := a.adm.Stats(); st.Denied == 0 || st.Unshown == 0 {
 				t.Fatalf("stats %+v: want a denied stream and an unshown certificate", st)
 			}
