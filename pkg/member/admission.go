@@ -48,6 +48,9 @@ type Config struct {
 	// OnRevocations is called with a newer revocation list once it is
 	// adopted (to keep it on disk).
 	OnRevocations func(b []byte)
+	// Joining says an open node is about to join (Join): members' HELLOs
+	// are then expected, not worth a warning.
+	Joining bool
 }
 
 // Material is a member's grid material, as pkg/gridstore keeps it.
@@ -270,7 +273,7 @@ func (a *Admission) admit(p peer.ID, b []byte) error {
 	defer a.mu.Unlock()
 	st := a.state(p)
 	if a.pub == nil {
-		if st.shown == nil && len(b) > 0 {
+		if st.shown == nil && len(b) > 0 && !a.cfg.Joining {
 			a.log.Warn("a member of a closed grid connected: this open node has no certificate and will be refused there (start it with --join TOKEN)", "peer", p)
 		}
 		st.shown = b // checked if this node closes (SetMaterial)

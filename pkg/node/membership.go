@@ -53,6 +53,7 @@ func (n *Node) newAdmission(self peer.ID) (*member.Admission, error) {
 		Logger:        n.log,
 		Up:            n.parents,
 		OnRevocations: n.keepRevocations,
+		Joining:       strings.HasPrefix(strings.TrimSpace(n.cfg.Join), grid.TokenPrefix) && m.Cert == nil,
 	}
 	if _, err := n.gdir.Key(); err == nil {
 		cfg.Issuer = n.gdir
@@ -199,7 +200,9 @@ func (n *Node) membershipStatus(st *rpcbridge.Status) {
 	ms := n.adm.Stats()
 	st.Open = ms.Open
 	if ms.Open {
-		st.Warnings = append(st.Warnings, openWarning)
+		if n.cfg.Host == nil { // an in-process grid (omst demo) is closed to the network anyway
+			st.Warnings = append(st.Warnings, openWarning)
+		}
 		return
 	}
 	m := &rpcbridge.Membership{Grid: ms.Grid, Role: ms.Role, Prefixes: ms.Prefixes, RevocationSeq: ms.RevSeq,

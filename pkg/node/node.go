@@ -242,7 +242,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			return nil, err
 		}
 	}
-	if n.adm.Open() {
+	if n.adm.Open() && cfg.Host == nil {
 		n.log.Warn(openWarning)
 	}
 	if !cfg.NoDHT {
