@@ -113,7 +113,7 @@ func (gatherCase) prepare(context.Context, *instance) error { return nil }
 func (gatherCase) act(ctx context.Context, in *instance, rec *record) error {
 	switch in.role {
 	case roleWorker:
-		name := fmt.Sprintf("results/site-%d/worker-%d", in.site, in.index)
+		name := resultName(in.site, in.index)
 		stream := int64(1+in.site)<<20 + int64(in.index)
 		bi, err := putPayload(ctx, in.d.client, name, in.cfg.seed, stream, in.cfg.resultSize, in.cfg.chunkSize)
 		rec.Seconds = in.since()
@@ -502,7 +502,7 @@ func (dhtCase) put(ctx context.Context, in *instance) error {
 		return err
 	}
 	t0 := time.Now()
-	name := fmt.Sprintf("results/site-%d/worker-%d", in.site, in.index)
+	name := resultName(in.site, in.index)
 	stream := int64(1+in.site)<<20 + int64(in.index)
 	bi, err := putPayload(ctx, in.d.client, name, cfg.seed, stream, cfg.resultSize, cfg.chunkSize)
 	if err != nil {

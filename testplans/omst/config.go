@@ -77,6 +77,10 @@ type config struct {
 	logLevel  string
 	transport string // tcp or quic
 	keepHome  bool
+
+	// grid: the root makes a grid (omst grid init) and every other daemon
+	// joins it with a token of its own (--join); see grid.go.
+	grid bool
 }
 
 // defaultBlobSize per case, as in manifest.toml.
@@ -117,6 +121,7 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		logLevel:       p.str("log_level", "warn"),
 		transport:      p.str("transport", "tcp"),
 		keepHome:       p.bool("keep_home", false),
+		grid:           p.bool("grid", false),
 	}
 	if p.err != nil {
 		return nil, p.err
@@ -134,6 +139,9 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		}
 	default:
 		return nil, fmt.Errorf("param topology=%q: want tree or flat", c.topology)
+	}
+	if c.grid && c.topology == topologyFlat {
+		return nil, fmt.Errorf("param grid=true needs topology=tree: a join token is redeemed through --parent, which a flat cluster has not")
 	}
 	if re.TestCase == "dht" && (c.puttersPerSite < 0 || c.puttersPerSite > c.workersPerSite) {
 		return nil, fmt.Errorf("param putters_per_site=%d: want 0 (every worker) .. workers_per_site=%d", c.puttersPerSite, c.workersPerSite)

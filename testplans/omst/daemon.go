@@ -36,6 +36,10 @@ type daemonSpec struct {
 	logLevel   string
 	logPath    string // daemon stdout+stderr
 	keepHome   bool
+	// gridInit runs `omst grid init` in the home before the daemon starts
+	// (the root of a grid); join is its --join token (the others).
+	gridInit bool
+	join     string
 }
 
 // daemon is one running `omst daemon` child process.
@@ -80,6 +84,12 @@ func startDaemon(ctx context.Context, tag string, spec daemonSpec) (*daemon, err
 	if err != nil {
 		return nil, err
 	}
+	if spec.gridInit {
+		if err := gridInit(ctx, spec.bin, home); err != nil {
+			os.RemoveAll(home)
+			return nil, err
+		}
+	}
 	listen := "/ip4/" + spec.ip + "/tcp/0"
 	if spec.transport == "quic" {
 		listen = "/ip4/" + spec.ip + "/udp/0/quic-v1"
@@ -111,6 +121,9 @@ func startDaemon(ctx context.Context, tag string, spec daemonSpec) (*daemon, err
 	}
 	if spec.chunkSize > 0 {
 		args = append(args, "--chunk-size", fmt.Sprint(spec.chunkSize))
+	}
+	if spec.join != "" {
+		args = append(args, "--join", spec.join)
 	}
 	d := &daemon{spec: spec, home: home, sock: filepath.Join(home, "omst.sock"), exited: make(chan struct{})}
 	if spec.logPath != "" {

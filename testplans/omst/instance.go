@@ -91,6 +91,11 @@ type instance struct {
 	wanIface string
 	wanStart ifstat.Counters
 
+	// grid on: this instance's join token (heads, workers) and its
+	// daemon's membership.
+	joinToken string
+	grid      *gridStatus
+
 	workerDoneSent bool
 }
 
@@ -110,6 +115,7 @@ func runInstance(re *runtime.RunEnv, ic *run.InitContext, c caseImpl) error {
 	rec := record{Case: c.name(), Mode: cfg.mode, Site: -1}
 	runErr := in.setupAndAct(&rec)
 	rec.Role, rec.Site, rec.Index, rec.Instance = in.role, in.site, in.index, in.tag
+	rec.Grid = in.grid
 	if runErr != nil {
 		rec.OK = false
 		rec.Error = runErr.Error()
@@ -153,8 +159,8 @@ func (in *instance) setupAndAct(rec *record) error {
 	if err := in.assignRole(sctx); err != nil {
 		return err
 	}
-	re.RecordMessage("omst plan: case=%s mode=%s role=%s site=%d index=%d ip=%s bin=%s",
-		in.c.name(), cfg.mode, in.role, in.site, in.index, in.ip, cfg.omstBin)
+	re.RecordMessage("omst plan: case=%s mode=%s role=%s site=%d index=%d ip=%s bin=%s grid=%v",
+		in.c.name(), cfg.mode, in.role, in.site, in.index, in.ip, cfg.omstBin, cfg.grid)
 	if err := in.configureNetwork(sctx); err != nil {
 		return err
 	}
@@ -185,6 +191,11 @@ func (in *instance) setupAndAct(rec *record) error {
 		if err := in.startDaemon(sctx, nil, nil); err != nil {
 			return err
 		}
+		if cfg.grid {
+			if err := in.publishTokens(sctx); err != nil {
+				return err
+			}
+		}
 		if _, err := in.sc.Publish(sctx, sync.NewTopic(topicRootAddr, &nodeAddr{}), in.self()); err != nil {
 			return err
 		}
@@ -194,6 +205,9 @@ func (in *instance) setupAndAct(rec *record) error {
 			return fmt.Errorf("wait for the root's address: %w", err)
 		}
 		in.root = *root
+		if err := in.waitToken(sctx); err != nil {
+			return err
+		}
 		if in.flat() {
 			// A flat cluster: no parent, the DHT joined through the root.
 			if err := in.startDaemon(sctx, nil, []string{root.Addr}); err != nil {
@@ -221,6 +235,9 @@ func (in *instance) setupAndAct(rec *record) error {
 				return fmt.Errorf("wait for head %d's address: %w", in.site, err)
 			}
 			in.head = *head
+		}
+		if err := in.waitToken(sctx); err != nil {
+			return err
 		}
 		if !in.c.workerStartsLate(in) {
 			if err := in.startWorker(sctx); err != nil {
@@ -372,7 +389,9 @@ func (in *instance) daemonSpec(parents, bootstrap []string) daemonSpec {
 		bootstrap: bootstrap, noDHT: !cfg.dht,
 		window: cfg.window, cacheSize: cfg.cacheSize, chunkSize: cfg.chunkSize,
 		logLevel: cfg.logLevel, keepHome: cfg.keepHome,
-		logPath: filepath.Join(in.re.TestOutputsPath, "daemon.log"),
+		logPath:  filepath.Join(in.re.TestOutputsPath, "daemon.log"),
+		gridInit: cfg.grid && in.role == roleRoot,
+		join:     in.joinToken,
 	}
 	if in.site >= 0 {
 		spec.site = fmt.Sprintf("site-%d", in.site)
@@ -401,7 +420,14 @@ func (in *instance) startDaemon(ctx context.Context, parents, bootstrap []string
 		return err
 	}
 	in.d = d
-	in.re.RecordMessage("daemon up: %s (parents %v, bootstrap %v, dht %v)", d.addr, parents, bootstrap, in.cfg.dht)
+	if err := in.checkMember(); err != nil {
+		return fmt.Errorf("daemon %s (log %s): %w", in.tag, d.spec.logPath, err)
+	}
+	grid := "off"
+	if in.grid != nil {
+		grid = fmt.Sprintf("member of %s as %s %q", in.grid.Grid, in.grid.Role, in.grid.Prefixes)
+	}
+	in.re.RecordMessage("daemon up: %s (parents %v, bootstrap %v, dht %v, grid %s)", d.addr, parents, bootstrap, in.cfg.dht, grid)
 	return nil
 }
 
@@ -504,6 +530,9 @@ func (in *instance) counters(rec *record) {
 		rec.BytesServed, rec.BytesFetched, rec.PeerErrors = st.BytesServed, st.BytesFetched, st.PeerErrors
 		rec.BytesIn, rec.BytesOut, rec.RedirectsSent, rec.SiblingFailures = st.BytesIn, st.BytesOut, st.RedirectsSent, st.SiblingFailures
 		rec.RedirectsTaken, rec.Hedges, rec.HedgesDeclined = st.RedirectsTaken, st.Hedges, st.HedgesDeclined
+		if in.cfg.grid && st.Membership != nil {
+			in.grid = gridStatusOf(st.Membership)
+		}
 	}
 }
 

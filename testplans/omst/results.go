@@ -58,6 +58,10 @@ type record struct {
 	// sites); the root's and heads' counters over the reading phase.
 	Gets []getTime     `json:"gets,omitempty"`
 	Read *readCounters `json:"read,omitempty"`
+
+	// Grid (param grid): the daemon's membership as its status reported
+	// it (role and prefixes from its start, counters from the end).
+	Grid *gridStatus `json:"grid,omitempty"`
 }
 
 // getTime is one get of the dht case.
@@ -86,6 +90,7 @@ type readCounters struct {
 type summary struct {
 	Case           string  `json:"case"`
 	Mode           string  `json:"mode"`
+	Grid           bool    `json:"grid"` // param grid: the daemons were members of a grid (closed to outsiders)
 	Run            string  `json:"run"`
 	Sites          int     `json:"sites"`
 	WorkersPerSite int     `json:"workers_per_site"`
@@ -186,7 +191,7 @@ func (in *instance) collect(ctx context.Context, own record) error {
 		return all[i].Index < all[j].Index
 	})
 
-	s := summary{Case: in.c.name(), Mode: in.cfg.mode, Run: re.TestRun, Sites: in.cfg.sites,
+	s := summary{Case: in.c.name(), Mode: in.cfg.mode, Grid: in.cfg.grid, Run: re.TestRun, Sites: in.cfg.sites,
 		WorkersPerSite: in.cfg.workersPerSite, Records: all}
 	if waitErr != nil {
 		s.Failures = append(s.Failures, waitErr.Error())
@@ -220,6 +225,9 @@ func (in *instance) collect(ctx context.Context, own record) error {
 	s.HeadToChildren, s.SiteIn = siteBytes(in.cfg, all, s.Bytes)
 	s.SiteInWire, s.SiteOutWire = siteWire(in.cfg, all, s.Bytes)
 	s.Notes = append(s.Notes, caseNotes(in, all)...)
+	if in.cfg.grid {
+		s.Notes = append(s.Notes, gridNote(all))
+	}
 	if x, ok := in.c.(summaryExtras); ok {
 		x.extras(in, all, &s)
 	}
@@ -294,4 +302,24 @@ func siteWire(cfg *config, all []record, size int64) (in, out []float64) {
 		return nil, nil
 	}
 	return in, out
+}
+
+// gridNote says how many instances' daemons were members of the grid and
+// what the root saw.
+func gridNote(all []record) string {
+	members, joins, refused, denied := 0, uint64(0), uint64(0), uint64(0)
+	admitted := -1
+	for _, r := range all {
+		if r.Grid == nil || r.Grid.Role == "" {
+			continue
+		}
+		members++
+		refused += r.Grid.Refused
+		denied += r.Grid.Denied
+		if r.Role == roleRoot {
+			joins, admitted = r.Grid.Joins, r.Grid.Admitted
+		}
+	}
+	return fmt.Sprintf("grid: %d of %d instances' daemons were members; the root served %d join request(s) and admitted %d peer(s) at the end; "+
+		"%d certificate(s) refused and %d stream(s) denied in all", members, len(all), joins, admitted, refused, denied)
 }
