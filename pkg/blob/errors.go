@@ -24,4 +24,7 @@ var (
 	// wrap it may wrap ErrNotFound too (a peer's answer); ErrUnavailable
 	// takes precedence.
 	ErrUnavailable = errors.New("blob data unavailable")
+	// ErrForbidden: this node's grid role or name prefixes do not allow
+	// the operation (pkg/grid's ErrNotAllowed wraps it).
+	ErrForbidden = errors.New("forbidden")
 )

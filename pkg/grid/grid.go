@@ -115,7 +115,7 @@ var (
 	ErrExpired      = errors.New("expired")
 	ErrNotYetValid  = errors.New("not valid yet")
 	ErrRevoked      = errors.New("revoked")
-	ErrNotAllowed   = errors.New("not allowed")
+	ErrNotAllowed   = fmt.Errorf("not allowed (%w)", blob.ErrForbidden)
 )
 
 // checkPrefixes validates a prefix list: at most MaxPrefixes, each a valid

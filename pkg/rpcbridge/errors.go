@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"github.com/omst-project/omst/pkg/blob"
-	"github.com/omst-project/omst/pkg/grid"
 )
 
 // Code is the numeric error code of an ERROR frame. The numbers are part of
@@ -32,7 +31,7 @@ const (
 	CodeAborted            Code = 11 // the request was aborted (client ABORT, daemon shutting down)
 	CodeTimeout            Code = 12 // a deadline expired
 	CodeUnavailable        Code = 13 // the name exists but its bytes can be had nowhere (blob.ErrUnavailable)
-	CodeForbidden          Code = 14 // this node's grid role or prefixes do not allow it (grid.ErrNotAllowed)
+	CodeForbidden          Code = 14 // this node's grid role or prefixes do not allow it (blob.ErrForbidden, which grid.ErrNotAllowed wraps)
 )
 
 var codeNames = [...]string{
@@ -132,7 +131,7 @@ func CodeOf(err error) Code {
 		return 0
 	case errors.As(err, &e):
 		return e.Code
-	case errors.Is(err, grid.ErrNotAllowed):
+	case errors.Is(err, blob.ErrForbidden):
 		return CodeForbidden
 	case errors.Is(err, blob.ErrUnavailable): // before ErrNotFound, which it may wrap too
 		return CodeUnavailable
