@@ -33,7 +33,7 @@ func gridCmd(g *globals) *cobra.Command {
 			"commands work on the files in HOME/grid and need no running daemon; all but init\n" +
 			"run on the root.",
 	}
-	c.AddCommand(gridInitCmd(g), gridTokenCmd(g), gridAdmitCmd(g), gridRevokeCmd(g), gridMembersCmd(g))
+	c.AddCommand(gridInitCmd(g), gridTokenCmd(g), gridAdmitCmd(g), gridRevokeCmd(g), gridMembersCmd(g), gridIDCmd(g))
 	return c
 }
 
@@ -124,16 +124,9 @@ func gridInitCmd(g *globals) *cobra.Command {
 				return err
 			}
 			home := g.homeDir()
-			if err := os.MkdirAll(home, 0o700); err != nil {
-				return fmt.Errorf("create home %s: %w", home, err)
-			}
-			k, err := peerhost.LoadOrCreateKey(filepath.Join(home, "identity.key"))
+			self, err := homePeerID(home)
 			if err != nil {
 				return err
-			}
-			self, err := peer.IDFromPrivateKey(k)
-			if err != nil {
-				return fmt.Errorf("identity key: %w", err)
 			}
 			d := gridstore.Open(home)
 			id, created, err := d.Init(self, time.Now(), ttl)
@@ -155,6 +148,39 @@ func gridInitCmd(g *globals) *cobra.Command {
 	}
 	c.Flags().StringVar(&certTTL, "cert-ttl", defaultCertTTL, "lifetime of the root's own certificate (e.g. 12h, 7d; 1s .. 30d)")
 	return c
+}
+
+// homePeerID returns the peer ID of the identity in home, creating the
+// home (0700) and the identity key if they do not exist yet.
+func homePeerID(home string) (peer.ID, error) {
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return "", fmt.Errorf("create home %s: %w", home, err)
+	}
+	k, err := peerhost.LoadOrCreateKey(filepath.Join(home, "identity.key"))
+	if err != nil {
+		return "", err
+	}
+	self, err := peer.IDFromPrivateKey(k)
+	if err != nil {
+		return "", fmt.Errorf("identity key: %w", err)
+	}
+	return self, nil
+}
+
+func gridIDCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "id",
+		Short: "Print this home's peer ID (making its identity if there is none), daemon running or not: for 'omst grid admit' at the root",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			self, err := homePeerID(g.homeDir())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), self)
+			return nil
+		},
+	}
 }
 
 func gridTokenCmd(g *globals) *cobra.Command {

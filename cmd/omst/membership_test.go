@@ -139,6 +139,24 @@ func TestClosedGrid(t *testing.T) {
 	mustOmst(t, 30*time.Second, "--home", home("w2"), "get", "shared/init", "-o", filepath.Join(dir, "w2.bin"))
 	w2.stop(t)
 
+	// Offline admission: the node's peer ID before it ever ran, a
+	// certificate from the root, the daemon started with it.
+	aid := lastLine(mustOmst(t, 10*time.Second, "--home", home("admitted"), "grid", "id"))
+	cert := lastLine(mustOmst(t, 10*time.Second, "--home", home("root"), "grid", "admit", aid, "--role", "reader"))
+	ad := startDaemon(t, home("admitted"), "--parent", tcpAddr(t, head), "--join", cert)
+	if st := ad.status(t); st.PeerID != aid || st.Membership == nil || st.Membership.Role != "reader" {
+		t.Fatalf("admitted node: %s %+v", st.PeerID, st.Membership)
+	}
+	mustOmst(t, 30*time.Second, "--home", home("admitted"), "get", "shared/init", "-o", filepath.Join(dir, "ad.bin"))
+	if r := omst(t, 30*time.Second, "--home", home("admitted"), "put", "x/y", in); r.code == 0 || !strings.Contains(r.stderr, "reader") {
+		t.Fatalf("a reader's put: exit %d: %s", r.code, r.stderr)
+	}
+	ad.stop(t)
+	// A --join that is neither a token nor a certificate.
+	if r := omst(t, 30*time.Second, "daemon", "--home", home("bad"), "--listen", "/ip4/127.0.0.1/tcp/0", "--join", "hello"); r.code == 0 || !strings.Contains(r.stderr, "neither a join token") {
+		t.Fatalf("--join hello: exit %d: %s", r.code, r.stderr)
+	}
+
 	// A replayed token.
 	rp := omst(t, 30*time.Second, "daemon", "--home", home("replay"), "--listen", "/ip4/127.0.0.1/tcp/0", "--parent", tcpAddr(t, head), "--join", headTok)
 	if rp.code == 0 || !strings.Contains(rp.stderr, "already redeemed") {

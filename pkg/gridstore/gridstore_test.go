@@ -538,16 +538,25 @@ func TestPrune(t *testing.T) {
 	if len(l.Members) != 4 || count(peers, p.String()) != 1 || !slices.Contains(peers, q.String()) || !slices.Contains(peers, self.String()) {
 		t.Fatalf("after pruning: %+v", l.Members)
 	}
-	// A revocation list signed now no longer names q's certificate, long
-	// expired; q stays revoked.
+	// A revocation list signed now still names q's certificate (a year
+	// after it ended: records dated inside its validity stay refused),
+	// and no longer after that; q stays revoked.
 	list, _, err := d.Revoke(q, later)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k, _ := d.Key()
-	if rl, _ := grid.DecodeRevocations(list, k.Public()); len(rl.Serials) != 0 {
-		t.Fatalf("list %+v names an expired certificate", rl)
+	if rl, _ := grid.DecodeRevocations(list, k.Public()); len(rl.Serials) != 1 {
+		t.Fatalf("list %+v does not name a certificate revoked 2 days ago", rl)
 	}
+	muchLater := t0.Add(400 * 24 * time.Hour)
+	if list, _, err = d.Revoke(q, muchLater); err != nil {
+		t.Fatal(err)
+	}
+	if rl, _ := grid.DecodeRevocations(list, k.Public()); len(rl.Serials) != 0 {
+		t.Fatalf("list %+v names a certificate that ended over a year ago", rl)
+	}
+	later = muchLater
 	if _, err := d.Redeem(mustTokenAt(t, d, grid.RoleWorker, nil, time.Hour, later), q, later); !errors.Is(err, grid.ErrRevoked) {
 		t.Fatalf("a revoked peer redeemed after pruning: %v", err)
 	}

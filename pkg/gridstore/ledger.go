@@ -21,8 +21,13 @@ const (
 	// maxRedeemed bounds the redeemed nonces of unexpired tokens.
 	maxRedeemed = 1 << 16
 	// revokedRetention is how long past its end a revoked certificate
-	// stays on the revocation list (for nodes whose clocks run late).
-	revokedRetention = 24 * time.Hour
+	// stays on the revocation list. A name record is checked against its
+	// origin's certificate at the record's time, so a revoked member
+	// could otherwise sign records dated inside its old certificate's
+	// validity once the serial left the list: a year keeps that door shut
+	// for any record that could still matter (an older record loses to
+	// every later put of its name). 8 bytes per revoked certificate.
+	revokedRetention = 365 * 24 * time.Hour
 	// expiredRetention is how long past its end a peer's newest
 	// certificate is kept when it is not revoked (a revoked peer's newest
 	// one is kept for good: it refuses that peer's later tokens).

@@ -154,6 +154,17 @@ func (a *Admission) Cert() (grid.Cert, bool) {
 	return a.self, a.cert != nil
 }
 
+// CheckOwn checks this node's own certificate at now (validity and the
+// revocation list), as its peers will.
+func (a *Admission) CheckOwn(now time.Time) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cert == nil {
+		return fmt.Errorf("no certificate")
+	}
+	return a.self.Check(a.self.Peer, now, a.revs)
+}
+
 // CertBytes returns this node's certificate as issued (nil: none).
 func (a *Admission) CertBytes() []byte {
 	a.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/control"
@@ -32,6 +33,28 @@ type attachment struct {
 	stop  context.CancelFunc
 	// joins bounds the join requests served at once.
 	joins chan struct{}
+	// inJoin counts the join requests being served per asking peer.
+	joinMu sync.Mutex
+	inJoin map[peer.ID]int
+}
+
+func (at *attachment) joining(p peer.ID) bool {
+	at.joinMu.Lock()
+	defer at.joinMu.Unlock()
+	return at.inJoin[p] > 0
+}
+
+func (at *attachment) joinStarted(p peer.ID) func() {
+	at.joinMu.Lock()
+	at.inJoin[p]++
+	at.joinMu.Unlock()
+	return func() {
+		at.joinMu.Lock()
+		defer at.joinMu.Unlock()
+		if at.inJoin[p]--; at.inJoin[p] <= 0 {
+			delete(at.inJoin, p)
+		}
+	}
 }
 
 // Wrap binds a to h: it serves HELLO and JOIN on h, sends this node's
@@ -42,7 +65,7 @@ type attachment struct {
 // connection gater (Gater) for revoked peers to be refused at the door.
 func Wrap(h host.Host, a *Admission) host.Host {
 	ctx, stop := context.WithCancel(context.Background())
-	at := &attachment{a: a, inner: h, ctx: ctx, stop: stop, joins: make(chan struct{}, 8)}
+	at := &attachment{a: a, inner: h, ctx: ctx, stop: stop, joins: make(chan struct{}, 8), inJoin: map[peer.ID]int{}}
 	a.mu.Lock()
 	a.attached = at
 	a.mu.Unlock()
@@ -74,6 +97,10 @@ func (at *attachment) disconnected(n network.Network, c network.Conn) {
 func (at *attachment) deadline(c network.Conn) {
 	time.AfterFunc(at.a.cfg.Timeout, func() {
 		if c.IsClosed() || at.a.Admitted(c.RemotePeer()) {
+			return
+		}
+		if at.joining(c.RemotePeer()) {
+			at.deadline(c) // its join is being served: wait for its answer
 			return
 		}
 		_, _, err := at.a.admitted(c.RemotePeer())

@@ -17,6 +17,7 @@ import (
 func (at *attachment) handleJoin(s network.Stream) {
 	defer s.Close()
 	remote := s.Conn().RemotePeer()
+	defer at.joinStarted(remote)()
 	select {
 	case at.joins <- struct{}{}:
 		defer func() { <-at.joins }()
@@ -58,7 +59,7 @@ func (at *attachment) serveJoin(ctx context.Context, q joinRequest) []byte {
 		now := a.cfg.Now()
 		if q.Kind == kindRedeem {
 			cert, err = iss.Redeem(string(q.Payload), q.Subject, now)
-		} else {
+		} else if err = a.renewable(q.Payload, now); err == nil {
 			cert, err = iss.Renew(q.Payload, q.Subject, now)
 		}
 		if err != nil {
@@ -149,6 +150,24 @@ func (at *attachment) ask(ctx context.Context, p peer.ID, q joinRequest, pub []b
 		return Material{}, fmt.Errorf("%s: certificate issued for %s, not this node", p, c.Peer)
 	}
 	return Material{GridKey: rep.GridKey, Cert: rep.Cert, Revocations: rep.Revocations}, nil
+}
+
+// renewable refuses the renewal of a certificate less than half through
+// its life: a member renews at two thirds (RenewDue), and a request
+// earlier than half is a member asking the root to fill its ledger.
+func (a *Admission) renewable(b []byte, now time.Time) error {
+	a.mu.Lock()
+	pub := a.pub
+	a.mu.Unlock()
+	c, err := grid.DecodeCert(b, pub)
+	if err != nil {
+		return err
+	}
+	if now.Unix() < c.NotBefore+(c.NotAfter-c.NotBefore)/2 {
+		return fmt.Errorf("certificate %d of %s: not renewed before half its life (%s)", c.Serial, c.Peer,
+			time.Unix(c.NotBefore+(c.NotAfter-c.NotBefore)/2, 0).UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // RenewDue reports whether certificate c should be renewed at now: once

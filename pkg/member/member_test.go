@@ -366,7 +366,19 @@ func TestJoinThroughTheTree(t *testing.T) {
 		t.Fatal("renewal without a parent succeeded")
 	}
 	// Renewal through the head: a new serial, the same role.
-	w := start(t, "tcp", member.Config{Up: func() []peer.ID { return []peer.ID{head.h.ID()} }}, g.member(t, grid.RoleWorker))
+	// Renewed too early (the cert is 1 min into a 1 h and 1 min life):
+	// refused, so that a member cannot make the root fill its ledger.
+	early := start(t, "tcp", member.Config{Up: func() []peer.ID { return []peer.ID{head.h.ID()} }}, g.member(t, grid.RoleWorker))
+	if _, err := read(ctx, early.h, head.h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := early.adm.Renew(ctx); err == nil || !strings.Contains(err.Error(), "half its life") {
+		t.Fatalf("an early renewal: %v", err)
+	}
+	w := start(t, "tcp", member.Config{Up: func() []peer.ID { return []peer.ID{head.h.ID()} }}, func(p peer.ID) member.Material {
+		now := time.Now()
+		return member.Material{GridKey: g.key.Public(), Cert: g.cert(t, p, grid.RoleWorker, now.Add(-50*time.Minute), now.Add(10*time.Minute))}
+	})
 	if _, err := read(ctx, w.h, head.h); err != nil {
 		t.Fatal(err)
 	}

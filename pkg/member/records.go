@@ -3,6 +3,7 @@ package member
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -83,7 +84,7 @@ func (a *Admission) CheckRecord(r blob.Record) error {
 	if pub == nil {
 		return nil
 	}
-	err := checkProof(r, pub, revs)
+	err := checkProof(r, pub, revs, a.cfg.Now())
 	if err != nil {
 		a.count(func(s *Stats) { s.RecordsRejected++ })
 		return fmt.Errorf("%w: %q from %s: %w", ErrBadRecord, r.Name, r.Origin, err)
@@ -92,7 +93,7 @@ func (a *Admission) CheckRecord(r blob.Record) error {
 }
 
 // checkProof is CheckRecord's decision, plain code.
-func checkProof(r blob.Record, pub []byte, revs *grid.Revocations) error {
+func checkProof(r blob.Record, pub []byte, revs *grid.Revocations, now time.Time) error {
 	if len(r.Proof) == 0 {
 		return errors.New("unsigned (this grid requires its origin's signature and certificate)")
 	}
@@ -118,6 +119,9 @@ func checkProof(r blob.Record, pub []byte, revs *grid.Revocations) error {
 	c, err := grid.DecodeCert(cert, pub)
 	if err != nil {
 		return err
+	}
+	if r.When().After(now.Add(grid.ClockSkew)) {
+		return fmt.Errorf("dated %s, in the future", r.When().UTC().Format(time.RFC3339))
 	}
 	if err := c.Check(origin, r.When(), revs); err != nil {
 		return err

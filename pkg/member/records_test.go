@@ -78,6 +78,9 @@ func TestRecordProofs(t *testing.T) {
 	own.Origin = rid.String()
 	own.Name = "shared/init" // the relay's own record, outside its prefixes
 	bad["outside the origin's prefixes"] = signWithCert(t, rkey, own, relay.cert)
+	ahead := rec
+	ahead.Time = time.Now().Add(30 * time.Minute).UnixNano() // would win over later puts
+	bad["dated in the future"] = signWithCert(t, wkey, ahead, worker.cert)
 	unsigned := rec
 	bad["unsigned"] = unsigned
 	garbage := rec

@@ -33,17 +33,15 @@ const openWarning = "this daemon is OPEN: any host that can reach it may join th
 // decides who this node serves.
 func (n *Node) newAdmission(self peer.ID) (*member.Admission, error) {
 	n.gdir = gridstore.Open(n.cfg.Home)
-	if strings.HasPrefix(strings.TrimSpace(n.cfg.Join), grid.CertTextPrefix) {
-		pub, cert, c, err := grid.ParseCertText(n.cfg.Join)
-		if err != nil {
-			return nil, fmt.Errorf("--join: %w", err)
+	join := strings.TrimSpace(n.cfg.Join)
+	switch {
+	case join == "", strings.HasPrefix(join, grid.TokenPrefix):
+	case strings.HasPrefix(join, grid.CertTextPrefix):
+		if err := n.installCert(self, join); err != nil {
+			return nil, err
 		}
-		if c.Peer != self {
-			return nil, fmt.Errorf("--join: the certificate is for %s, this node is %s", c.Peer, self)
-		}
-		if err := n.gdir.SaveMember(pub, cert); err != nil {
-			return nil, fmt.Errorf("--join: %w", err)
-		}
+	default:
+		return nil, fmt.Errorf("--join: neither a join token (%s...) nor a certificate (%s...)", grid.TokenPrefix, grid.CertTextPrefix)
 	}
 	m, err := n.material()
 	if err != nil {
@@ -53,12 +51,35 @@ func (n *Node) newAdmission(self peer.ID) (*member.Admission, error) {
 		Logger:        n.log,
 		Up:            n.parents,
 		OnRevocations: n.keepRevocations,
-		Joining:       strings.HasPrefix(strings.TrimSpace(n.cfg.Join), grid.TokenPrefix) && m.Cert == nil,
+		Joining:       strings.HasPrefix(join, grid.TokenPrefix),
 	}
 	if _, err := n.gdir.Key(); err == nil {
 		cfg.Issuer = n.gdir
 	}
 	return member.New(cfg, m)
+}
+
+// installCert keeps the certificate of a `--join omst-cert-...` unless
+// the one kept in HOME/grid is the same or newer (a renewed one: the
+// flag may stay in a service's command line).
+func (n *Node) installCert(self peer.ID, text string) error {
+	pub, cert, c, err := grid.ParseCertText(text)
+	if err != nil {
+		return fmt.Errorf("--join: %w", err)
+	}
+	if c.Peer != self {
+		return fmt.Errorf("--join: the certificate is for %s, this node is %s", c.Peer, self)
+	}
+	if cur, err := n.gdir.Material(); err == nil && cur.Cert != nil && cur.Pub.Equal(pub) {
+		if old, err := grid.DecodeCert(cur.Cert, pub); err == nil && old.NotAfter >= c.NotAfter {
+			n.log.Info("--join: this node keeps its newer certificate", "serial", old.Serial)
+			return nil
+		}
+	}
+	if err := n.gdir.SaveMember(pub, cert); err != nil {
+		return fmt.Errorf("--join: %w", err)
+	}
+	return nil
 }
 
 // material reads HOME/grid (a zero Material: none, open).
@@ -87,9 +108,13 @@ func (n *Node) joinGrid(ctx context.Context, parents []peer.AddrInfo) error {
 	if !strings.HasPrefix(tok, grid.TokenPrefix) {
 		return nil
 	}
-	if _, ok := n.adm.Cert(); ok {
-		n.log.Info("already a member of the grid: --join ignored", "grid", n.adm.Stats().Grid)
-		return nil
+	if c, ok := n.adm.Cert(); ok {
+		if err := n.adm.CheckOwn(time.Now()); err == nil {
+			n.log.Info("already a member of the grid: --join ignored", "grid", n.adm.Stats().Grid)
+			return nil
+		} else {
+			n.log.Warn("this node's certificate no longer holds: joining again with the token", "serial", c.Serial, "err", err)
+		}
 	}
 	if len(parents) == 0 {
 		return errors.New("--join TOKEN needs --parent: the token is redeemed with the grid's root, through the tree")
