@@ -85,7 +85,7 @@ static void test_strerror(void)
 {
 	int codes[] = {OMST_OK, OMST_ENOTFOUND, OMST_EINVALIDNAME, OMST_EBADREQUEST, OMST_EIO, OMST_ENOSPACE,
 	               OMST_EUNREACHABLE, OMST_ECORRUPT, OMST_ESIZE, OMST_EVERSION, OMST_EINTERNAL, OMST_EABORTED,
-	               OMST_ETIMEDOUT, OMST_EUNAVAILABLE, OMST_EINVAL, OMST_ENODAEMON, OMST_ECONN, OMST_EPROTO, OMST_ENOMEM,
+	               OMST_ETIMEDOUT, OMST_EUNAVAILABLE, OMST_EFORBIDDEN, OMST_EINVAL, OMST_ENODAEMON, OMST_ECONN, OMST_EPROTO, OMST_ENOMEM,
 	               OMST_ESYS, OMST_EMFILE, OMST_EUNKNOWN, 12345};
 	for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
 		const char *s = omst_strerror(codes[i]);
@@ -94,7 +94,8 @@ static void test_strerror(void)
 	CHECK(omst_code_from_wire(1) == OMST_ENOTFOUND);
 	CHECK(omst_code_from_wire(12) == OMST_ETIMEDOUT);
 	CHECK(omst_code_from_wire(13) == OMST_EUNAVAILABLE);
-	CHECK(omst_code_from_wire(14) == OMST_EUNKNOWN);
+	CHECK(omst_code_from_wire(14) == OMST_EFORBIDDEN);
+	CHECK(omst_code_from_wire(15) == OMST_EUNKNOWN);
 	CHECK(omst_code_from_wire(0) == OMST_EUNKNOWN);
 }
 
