@@ -22,8 +22,12 @@ deps: ## download Go modules (and Go itself when no Go >= 1.26 is installed)
 	$(GO) version
 	$(GO) mod download
 
+# The commit `omst version` reports (GOFLAGS has -buildvcs=false: a clean
+# clone owned by another user makes go's own VCS stamping fail).
+COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -modified)
+
 build: deps ## build bin/omst
-	$(GO) build -o $(BIN) ./cmd/omst
+	$(GO) build -ldflags "-X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/omst
 
 demo: build ## build omst and run the in-process emulated grid demo
 	./$(BIN) demo

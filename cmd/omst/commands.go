@@ -116,7 +116,12 @@ func daemonCmd(g *globals) *cobra.Command {
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			logFormat, _ := cmd.Flags().GetString("log-format")
+			h, err := newLogHandler(logFormat, lvl)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = slog.New(h)
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
@@ -159,6 +164,7 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&join, "join", "", "join a grid on the first start: a join token (omst-join-..., from `omst grid token`), redeemed with the root\n"+
 		"through --parent, or a certificate (omst-cert-..., from `omst grid admit`); ignored once this node is a member")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.String("log-format", "text", "text (key=value lines) or json (one JSON object per line, for log collectors)")
 	f.StringVar(&sockGroup, "socket-group", "", "open the local API socket to this group (name or GID): socket mode 0660 and HOME mode 0710 with that group,\n"+
 		"so that its members (e.g. jobs running as other users) can connect; the daemon's user must be a member (default: socket 0600, this user only)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (for `go tool pprof`)")

@@ -63,8 +63,11 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.home, "home", "", "daemon home directory (default $OMST_HOME, else ~/.omst)")
 	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "no progress output")
 	root.AddCommand(
-		daemonCmd(g), putCmd(g), getCmd(g), preheatCmd(g), lsCmd(g), statCmd(g), rmCmd(g), idCmd(g), statusCmd(g), providersCmd(g), peersCmd(g), demoCmd(g), gridCmd(g),
+		withConfigFile(g, daemonCmd(g)), putCmd(g), getCmd(g), preheatCmd(g), lsCmd(g), statCmd(g), rmCmd(g), idCmd(g), statusCmd(g), providersCmd(g), peersCmd(g), demoCmd(g), gridCmd(g),
+		configCmd(g), versionCmd(),
 	)
+	root.Version = readBuildInfo().String()
+	root.SetVersionTemplate("omst {{.Version}}\n")
 	return root
 }
 

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// ConfigFile is the daemon's configuration file in its home. Its keys are
+// the daemon's flag names (without the dashes); a flag given on the
+// command line wins over the file, the file over the flag's default.
+const ConfigFile = "config.toml"
+
+// notInConfig are daemon flags a configuration file may not set.
+var notInConfig = map[string]bool{"config": true, "help": true, "home": true}
+
+// withConfigFile makes daemon read HOME/config.toml (or --config FILE)
+// before it runs.
+func withConfigFile(g *globals, daemon *cobra.Command) *cobra.Command {
+	daemon.Flags().String("config", "", "configuration file (TOML; keys are these flags' names, e.g. site = \"a\", parent = [\"/ip4/...\"];\n"+
+		"flags given here win over it; default HOME/"+ConfigFile+" when it exists; see `omst config show`)")
+	daemon.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		_, err := applyConfig(cmd.Flags(), configPath(g, cmd.Flags()))
+		return err
+	}
+	return daemon
+}
+
+// configPath is --config, else HOME/config.toml.
+func configPath(g *globals, fs *pflag.FlagSet) string {
+	if p, _ := fs.GetString("config"); p != "" {
+		return p
+	}
+	return filepath.Join(g.homeDir(), ConfigFile)
+}
+
+// applyConfig sets every flag of fs that the command line did not set and
+// the file at path does, and returns the names it set. A missing file is
+// no error unless it was named with --config; an unknown key, a key that
+// may not be set there or a value of the wrong type is, naming the file,
+// the line and the key.
+func applyConfig(flags *pflag.FlagSet, path string) ([]string, error) {
+	doc, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !flags.Changed("config") {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	var m map[string]any
+	if err := toml.Unmarshal(doc, &m); err != nil {
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, _ := de.Position()
+			return nil, usageError{fmt.Errorf("%s:%d: %s", path, row, de.Error())}
+		}
+		return nil, usageError{fmt.Errorf("%s: %w", path, err)}
+	}
+	var set []string
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		at := fmt.Sprintf("%s:%d", path, keyLine(doc, k))
+		f := flags.Lookup(k)
+		if f == nil || notInConfig[k] {
+			return nil, usageError{fmt.Errorf("%s: unknown key %q (the keys are `omst daemon` flag names: %s)", at, k, strings.Join(configKeys(flags), ", "))}
+		}
+		if flags.Changed(k) {
+			continue // the command line wins
+		}
+		vals, err := configValues(f, m[k])
+		if err != nil {
+			return nil, usageError{fmt.Errorf("%s: %s: %w", at, k, err)}
+		}
+		for _, v := range vals {
+			if err := f.Value.Set(v); err != nil {
+				return nil, usageError{fmt.Errorf("%s: %s = %q: %w", at, k, v, err)}
+			}
+		}
+		f.Changed = true
+		set = append(set, k)
+	}
+	return set, nil
+}
+
+// configValues turns a TOML value into the strings f.Value.Set takes: an
+// array for a repeatable flag, a scalar of the flag's type otherwise.
+func configValues(f *pflag.Flag, v any) ([]string, error) {
+	typ := f.Value.Type()
+	repeatable := strings.HasSuffix(typ, "Array") || strings.HasSuffix(typ, "Slice")
+	if arr, ok := v.([]any); ok {
+		if !repeatable {
+			return nil, fmt.Errorf("a list, but it takes one value (%s)", typ)
+		}
+		var out []string
+		for _, x := range arr {
+			s, err := scalar(x)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	}
+	s, err := scalar(v)
+	if err != nil {
+		return nil, err
+	}
+	switch typ {
+	case "bool":
+		if _, ok := v.(bool); !ok {
+			return nil, fmt.Errorf("want true or false, not %q", s)
+		}
+	case "int":
+		if _, ok := v.(int64); !ok {
+			return nil, fmt.Errorf("want an integer, not %q", s)
+		}
+	}
+	return []string{s}, nil
+}
+
+func scalar(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), nil
+	case time.Duration:
+		return x.String(), nil
+	}
+	return "", fmt.Errorf("a value of type %T: want a string, number, boolean or a list of strings", v)
+}
+
+// keyLine returns the line of key's first assignment in doc (1 when not
+// found, e.g. a quoted key).
+func keyLine(doc []byte, key string) int {
+	for i, line := range bytes.Split(doc, []byte("\n")) {
+		t := strings.TrimSpace(string(line))
+		for _, k := range []string{key, `"` + key + `"`} {
+			if rest, ok := strings.CutPrefix(t, k); ok && strings.HasPrefix(strings.TrimSpace(rest), "=") {
+				return i + 1
+			}
+		}
+	}
+	return 1
+}
+
+// configKeys lists the keys a configuration file may set.
+func configKeys(fs *pflag.FlagSet) []string {
+	var out []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !notInConfig[f.Name] {
+			out = append(out, f.Name)
+		}
+	})
+	return out
+}
+
+// configCmd is `omst config show`.
+func configCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{Use: "config", Short: "The daemon's configuration file (HOME/" + ConfigFile + ")", Args: cobra.NoArgs}
+	var asJSON bool
+	show := &cobra.Command{
+		Use:   "show [--config FILE]",
+		Short: "Print the daemon configuration in effect: every setting, its value and where it comes from (file or default)",
+		Long: "Print the settings `omst daemon` would run with on this home: the configuration file's values\n" +
+			"over the defaults (flags given to `omst daemon` itself win over both). The output is a valid\n" +
+			"configuration file: keys are the daemon's flag names.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d := withConfigFile(g, daemonCmd(g))
+			if p, _ := cmd.Flags().GetString("config"); p != "" {
+				if err := d.Flags().Set("config", p); err != nil {
+					return err
+				}
+			}
+			path := configPath(g, d.Flags())
+			set, err := applyConfig(d.Flags(), path)
+			if err != nil {
+				return err
+			}
+			return printConfig(cmd, d.Flags(), path, set, asJSON)
+		},
+	}
+	show.Flags().String("config", "", "configuration file (default HOME/"+ConfigFile+")")
+	show.Flags().BoolVar(&asJSON, "json", false, "JSON: {key: {value, source}}")
+	c.AddCommand(show)
+	return c
+}
+
+type configEntry struct {
+	Value  any    `json:"value"`
+	Source string `json:"source"` // "file" or "default"
+}
+
+func printConfig(cmd *cobra.Command, fs *pflag.FlagSet, path string, set []string, asJSON bool) error {
+	out := map[string]configEntry{}
+	for _, k := range configKeys(fs) {
+		f := fs.Lookup(k)
+		src := "default"
+		if slices.Contains(set, k) {
+			src = "file"
+		}
+		out[k] = configEntry{Value: flagValue(f), Source: src}
+	}
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "# omst daemon configuration in effect (file: %s)\n", path)
+	for _, k := range configKeys(fs) {
+		e := out[k]
+		b, err := toml.Marshal(map[string]any{k: e.Value})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s", strings.TrimRight(string(b), "\n"))
+		if e.Source == "file" {
+			fmt.Fprint(w, "  # from the file")
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+// flagValue is f's value as a TOML/JSON value of its type.
+func flagValue(f *pflag.Flag) any {
+	if sv, ok := f.Value.(pflag.SliceValue); ok {
+		v := sv.GetSlice()
+		if v == nil {
+			v = []string{}
+		}
+		return v
+	}
+	switch f.Value.Type() {
+	case "bool":
+		b, _ := strconv.ParseBool(f.Value.String())
+		return b
+	case "int":
+		n, _ := strconv.ParseInt(f.Value.String(), 10, 64)
+		return n
+	}
+	return f.Value.String()
+}
