@@ -61,6 +61,7 @@ func daemonCmd(g *globals) *cobra.Command {
 		parentRetry time.Duration
 		sockGroup   string
 		join        string
+		metrics     string
 	)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -72,6 +73,7 @@ func daemonCmd(g *globals) *cobra.Command {
 			cfg := node.Config{Home: g.homeDir(), Listen: listen, Site: site, Window: window, NoReplicate: noReplicate,
 				NoSiblingExchange: noSiblings, Sync: syncPuts, Bootstrap: bootstrap, NoDHT: noDHT, Join: join}
 			cfg.SocketGroup = sockGroup
+			cfg.Metrics = metrics
 			if len(parents) > 0 {
 				cfg.Parent, cfg.Fallbacks = parents[0], parents[1:]
 			}
@@ -163,6 +165,8 @@ func daemonCmd(g *globals) *cobra.Command {
 		"(on a worker: its siblings; refused ones get the chunk from their head instead; default 0: no cap)")
 	f.StringVar(&join, "join", "", "join a grid on the first start: a join token (omst-join-..., from `omst grid token`), redeemed with the root\n"+
 		"through --parent, or a certificate (omst-cert-..., from `omst grid admit`); ignored once this node is a member")
+	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 (default: off);\n"+
+		"unauthenticated: listen on loopback or a management network only (see docs/operations.md)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.String("log-format", "text", "text (key=value lines) or json (one JSON object per line, for log collectors)")
 	f.StringVar(&sockGroup, "socket-group", "", "open the local API socket to this group (name or GID): socket mode 0660 and HOME mode 0710 with that group,\n"+

@@ -387,7 +387,10 @@ func (s *Store) evictLocked(need int64) error {
 			return fmt.Errorf("cache cap of %d bytes full (%d used, %d pinned, %d being written): %w",
 				s.capBytes, s.used, s.pinnedBytes, s.reserved, blob.ErrNoSpace)
 		}
-		s.removeLocked(back.Value.(*chunkEntry))
+		e := back.Value.(*chunkEntry)
+		s.evictions++
+		s.evictedBytes += uint64(e.size)
+		s.removeLocked(e)
 	}
 	return nil
 }

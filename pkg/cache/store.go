@@ -79,6 +79,11 @@ type Usage struct {
 	// DamagedChunks counts the chunks found damaged (bytes not matching
 	// their hash, a file truncated or missing) and dropped since Open.
 	DamagedChunks uint64
+	// Evictions and EvictedBytes count the chunks (and their bytes)
+	// evicted to make room since Open; PinnedBlobs is the number of
+	// pinned blobs.
+	Evictions, EvictedBytes uint64
+	PinnedBlobs             int
 }
 
 // Store is the node-local blob store: chunk bytes in content-addressed files
@@ -114,6 +119,10 @@ type Store struct {
 	capBytes    int64
 	dirty       map[blob.Hash]struct{} // chunk entries whose index record is stale
 	closed      bool
+
+	// evictions and evictedBytes (under mu) count chunks evicted to make room
+	// (Usage.Evictions, Usage.EvictedBytes).
+	evictions, evictedBytes uint64
 
 	// verified keeps the bytes of recently verified chunks (never modified
 	// by anyone); manifests keeps recently used decoded manifests (never
@@ -524,7 +533,7 @@ func (s *Store) Usage() Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Usage{UsedBytes: s.used, CapBytes: s.capBytes, PinnedBytes: s.pinnedBytes, OrphanedBytes: s.orphanBytes,
-		Chunks: len(s.chunks), DamagedChunks: s.damaged}
+		Chunks: len(s.chunks), DamagedChunks: s.damaged, Evictions: s.evictions, EvictedBytes: s.evictedBytes, PinnedBlobs: len(s.pins)}
 }
 
 // Dir returns the directory the store lives in.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/rpcbridge"
@@ -19,15 +20,18 @@ import (
 // fetched again once, and fails the get with blob.ErrCorrupt if it is still
 // wrong.
 func (n *Node) OpenExtents(ctx context.Context, name string) (rpcbridge.Info, rpcbridge.ExtentIter, error) {
+	start := time.Now()
 	rec, m, err := n.resolve(ctx, name)
 	if err != nil {
+		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, err
 	}
 	if err := n.engine.Fetch(ctx, rec); err != nil {
+		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
 	info := n.info(rec, m)
-	return info, n.newExtentIter(ctx, rec, m), nil
+	return info, n.metrics.timeExtents(start, n.newExtentIter(ctx, rec, m)), nil
 }
 
 type extentResult struct {

@@ -91,6 +91,10 @@ type Config struct {
 	// (omst-cert-..., from `omst grid admit`); ignored once this node
 	// holds a certificate. Without grid material the node is open.
 	Join string
+	// Metrics, a host:port, serves Prometheus metrics at
+	// http://Metrics/metrics (unauthenticated: loopback or a management
+	// network; port 0 picks one, see MetricsAddr). "" serves none.
+	Metrics string
 }
 
 // Node is a running daemon. Its methods implement rpcbridge.Backend and are
@@ -121,6 +125,7 @@ type Node struct {
 	removed   map[string]int64
 	server    *rpcbridge.Server
 	ln        net.Listener
+	metrics   *nodeMetrics // nil without Config.Metrics
 	cancel    context.CancelFunc
 	served    chan error
 	once      sync.Once
@@ -201,6 +206,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			return nil, err
 		}
 	}
+	if err = n.startMetrics(); err != nil {
+		return nil, err
+	}
 	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger, Sync: cfg.Sync}); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -222,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		if n.adm, err = n.newAdmission(self); err != nil {
 			return nil, err
 		}
-		if n.host, err = peerhost.New(peerhost.Options{Key: key, Listen: cfg.Listen, Admission: n.adm}); err != nil {
+		if n.host, err = peerhost.New(peerhost.Options{Key: key, Listen: cfg.Listen, Admission: n.adm, Registerer: n.metrics.registerer()}); err != nil {
 			return nil, err
 		}
 	}
@@ -337,6 +345,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.served = make(chan error, 1)
 		go func() { n.served <- n.server.Serve(n.ln) }()
 	}
+	n.metrics.setReady()
 	n.log.Info("omst daemon started", "peer", n.host.ID(), "addrs", peerhost.FullAddrs(n.host),
 		"parent", cfg.Parent, "site", cfg.Site, "home", cfg.Home)
 	return n, nil
@@ -356,6 +365,7 @@ func (n *Node) Host() host.Host { return n.host }
 func (n *Node) Close() error {
 	var errs []error
 	n.once.Do(func() {
+		errs = append(errs, n.metrics.close())
 		if n.server != nil {
 			errs = append(errs, n.server.Close())
 			if n.served != nil {
@@ -500,15 +510,18 @@ func (n *Node) lookup(ctx context.Context, name string) (blob.Record, error) {
 // Open returns the verified bytes of the blob named name, fetching missing
 // chunks through the tree.
 func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCloser, error) {
+	start := time.Now()
 	rec, m, err := n.resolve(ctx, name)
 	if err != nil {
+		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, err
 	}
 	rc, err := n.engine.Open(ctx, rec)
 	if err != nil {
+		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
-	return n.info(rec, m), &providingReader{ReadCloser: rc, n: n, id: rec.ID}, nil
+	return n.info(rec, m), n.metrics.timeGet(start, &providingReader{ReadCloser: rc, n: n, id: rec.ID}), nil
 }
 
 // GetFile writes the blob named name to path. A regular file (or a new

@@ -29,6 +29,7 @@ import (
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/omst-project/omst/pkg/member"
 )
@@ -142,6 +143,10 @@ type Options struct {
 	// connection gater (Gater must then be nil) and New's host is wrapped
 	// by member.Wrap.
 	Admission *member.Admission
+	// Registerer, when non-nil, receives go-libp2p's own metrics (swarm,
+	// identify, event bus, resource manager...) instead of the process's
+	// default Prometheus registry.
+	Registerer prometheus.Registerer
 }
 
 // New starts a libp2p host listening on opts.Listen. It fails, naming the
@@ -183,6 +188,9 @@ func New(opts Options) (host.Host, error) {
 		libp2p.DisableRelay(),
 		libp2p.ResourceManager(rm),
 		libp2p.UserAgent("omst"),
+	}
+	if opts.Registerer != nil {
+		o = append(o, libp2p.PrometheusRegisterer(opts.Registerer))
 	}
 	switch {
 	case opts.Admission != nil && opts.Gater != nil:
