@@ -33,7 +33,7 @@ func gridCmd(g *globals) *cobra.Command {
 			"commands work on the files in HOME/grid and need no running daemon; all but init\n" +
 			"run on the root.",
 	}
-	c.AddCommand(gridInitCmd(g), gridTokenCmd(g), gridAdmitCmd(g), gridRevokeCmd(g), gridMembersCmd(g), gridIDCmd(g))
+	c.AddCommand(gridInitCmd(g), gridTokenCmd(g), gridAdmitCmd(g), gridRevokeCmd(g), gridMembersCmd(g), gridIDCmd(g), gridValidateCmd(g))
 	return c
 }
 
