@@ -354,50 +354,17 @@ func getCmd(g *globals) *cobra.Command {
 			defer cl.Close()
 			ctx := cmd.Context()
 			if out == "" || out == "-" {
-				_, err := cl.Get(ctx, name, cmd.OutOrStdout())
-				return err
+				return getToWriter(ctx, g, cl, name, cmd.OutOrStdout()) // getfile.go
 			}
 			path, err := filepath.Abs(out)
 			if err != nil {
 				return err
 			}
-			if g.quiet || !isTerminal() {
-				_, err = cl.GetFile(ctx, name, path)
-				return err
-			}
-			info, rc, err := cl.GetStream(ctx, name)
-			if err != nil {
-				return err
-			}
-			defer rc.Close()
-			p := newProgress("get "+name, int64(info.Size), g.quiet)
-			err = writeFileAtomic(path, rc, p)
-			p.finish()
-			return err
+			return getToFile(ctx, g, cl, name, path) // getfile.go: one way, terminal or not
 		},
 	}
 	c.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
 	return c
-}
-
-// writeFileAtomic copies r into a temporary file beside path and renames it
-// into place only after the whole stream ended without error.
-func writeFileAtomic(path string, r io.Reader, p *progress) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".omst-*")
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(p.writer(f), r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 func lsCmd(g *globals) *cobra.Command {
@@ -424,10 +391,7 @@ func lsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				if infos == nil {
-					infos = []rpcbridge.Info{}
-				}
-				return printJSON(cmd.OutOrStdout(), infos)
+				return printJSON(cmd.OutOrStdout(), toInfosJSON(infos)) // infojson.go
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSIZE\tLOCAL\tID")
@@ -461,12 +425,16 @@ func statCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), in)
+				return printJSON(cmd.OutOrStdout(), toInfoJSON(in)) // infojson.go
+			}
+			put := putTime(in.Time)
+			if put == "" {
+				put = "unknown"
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintf(tw, "name\t%s\nid\t%s\nsize\t%d (%s)\nchunks\t%d x %s\nput\t%s\norigin\t%s\nlocal\t%s\npinned\t%s\n",
 				in.Name, in.ID, in.Size, bytesize.Format(int64(in.Size)), in.Chunks, bytesize.Format(int64(in.ChunkSize)),
-				time.Unix(0, in.Time).UTC().Format(time.RFC3339Nano), in.Origin, yesNo(in.Local), yesNo(in.Pinned))
+				put, in.Origin, yesNo(in.Local), yesNo(in.Pinned))
 			return tw.Flush()
 		},
 	}

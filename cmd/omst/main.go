@@ -4,12 +4,8 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -63,7 +59,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.home, "home", "", "daemon home directory (default $OMST_HOME, else ~/.omst)")
 	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "no progress output")
 	root.AddCommand(
-		withConfigFile(g, daemonCmd(g)), putCmd(g), getCmd(g), preheatCmd(g), lsCmd(g), statCmd(g), rmCmd(g), idCmd(g), statusCmd(g), providersCmd(g), peersCmd(g), demoCmd(g), gridCmd(g),
+		withConfigFile(g, withDetach(g, daemonCmd(g))), waitCmd(g), putCmd(g), getCmd(g), preheatCmd(g), lsCmd(g), statCmd(g), rmCmd(g), idCmd(g), statusCmd(g), providersCmd(g), peersCmd(g), demoCmd(g), gridCmd(g),
 		configCmd(g), versionCmd(),
 	)
 	root.Version = readBuildInfo().String()
@@ -72,13 +68,13 @@ func newRoot() *cobra.Command {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRoot().ExecuteContext(ctx)
+	// A command ended by SIGINT or SIGTERM exits 130 or 143 (exitcodes.go).
+	ctx, received, stop := signalContext()
+	root := newRoot()
+	usageErrors(root)
+	err := root.ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "omst: %v\n", err)
-	}
-	os.Exit(exitCode(err))
+	os.Exit(finish(os.Stderr, err, received()))
 }
 
 // usageError marks errors in flags or arguments.

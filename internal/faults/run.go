@@ -221,6 +221,7 @@ func runOne(ctx context.Context, cfg Config, root string, round int, seed uint64
 	case errors.As(err, &skip):
 		sum.Skipped++
 		fmt.Fprintf(out, "SKIP %s (%s)\n", c.Name, skip.Reason)
+		noteSkip(c.Name, skip.Reason)
 	default:
 		sum.Failed++
 		kind := "ERROR (harness or setup)"

@@ -41,20 +41,47 @@ func Parse(s string) (int64, error) {
 }
 
 // Format formats n bytes with a binary unit: "512 B", "64 MiB", "1.5 GiB"
-// (one decimal unless the value is a whole number of units).
+// (one decimal unless the value is a whole number of units). A value that
+// rounds up to 1024 of a unit is given in the next one ("1 MiB", not
+// "1024.0 KiB").
 func Format(n int64) string {
-	const unit = 1024
-	if n < unit {
+	v, unit := scale(n)
+	if unit == "B" {
 		return fmt.Sprintf("%d B", n)
 	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("%d %s", int64(v), unit)
 	}
-	v := float64(n) / float64(div)
-	if v == float64(int64(v)) {
-		return fmt.Sprintf("%d %ciB", int64(v), "KMGTPE"[exp])
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+// FormatFixed is Format with always one decimal from KiB up ("12.0 MiB",
+// "12.1 MiB"): for figures that change while they are shown (progress
+// lines), so that their width does not jump.
+func FormatFixed(n int64) string {
+	v, unit := scale(n)
+	if unit == "B" {
+		return fmt.Sprintf("%d B", n)
 	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTPE"[exp])
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+// scale returns n in its binary unit, rounded to one decimal: 1023 B is
+// "B", 1024 and up KiB, and so on; a value that would round to 1024.0 of a
+// unit moves to the next.
+func scale(n int64) (float64, string) {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return float64(n), "B"
+	}
+	v := float64(n)
+	i := -1
+	for v >= 1024 || math.Round(v*10)/10 >= 1024 {
+		v /= 1024
+		i++
+		if i == len(units)-1 {
+			break
+		}
+	}
+	return math.Round(v*10) / 10, string(units[i]) + "iB"
 }

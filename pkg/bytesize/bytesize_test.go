@@ -21,9 +21,20 @@ func TestParse(t *testing.T) {
 func TestFormat(t *testing.T) {
 	for n, want := range map[int64]string{
 		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 64 << 20: "64 MiB", 3 << 29: "1.5 GiB",
+		1<<20 - 1: "1 MiB", 1<<20 - 60<<10: "964 KiB", 1<<30 - 1: "1 GiB", 11 << 20 / 10: "1.1 MiB",
 	} {
 		if got := Format(n); got != want {
 			t.Errorf("Format(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestFormatFixed(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 12 << 20: "12.0 MiB", 1<<20 - 1: "1.0 MiB", 3 << 29: "1.5 GiB",
+	} {
+		if got := FormatFixed(n); got != want {
+			t.Errorf("FormatFixed(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

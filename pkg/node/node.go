@@ -482,7 +482,9 @@ const nameSearchTimeout = 10 * time.Second
 // topology), then, if the tree does not know it or cannot be reached, in
 // the DHT (the only path in a flat cluster); a record found there is kept.
 func (n *Node) lookup(ctx context.Context, name string) (blob.Record, error) {
+	start := time.Now()
 	rec, err := n.tree.Lookup(ctx, name)
+	n.debugLookup("tree", name, rec, start, err) // getlog.go
 	if err == nil || n.dht == nil || !(errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrUnreachable)) {
 		return rec, err
 	}
@@ -495,6 +497,7 @@ func (n *Node) lookup(ctx context.Context, name string) (blob.Record, error) {
 	if derr == nil && gone && drec.Time <= at {
 		derr = fmt.Errorf("removed here: %w", blob.ErrNotFound)
 	}
+	n.debugLookup("DHT", name, drec, start, derr)
 	if derr != nil {
 		if errors.Is(derr, blob.ErrNotFound) {
 			return blob.Record{}, err // the tree's answer says why
@@ -512,6 +515,7 @@ func (n *Node) lookup(ctx context.Context, name string) (blob.Record, error) {
 func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCloser, error) {
 	start := time.Now()
 	rec, m, err := n.resolve(ctx, name)
+	n.debugResolved(name, rec, m, start, err) // getlog.go
 	if err != nil {
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, err
@@ -521,7 +525,7 @@ func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCl
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
-	return n.info(rec, m), n.metrics.timeGet(start, &providingReader{ReadCloser: rc, n: n, id: rec.ID}), nil
+	return n.info(rec, m), n.debugReader(n.metrics.timeGet(start, &providingReader{ReadCloser: rc, n: n, id: rec.ID}), name, rec.ID, rec.Size, start), nil
 }
 
 // GetFile writes the blob named name to path. A regular file (or a new
@@ -548,13 +552,15 @@ func writeFileAtomic(path string, r io.Reader) (err error) {
 	}
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
 		if fi.IsDir() {
-			return fmt.Errorf("%s is a directory", path)
+			return errors.New("it is a directory")
 		}
 		return writeInPlace(path, r)
 	}
+	// Errors name the destination, never the temporary file (hideTemp,
+	// getfile.go).
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".omst-*")
 	if err != nil {
-		return mapDiskErr(err)
+		return mapDiskErr(hideTemp("create", err))
 	}
 	defer func() {
 		if err != nil {
@@ -562,16 +568,16 @@ func writeFileAtomic(path string, r io.Reader) (err error) {
 			os.Remove(f.Name())
 		}
 	}()
-	if _, err = io.Copy(f, r); err != nil {
+	if _, err = io.Copy(tempWriter{f}, r); err != nil {
 		return mapDiskErr(err)
 	}
 	if err = f.Close(); err != nil {
-		return mapDiskErr(err)
+		return mapDiskErr(hideTemp("close", err))
 	}
 	if err = os.Chmod(f.Name(), 0o644); err != nil {
-		return err
+		return hideTemp("chmod", err)
 	}
-	return os.Rename(f.Name(), path)
+	return hideTemp("rename into place", os.Rename(f.Name(), path))
 }
 
 // writeInPlace copies r into the existing non-regular file at path.
@@ -618,6 +624,7 @@ func (n *Node) List(ctx context.Context, prefix string) ([]rpcbridge.Info, error
 		}
 		out = append(out, n.info(r, m))
 	}
+	n.fillManifests(ctx, recs, out) // listinfo.go
 	return out, nil
 }
 
@@ -629,7 +636,10 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 	}
 	rec, recErr := n.store.Record(name)
 	if err := n.store.RemoveName(name); err != nil {
-		return fmt.Errorf("remove %q: %w", name, err)
+		if errors.Is(err, blob.ErrNotFound) {
+			return fmt.Errorf("remove %q: %w on this node", name, blob.ErrNotFound)
+		}
+		return err // the store's error names the name already
 	}
 	if recErr == nil && n.dht != nil {
 		// Later lookups here must not find the name again in the DHT

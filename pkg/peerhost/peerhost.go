@@ -150,7 +150,8 @@ type Options struct {
 }
 
 // New starts a libp2p host listening on opts.Listen. It fails, naming the
-// address, if an address is malformed or cannot be bound.
+// address, if an address is malformed or cannot be bound (every one must
+// be: see ErrListen), and names the process holding a port in use.
 func New(opts Options) (host.Host, error) {
 	if opts.Key == nil {
 		return nil, errors.New("peerhost: no identity key")
@@ -166,6 +167,9 @@ func New(opts Options) (host.Host, error) {
 			return nil, fmt.Errorf("listen address %q: %w", s, err)
 		}
 		addrs = append(addrs, a)
+	}
+	if err := precheckListen(addrs); err != nil {
+		return nil, err
 	}
 	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(Limits()))
 	if err != nil {
@@ -203,6 +207,11 @@ func New(opts Options) (host.Host, error) {
 	h, err := libp2p.New(o...)
 	if err != nil {
 		return nil, fmt.Errorf("start libp2p host on %v: %w", listen, err)
+	}
+	// libp2p starts if any address could be bound: require them all.
+	if err := checkBound(addrs, h.Network().ListenAddresses()); err != nil {
+		h.Close()
+		return nil, err
 	}
 	if opts.Admission != nil {
 		return member.Wrap(h, opts.Admission), nil

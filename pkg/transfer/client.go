@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -96,7 +97,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 	s, err := e.h.NewStream(sctx, fp.id, ProtoFetch)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%s: open fetch stream: %w: %v", e.describe(fp.id), blob.ErrUnreachable, err)
+		return nil, fmt.Errorf("%s: open fetch stream: %w: %s", e.describe(fp.id), blob.ErrUnreachable, dialerr.Text(err))
 	}
 	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), pending: map[uint32]*pendingReq{}, late: map[uint32]int{}}
 	fp.streams = append(fp.streams, fs)

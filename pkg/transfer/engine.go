@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
+	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -375,7 +376,7 @@ func (e *Engine) connect(ctx context.Context, p peer.ID) error {
 	dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
 	defer cancel()
 	if err := e.h.Connect(dctx, peer.AddrInfo{ID: p}); err != nil {
-		return fmt.Errorf("%s: %w: %v", e.describe(p), blob.ErrUnreachable, err)
+		return fmt.Errorf("%s: %w: %s", e.describe(p), blob.ErrUnreachable, dialerr.Text(err))
 	}
 	return nil
 }

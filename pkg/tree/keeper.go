@@ -33,6 +33,7 @@ func (b backToPreferred) Error() string {
 // reached again (see Config.RetryPreferred).
 func (t *Tree) keepParent() {
 	pc := NewParentChoice(len(t.parents), 3*t.cfg.Keepalive, t.cfg.RetryPreferred)
+	var fails failLog // keeperlog.go
 	for t.ctx.Err() == nil {
 		t.cur.Store(int32(pc.Current()))
 		up, err := t.parentSession(pc.ProbeEvery())
@@ -47,11 +48,22 @@ func (t *Tree) keepParent() {
 		} else {
 			a = pc.SessionEnded(up, rand.Float64())
 		}
+		if up > 0 {
+			fails.recovered()
+		}
 		switch {
 		case a.Switched:
 			t.log.Warn("changing parent", "from", from, "to", addrOf(t.parents[a.Parent]), "why", a.Reason, "err", err)
 		default:
-			t.log.Info("parent session ended", "parent", from, "err", err, "retry_in", a.Wait)
+			// The first failure is a warning; the same one again, at each
+			// retry, only a debug line until the session comes up.
+			lvl, n := fails.level(from, err)
+			if n == 1 {
+				t.log.Log(t.ctx, lvl, "parent session ended", "parent", from, "err", err, "retry_in", a.Wait,
+					"note", "retrying; the same failure again is logged at debug level until the parent is back")
+			} else {
+				t.log.Log(t.ctx, lvl, "parent session ended", "parent", from, "err", err, "retry_in", a.Wait, "failures", n)
+			}
 		}
 		if a.Wait > 0 {
 			select {

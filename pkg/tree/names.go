@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -32,7 +33,7 @@ func (t *Tree) namesCallTimeout(ctx context.Context, p peer.ID, q namesRequest, 
 	}
 	s, err := t.h.NewStream(ctx, p, ProtoNames)
 	if err != nil {
-		return namesReply{}, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
+		return namesReply{}, fmt.Errorf("%s: %w: %s", t.Describe(p), blob.ErrUnreachable, dialerr.Text(err))
 	}
 	defer s.Reset()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })

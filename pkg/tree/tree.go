@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -396,7 +397,7 @@ func (t *Tree) connect(ctx context.Context, p peer.ID) error {
 		info = t.parents[i]
 	}
 	if err := t.h.Connect(dctx, info); err != nil {
-		return fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
+		return fmt.Errorf("%s: %w: %s", t.Describe(p), blob.ErrUnreachable, dialerr.Text(err))
 	}
 	return nil
 }

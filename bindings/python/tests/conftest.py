@@ -241,3 +241,22 @@ def fake_daemon() -> Iterator[Callable[[Callable[[socket.socket], None]], FakeDa
     yield make
     for f in made:
         f.close()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    """Record skipped tests for `make test`'s last line: the Makefile sets
+    OMST_SKIPS to a file that parts of the test command append
+    "part: reason" lines to."""
+    path = os.environ.get("OMST_SKIPS")
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not path or not skipped:
+        return
+    reasons = []
+    for rep in skipped:
+        longrepr = rep.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if reason not in reasons:
+            reasons.append(reason)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"pytest: {len(skipped)} skipped ({'; '.join(reasons[:3])})\n")

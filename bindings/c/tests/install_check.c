@@ -1,0 +1,17 @@
+/* Built by `make test-install` with the documented command line, against
+ * the library installed into a scratch prefix: the header, the library and
+ * omst.pc must be enough, with no LD_LIBRARY_PATH. */
+#include <omst.h>
+#include <stdio.h>
+
+int main(void)
+{
+	omst_t *h = NULL;
+	int rc = omst_connect("/nonexistent/omst.sock", &h);
+	if (rc != OMST_ENODAEMON) {
+		fprintf(stderr, "install_check: omst_connect: %d (%s), want OMST_ENODAEMON\n", rc, omst_strerror(rc));
+		return 1;
+	}
+	printf("install_check: ok (%s)\n", omst_strerror(rc));
+	return 0;
+}
