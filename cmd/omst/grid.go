@@ -31,9 +31,11 @@ func gridCmd(g *globals) *cobra.Command {
 			"with a certificate of that key are members: a node gets one by redeeming a join token\n" +
 			"('omst grid token', used once) with the root, or offline ('omst grid admit'). These\n" +
 			"commands work on the files in HOME/grid and need no running daemon; all but init\n" +
-			"run on the root.",
+			"run on the root. 'omst grid validate|up|status|down FILE' work on a whole grid described\n" +
+			"by a topology file (docs/topology.md), from the master's machine, over ssh.",
 	}
-	c.AddCommand(gridInitCmd(g), gridTokenCmd(g), gridAdmitCmd(g), gridRevokeCmd(g), gridMembersCmd(g), gridIDCmd(g), gridValidateCmd(g))
+	c.AddCommand(gridInitCmd(g), gridTokenCmd(g), gridAdmitCmd(g), gridRevokeCmd(g), gridMembersCmd(g), gridIDCmd(g), gridValidateCmd(g),
+		gridUpCmd(g), gridStatusCmd(g), gridDownCmd(g))
 	return c
 }
 
