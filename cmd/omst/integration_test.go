@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	omstBin = filepath.Join(dir, "omst")
 	build := exec.Command("go", "build", "-o", omstBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as make build: omst grid up copies it to hosts
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build omst:", err)
