@@ -101,6 +101,9 @@ func TestClosedGrid(t *testing.T) {
 		if r.code == 0 {
 			t.Fatalf("outsider under %s got the blob", parent)
 		}
+		if !strings.Contains(r.stderr, "closed grid") {
+			t.Errorf("the outsider's error does not say why: %s", r.stderr)
+		}
 		if fi, err := os.Stat(filepath.Join(dir, "stolen")); err == nil && fi.Size() > 0 {
 			t.Fatalf("outsider wrote %d bytes", fi.Size())
 		}
@@ -111,9 +114,10 @@ func TestClosedGrid(t *testing.T) {
 		omst(t, 40*time.Second, "--home", oh, "put", "shared/init", in) // stays local
 		o.stop(t)
 	}
-	if st := root.status(t); st.Membership.Unshown+st.Membership.Denied == 0 {
-		t.Fatalf("root counted no outsider: %+v", st.Membership)
-	}
+	waitFor(t, 10*time.Second, "the root counts the outsiders it disconnected", func() bool {
+		m := root.status(t).Membership
+		return m.Unshown+m.Denied > 0
+	})
 	// The outsider's put of shared/init did not replace the name.
 	if st := mustOmst(t, 10*time.Second, "--home", home("worker"), "stat", "shared/init", "--json"); strings.Contains(st, "outsider") {
 		t.Fatalf("name replaced: %s", st)
@@ -178,6 +182,9 @@ func TestClosedGrid(t *testing.T) {
 	r = omst(t, 30*time.Second, "--home", home("worker"), "get", "results/siteA/nothing-here")
 	if r.code == 0 {
 		t.Fatal("revoked worker still resolves names")
+	}
+	if !strings.Contains(r.stderr, "no longer a member") || !strings.Contains(r.stderr, "revoked") {
+		t.Errorf("the revoked worker's error does not say why: %s", r.stderr)
 	}
 	members := mustOmst(t, 10*time.Second, "--home", home("root"), "grid", "members")
 	if !strings.Contains(members, "revoked") {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,7 +101,12 @@ type Admission struct {
 	// certificate, and when; this node does not dial them (or wait for
 	// them) again for ShunFor, so that an outsider in the DHT's routing
 	// table costs a failed stream, not a dial and a timeout each time.
-	shunned  map[peer.ID]time.Time
+	shunned map[peer.ID]time.Time
+	// hints: why a peer may not serve this node (it refused this node's
+	// certificate, or it is a member of a closed grid and this node is
+	// open), for errors that would otherwise say only "connection
+	// failed" or "stream reset". Bounded like shunned.
+	hints    map[peer.ID]string
 	stats    Stats
 	attached *attachment // set by Wrap
 }
@@ -124,7 +130,7 @@ func New(cfg Config, m Material) (*Admission, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Admission{cfg: cfg, log: cfg.Logger, peers: map[peer.ID]*peerState{}, revokedPeers: map[peer.ID]bool{}, shunned: map[peer.ID]time.Time{}}
+	a := &Admission{cfg: cfg, log: cfg.Logger, peers: map[peer.ID]*peerState{}, revokedPeers: map[peer.ID]bool{}, shunned: map[peer.ID]time.Time{}, hints: map[peer.ID]string{}}
 	if m.GridKey != nil {
 		if err := a.setMaterial(m); err != nil {
 			return nil, err
@@ -284,6 +290,9 @@ func (a *Admission) admit(p peer.ID, b []byte) error {
 	defer a.mu.Unlock()
 	st := a.state(p)
 	if a.pub == nil {
+		if len(b) > 0 {
+			a.hintLocked(p, closedGridHint)
+		}
 		if st.shown == nil && len(b) > 0 && !a.cfg.Joining {
 			a.log.Warn("a member of a closed grid connected: this open node has no certificate and will be refused there (start it with --join TOKEN)", "peer", p)
 		}
@@ -303,6 +312,7 @@ func (a *Admission) admitLocked(p peer.ID, st *peerState, b []byte) error {
 	}
 	st.cert, st.err = c, nil
 	delete(a.shunned, p)
+	delete(a.hints, p)
 	if !st.admitted {
 		st.admitted = true
 		close(st.ready)
@@ -426,6 +436,56 @@ func (a *Admission) Shunned(p peer.ID) bool {
 	return ok
 }
 
+// closedGridHint marks a peer that showed a certificate while this node
+// was open: it serves members only.
+const closedGridHint = "is a member of a closed grid and serves members only; this daemon has no certificate (start it with --join TOKEN)"
+
+// openRefusal is why p will not serve this open node, or "": p showed a
+// certificate (it belongs to a closed grid).
+func (a *Admission) openRefusal(p peer.ID) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pub == nil && a.hints[p] == closedGridHint {
+		return fmt.Sprintf("peer %s %s", p, closedGridHint)
+	}
+	return ""
+}
+
+// noteRefusal remembers that p refused this node's certificate.
+func (a *Admission) noteRefusal(p peer.ID, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hintLocked(p, "refused this node's membership: "+strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "))
+}
+
+func (a *Admission) hintLocked(p peer.ID, why string) {
+	if len(a.hints) >= maxShunned {
+		for q := range a.hints {
+			delete(a.hints, q)
+			break
+		}
+	}
+	a.hints[p] = why
+}
+
+// explain adds to err, a failure to reach p, the likely membership
+// reason: this node's own certificate no longer holds (expired, revoked:
+// members then refuse it at the door), p refused it, or p belongs to a
+// closed grid and this node is open. err is returned as is otherwise.
+func (a *Admission) explain(p peer.ID, err error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pub != nil && a.cert != nil {
+		if cerr := a.self.Check(a.self.Peer, a.cfg.Now(), a.revs); cerr != nil {
+			return fmt.Errorf("%w (this node is no longer a member: %v)", err, cerr)
+		}
+	}
+	if why := a.hints[p]; why != "" {
+		return fmt.Errorf("%w (peer %s %s)", err, p, why)
+	}
+	return err
+}
+
 // Revoked reports whether p is known to hold only revoked certificates.
 func (a *Admission) Revoked(p peer.ID) bool {
 	a.mu.Lock()
@@ -466,10 +526,15 @@ func (a *Admission) AdoptRevocations(b []byte) (bool, error) {
 		a.cfg.OnRevocations(b)
 	}
 	if at != nil {
+		// A revoked peer gets the list too, before it is cut off: it
+		// then knows why members refuse it (its errors say so).
 		for _, p := range cut {
-			at.cutOff(p)
+			go func() {
+				at.sendHello(p)
+				at.cutOff(p)
+			}()
 		}
-		at.helloAll(false)
+		at.helloAllBut(cut)
 	}
 	return true, nil
 }

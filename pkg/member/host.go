@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -128,6 +129,16 @@ func (at *attachment) helloAll(deadlines bool) {
 	}
 }
 
+// helloAllBut sends this node's HELLO to every connected peer but those
+// in skip.
+func (at *attachment) helloAllBut(skip []peer.ID) {
+	for _, p := range at.inner.Network().Peers() {
+		if !slices.Contains(skip, p) {
+			go at.sendHello(p)
+		}
+	}
+}
+
 // sendHello sends this node's certificate and revocation list to p and
 // reads its answer; a refusal is logged (it says why this node is not let
 // in there).
@@ -163,6 +174,7 @@ func (at *attachment) sendHello(p peer.ID) {
 	}
 	if errors.Is(err, ErrRefused) {
 		at.a.log.Warn("a peer refused this node's membership", "peer", p, "err", err)
+		at.a.noteRefusal(p, err)
 	}
 }
 
@@ -261,18 +273,34 @@ func (g *gated) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool,
 // NewStream opens a stream once p is admitted (connecting first if
 // needed): a peer that is not a member is asked nothing, not even a name.
 func (g *gated) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	if why := g.at.a.openRefusal(p); why != "" {
+		return nil, fmt.Errorf("%s: %w", why, ErrNotMember)
+	}
 	if !g.at.a.Admitted(p) {
 		if g.at.a.Shunned(p) {
 			return nil, fmt.Errorf("peer %s showed no valid membership certificate on its last connection (not asked again for %v): %w", p, ShunFor, ErrNotMember)
 		}
 		if err := g.Host.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
-			return nil, err
+			return nil, g.at.a.explain(p, err)
 		}
 		if err := g.at.a.Wait(ctx.Done(), p); err != nil {
 			return nil, err
 		}
 	}
-	return g.Host.NewStream(ctx, p, pids...)
+	s, err := g.Host.NewStream(ctx, p, pids...)
+	if err != nil {
+		return nil, g.at.a.explain(p, err)
+	}
+	return s, nil
+}
+
+// Connect is the host's, with a failure explained when membership is the
+// likely cause (see Admission.explain).
+func (g *gated) Connect(ctx context.Context, ai peer.AddrInfo) error {
+	if err := g.Host.Connect(ctx, ai); err != nil {
+		return g.at.a.explain(ai.ID, err)
+	}
+	return nil
 }
 
 func (g *gated) Close() error {
