@@ -59,6 +59,20 @@ func (f *sshFlags) register(fs *pflag.FlagSet) {
 }
 
 // ssh checks the flags and finds the ssh client.
+// load parses the topology file and builds the ssh client from the flags:
+// what every `omst grid up|status|down` starts with.
+func (f *sshFlags) load(file string) (*topology.Topology, gridops.SSH, error) {
+	top, err := topology.ParseFile(file)
+	if err != nil {
+		return nil, gridops.SSH{}, topoError(err)
+	}
+	s, err := f.ssh()
+	if err != nil {
+		return nil, gridops.SSH{}, err
+	}
+	return top, s, nil
+}
+
 func (f *sshFlags) ssh() (gridops.SSH, error) {
 	if f.parallel < 1 {
 		return gridops.SSH{}, usageError{fmt.Errorf("--parallel %d: want at least 1", f.parallel)}
@@ -202,11 +216,7 @@ func gridUpCmd(g *globals) *cobra.Command {
 			"current and starts what is missing. See docs/operations.md.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			top, err := topology.ParseFile(args[0])
-			if err != nil {
-				return topoError(err)
-			}
-			s, err := sf.ssh()
+			top, s, err := sf.load(args[0])
 			if err != nil {
 				return err
 			}
@@ -566,11 +576,7 @@ func gridStatusCmd(g *globals) *cobra.Command {
 			"up is not. Exits 1 if any host is not up.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			top, err := topology.ParseFile(args[0])
-			if err != nil {
-				return topoError(err)
-			}
-			s, err := sf.ssh()
+			top, s, err := sf.load(args[0])
 			if err != nil {
 				return err
 			}
@@ -666,11 +672,7 @@ func gridDownCmd(g *globals) *cobra.Command {
 			"Run it again at any time. Exits 1 if a host could not be reached or its daemon not stopped.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			top, err := topology.ParseFile(args[0])
-			if err != nil {
-				return topoError(err)
-			}
-			s, err := sf.ssh()
+			top, s, err := sf.load(args[0])
 			if err != nil {
 				return err
 			}

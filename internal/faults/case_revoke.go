@@ -78,23 +78,8 @@ func caseRevoke(e *Env) error {
 	}
 	victim := e.Rng.IntN(len(ws))
 	delay := time.Duration(200+e.Rng.IntN(1200)) * time.Millisecond
-	modes := make([]GetMode, len(ws))
-	outs := make([]string, len(ws))
-	for i := range ws {
-		modes[i], outs[i] = e.RandGetMode(), e.Path("out-")
-	}
 	e.Step("get %q at every worker at once, the outsider trying too; revoke %s after %v", name, ws[victim].Name, delay)
-	results := make([]CLIResult, len(ws))
-	var wg sync.WaitGroup
-	for i, w := range ws {
-		wg.Go(func() {
-			args := []string{"--home", w.Home, "get", name}
-			if modes[i] == GetFile {
-				args = append(args, "-o", outs[i])
-			}
-			results[i] = RunCLI(e.Ctx, e.Bin, OpTimeout, nil, args...)
-		})
-	}
+	gets := e.startGets(ws, name)
 	stop := make(chan struct{})
 	var outsiderRuns []CLIResult
 	var owg sync.WaitGroup
@@ -113,27 +98,18 @@ func caseRevoke(e *Env) error {
 		e.sleep(delay)
 		revoked <- RunCLI(e.Ctx, e.Bin, OpTimeout, nil, "--home", root.Home, "grid", "revoke", ws[victim].PeerID())
 	}()
-	wg.Wait()
+	gets.wait()
 	close(stop)
 	owg.Wait()
 	if r := <-revoked; r.Code != 0 {
 		return fmt.Errorf("grid revoke: %s", r.Describe())
 	}
+	verdicts, results, err := gets.judge(e, ws[victim].Name+" revoked")
+	if err != nil {
+		return err
+	}
 	for i, w := range ws {
-		r := results[i]
-		if r.Err != nil {
-			return r.Err
-		}
-		got, err := e.output(modes[i], outs[i], r.Stdout)
-		if err != nil {
-			return err
-		}
-		rd := Read{ToStdout: modes[i] == GetStdout, Code: r.Code, Signal: r.Signal, Hung: r.TimedOut, Stderr: r.Stderr, Got: got}
-		v, err := e.Ledger.Judge(name, rd, JudgeOpts{})
-		if err != nil {
-			return fmt.Errorf("at %s (get to %s, %s revoked): %w", w.Name, modes[i], ws[victim].Name, err)
-		}
-		e.Printf("%s: %s%s", w.Name, v, failText(r))
+		r, v := results[i], verdicts[i]
 		if i != victim && v != Exact {
 			return violation("get %q at %s must return the put bytes while %s was revoked: %s, exit %d: %s",
 				name, w.Name, ws[victim].Name, v, r.Code, trim(r.Stderr))
