@@ -281,6 +281,7 @@ func (g *gated) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (
 			return nil, fmt.Errorf("peer %s showed no valid membership certificate on its last connection (not asked again for %v): %w", p, ShunFor, ErrNotMember)
 		}
 		if err := g.Host.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
+			g.at.a.forget(p) // no connection, so no disconnect event will drop its state
 			return nil, g.at.a.explain(p, err)
 		}
 		if err := g.at.a.Wait(ctx.Done(), p); err != nil {
