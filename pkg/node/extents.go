@@ -21,7 +21,7 @@ import (
 // wrong.
 func (n *Node) OpenExtents(ctx context.Context, name string) (rpcbridge.Info, rpcbridge.ExtentIter, error) {
 	start := time.Now()
-	rec, m, err := n.resolve(ctx, name)
+	rec, m, err := n.resolve(ctx, name, true)
 	if err != nil {
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, err

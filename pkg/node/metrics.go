@@ -276,6 +276,8 @@ var (
 	mUpRefused     = desc("omst_uploads_refused_total", "Fetch streams refused for --max-upload-streams.")
 	mHedges        = desc("omst_hedges_total", "Sibling requests slow enough to be asked of the relay too.")
 	mHedgesDecl    = desc("omst_hedges_declined_total", "Children's hedges this relay declined (it had just sent the chunk into the site).")
+	mPushSent      = desc("omst_push_sent_bytes_total", "Chunk bytes pushed with answers to lookups of children in other sites.")
+	mPushRecv      = desc("omst_push_received_bytes_total", "Verified chunk bytes the parent pushed with its answers to lookups.")
 
 	mCacheUsed     = desc("omst_cache_used_bytes", "Bytes of chunks in the cache.")
 	mCacheCap      = desc("omst_cache_capacity_bytes", "The cache's size cap.")
@@ -311,7 +313,7 @@ var (
 
 var allDescs = []*prometheus.Desc{
 	mInfo, mChunkReceived, mChunkSent, mReceived, mSent, mTransfers, mCorrupt, mCorruptRep, mPeerErrors,
-	mRedirSent, mRedirTaken, mSibFail, mUpRefused, mHedges, mHedgesDecl,
+	mRedirSent, mRedirTaken, mSibFail, mUpRefused, mHedges, mHedgesDecl, mPushSent, mPushRecv,
 	mCacheUsed, mCacheCap, mCachePinned, mCacheOrphaned, mCacheChunks, mEvictions, mEvictedBytes, mDamaged, mPins, mNames,
 	mPeers, mParentConnected, mChildren, mChildrenConn,
 	mDHTPeers, mDHTServer, mDHTProvided, mDHTNames, mDHTRejected,
@@ -364,6 +366,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(mUpRefused, es.UploadsRefused)
 	counter(mHedges, es.Hedges)
 	counter(mHedgesDecl, es.HedgesDeclined)
+	counter(mPushSent, es.PushSent)
+	counter(mPushRecv, es.PushReceived)
 
 	u := n.store.Usage()
 	gauge(mCacheUsed, float64(u.UsedBytes))

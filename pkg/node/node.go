@@ -266,6 +266,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		// A parent's PREHEAT: fetch the blob now (n.engine is set below,
 		// before the tree starts).
 		OnPreheat:      func(ctx context.Context, r blob.Record) error { return n.engine.Preheat(ctx, r) },
+		Pusher:         (*pusher)(n),
 		CheckRecord:    n.adm.CheckRecord,
 		Host:           n.host,
 		Store:          n.store,
@@ -446,11 +447,22 @@ func (n *Node) published(ctx context.Context, rec blob.Record) (rpcbridge.Info, 
 	return n.info(rec, m), nil
 }
 
+// pusher is the node's tree.Pusher: its engine, set after the tree is made
+// and before it starts.
+type pusher Node
+
+func (p *pusher) PushChunks(r blob.Record, max int) [][]byte { return p.engine.PushChunks(r, max) }
+func (p *pusher) Pushed(asker peer.ID, n int)                { p.engine.Pushed(asker, n) }
+func (p *pusher) ExpectPush(r blob.Record, parent peer.ID, first, count int) (func(int, []byte), func(error)) {
+	return p.engine.ExpectPush(r, parent, first, count)
+}
+
 // resolve looks name up (through the tree, then the DHT) and returns its
-// record and manifest. A name that parses as a blob ID (blob.ParseID) is
+// record and manifest; toGet says the blob is to be fetched next (the tree
+// lookup is then a LOOKUP_GET, whose answer may bring the first chunks). A name that parses as a blob ID (blob.ParseID) is
 // one: its manifest is fetched from the blob's sources, and the record has
 // the ID as its name, the origin if this node has seen one, no time.
-func (n *Node) resolve(ctx context.Context, name string) (blob.Record, *blob.Manifest, error) {
+func (n *Node) resolve(ctx context.Context, name string, toGet bool) (blob.Record, *blob.Manifest, error) {
 	if id, ok := blob.ParseID(name); ok {
 		m, err := n.engine.Manifest(ctx, id)
 		if err != nil {
@@ -461,7 +473,7 @@ func (n *Node) resolve(ctx context.Context, name string) (blob.Record, *blob.Man
 	if err := blob.ValidateName(name); err != nil {
 		return blob.Record{}, nil, err
 	}
-	rec, err := n.lookup(ctx, name)
+	rec, err := n.lookup(ctx, name, toGet)
 	if err != nil {
 		return blob.Record{}, nil, err
 	}
@@ -481,9 +493,14 @@ const nameSearchTimeout = 10 * time.Second
 // lookup resolves name: through the tree first (it is faster and knows the
 // topology), then, if the tree does not know it or cannot be reached, in
 // the DHT (the only path in a flat cluster); a record found there is kept.
-func (n *Node) lookup(ctx context.Context, name string) (blob.Record, error) {
+// toGet: see resolve.
+func (n *Node) lookup(ctx context.Context, name string, toGet bool) (blob.Record, error) {
 	start := time.Now()
-	rec, err := n.tree.Lookup(ctx, name)
+	treeLookup := n.tree.Lookup
+	if toGet {
+		treeLookup = n.tree.LookupToGet
+	}
+	rec, err := treeLookup(ctx, name)
 	n.debugLookup("tree", name, rec, start, err) // getlog.go
 	if err == nil || n.dht == nil || !(errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrUnreachable)) {
 		return rec, err
@@ -514,7 +531,7 @@ func (n *Node) lookup(ctx context.Context, name string) (blob.Record, error) {
 // chunks through the tree.
 func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCloser, error) {
 	start := time.Now()
-	rec, m, err := n.resolve(ctx, name)
+	rec, m, err := n.resolve(ctx, name, true)
 	n.debugResolved(name, rec, m, start, err) // getlog.go
 	if err != nil {
 		n.metrics.getFailed(err)
@@ -602,7 +619,7 @@ func mapDiskErr(err error) error {
 
 // Stat returns what is known of name (looked up through the tree).
 func (n *Node) Stat(ctx context.Context, name string) (rpcbridge.Info, error) {
-	rec, m, err := n.resolve(ctx, name)
+	rec, m, err := n.resolve(ctx, name, false)
 	if err != nil {
 		return rpcbridge.Info{}, err
 	}
@@ -686,6 +703,8 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		Hedges:          es.Hedges,
 		DHTProvided:     n.provN.Load(),
 		HedgesDeclined:  es.HedgesDeclined,
+		PushSent:        es.PushSent,
+		PushReceived:    es.PushReceived,
 		Warnings:        hostWarnings(),
 		ErrorsByPeer:    map[string]uint64{},
 		Version:         Version,
@@ -747,7 +766,7 @@ func relayMode(storeForward bool) transfer.Mode {
 // Preheat asks this node's children (of the given sites, if any) to fetch
 // the blob named name now (see tree.Tree.Preheat).
 func (n *Node) Preheat(ctx context.Context, name string, sites []string) ([]rpcbridge.PreheatResult, error) {
-	rec, _, err := n.resolve(ctx, name)
+	rec, _, err := n.resolve(ctx, name, false)
 	if err != nil {
 		return nil, err
 	}

@@ -162,7 +162,7 @@ func TestLimitsLeaveTransfersUnlimited(t *testing.T) {
 	unlimited("protocol-peer default", cfg.ProtocolPeerDefault)
 	unlimited("stream", cfg.Stream)
 	unlimited("conn", cfg.Conn)
-	for _, p := range []protocol.ID{"/omst/fetch/1.1.0", "/omst/tree/1.0.0", "/omst/names/1.1.0"} {
+	for _, p := range []protocol.ID{"/omst/fetch/1.1.0", "/omst/tree/1.0.0", "/omst/names/1.1.0", "/omst/names/1.2.0"} {
 		if _, ok := cfg.Protocol[p]; ok {
 			t.Errorf("protocol %s has its own limits", p)
 		}

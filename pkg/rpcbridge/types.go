@@ -102,6 +102,11 @@ type Status struct {
 	// HedgesDeclined counts children's hedges this relay declined: it had
 	// sent the chunk into the site moments before, so the sibling has it.
 	HedgesDeclined uint64 `json:"hedges_declined"`
+	// PushSent counts chunk bytes this node pushed with its answers to
+	// lookups of children in other sites; PushReceived the verified bytes
+	// its parent pushed to it (names 1.2.0, docs/protocol.md).
+	PushSent     uint64 `json:"push_sent"`
+	PushReceived uint64 `json:"push_received"`
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`

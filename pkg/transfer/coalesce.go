@@ -113,16 +113,23 @@ func (e *Engine) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest,
 	if rde, ok := errors.AsType[*redirectError](err); ok {
 		data, from, err = e.fromSibling(ctx, src, rde.to, q)
 	}
+	e.complete(c, q.Hash, data, from, err)
+}
+
+// complete ends c, the call for chunk h: its waiters get data (verified)
+// or err at once (cut-through), then the chunk is stored and the call
+// leaves the in-flight set.
+func (e *Engine) complete(c *chunkCall, h blob.Hash, data []byte, from Source, err error) {
 	c.data, c.from, c.err = data, from, err
 	close(c.done) // waiters take the chunk now: cut-through
 	if err == nil {
-		if perr := e.store.PutVerifiedChunk(q.Hash, data); perr != nil {
-			e.log.Warn("store chunk", "hash", q.Hash, "err", perr)
+		if perr := e.store.PutVerifiedChunk(h, data); perr != nil {
+			e.log.Warn("store chunk", "hash", h, "err", perr)
 		}
 	}
 	e.mu.Lock()
-	if e.inflight[q.Hash] == c {
-		delete(e.inflight, q.Hash)
+	if e.inflight[h] == c {
+		delete(e.inflight, h)
 	}
 	e.mu.Unlock()
 	close(c.stored)

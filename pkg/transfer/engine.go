@@ -166,6 +166,8 @@ type Engine struct {
 	uploadsRefused  atomic.Uint64
 	hedges          atomic.Uint64 // sibling requests doubled by a GET_DIRECT
 	hedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace)
+	pushSent        atomic.Uint64 // chunk bytes pushed after a FOUND (push.go)
+	pushReceived    atomic.Uint64 // verified chunk bytes a parent pushed
 	siblingTime     atomic.Int64  // moving average of a sibling chunk's time, ns
 	redirectsSent   atomic.Uint64
 	redirectsTaken  atomic.Uint64
@@ -304,6 +306,10 @@ type Status struct {
 	// HedgesDeclined counts children's hedges this relay declined because
 	// it had sent the chunk into the site less than HedgeGrace before.
 	HedgesDeclined uint64
+	// PushSent counts the chunk bytes this node pushed to children in
+	// other sites with its answers to their lookups, PushReceived the
+	// verified bytes its parent pushed to it (push.go).
+	PushSent, PushReceived uint64
 	// RedirectsSent counts requests this relay answered with a sibling;
 	// RedirectsTaken redirects this node followed; SiblingFailures those
 	// whose sibling could not deliver (the chunk then came from the relay).
@@ -332,6 +338,8 @@ func (e *Engine) Status() Status {
 		UploadsRefused:  e.uploadsRefused.Load(),
 		Hedges:          e.hedges.Load(),
 		HedgesDeclined:  e.hedgesDeclined.Load(),
+		PushSent:        e.pushSent.Load(),
+		PushReceived:    e.pushReceived.Load(),
 		RedirectsSent:   e.redirectsSent.Load(),
 		RedirectsTaken:  e.redirectsTaken.Load(),
 		SiblingFailures: e.siblingFailures.Load(),

@@ -49,6 +49,8 @@ func FuzzDecodeWelcome(f *testing.F) {
 func FuzzDecodeNamesRequest(f *testing.F) {
 	r := sampleRecord()
 	f.Add(msgLookup, []byte("a/b"))
+	f.Add(msgLookupGet, encodeNamesRequest(namesRequest{Type: msgLookupGet, Name: "a/b"})[frameHeaderLen:])
+	f.Add(msgLookupGet, encodeNamesRequest(namesRequest{Type: msgLookupGet, Name: "a/b", Have: r.ID})[frameHeaderLen:])
 	f.Add(msgAnnounce, r.Encode())
 	f.Add(byte(0x12), r.ID.Bytes()) // 1.0.0's MANIFEST, retired
 	f.Add(byte(0), []byte{})
@@ -58,11 +60,17 @@ func FuzzDecodeNamesRequest(f *testing.F) {
 			return
 		}
 		switch q.Type {
-		case msgLookup:
+		case msgLookup, msgLookupGet:
 			if blob.ValidateName(q.Name) != nil {
 				t.Fatalf("accepted invalid name %q", q.Name)
 			}
-		case msgAnnounce:
+			if q.Type == msgLookupGet {
+				back := encodeNamesRequest(q)[frameHeaderLen:]
+				if !bytes.Equal(back, b) {
+					t.Fatalf("LOOKUP_GET %x decodes to %+v, which encodes to %x", b, q, back)
+				}
+			}
+		case msgAnnounce, msgPreheat:
 			if blob.ValidateName(q.Record.Name) != nil {
 				t.Fatalf("bad record accepted: %+v", q.Record)
 			}
@@ -85,6 +93,38 @@ func FuzzDecodeNamesReply(f *testing.F) {
 		}
 		if p.Type == msgFound && (blob.ValidateName(p.Record.Name) != nil || len(p.Manifest) > maxInlineManifest) {
 			t.Fatalf("bad record accepted: %+v", p.Record)
+		}
+	})
+}
+
+func FuzzDecodePush(f *testing.F) {
+	f.Add(encodePush(pushHeader{First: 0, Count: 4})[frameHeaderLen:])
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := decodePush(b)
+		if err != nil {
+			return
+		}
+		if h.Count == 0 || uint64(h.First)+uint64(h.Count) > blob.MaxChunks {
+			t.Fatalf("accepted %+v", h)
+		}
+		if back := encodePush(h)[frameHeaderLen:]; !bytes.Equal(back, b) {
+			t.Fatalf("%x decodes to %+v, which encodes to %x", b, h, back)
+		}
+	})
+}
+
+func FuzzDecodeChunkFrame(f *testing.F) {
+	f.Add(appendChunkFrame(nil, 3, []byte("data"))[frameHeaderLen:])
+	f.Add([]byte{0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		i, data, err := decodeChunkFrame(b)
+		if err != nil {
+			return
+		}
+		if back := appendChunkFrame(nil, i, data)[frameHeaderLen:]; !bytes.Equal(back, b) {
+			t.Fatalf("%x decodes to chunk %d, which encodes to %x", b, i, back)
 		}
 	})
 }

@@ -123,6 +123,11 @@ func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap fu
 		tr.cfg.OnChildPut = eng.Replicate
 	}
 	tr.cfg.OnPreheat = eng.Preheat
+	if tr.cfg.Pusher == nil {
+		tr.cfg.Pusher = eng
+	} else if w, ok := tr.cfg.Pusher.(*wrappedPusher); ok {
+		w.Pusher = eng
+	}
 	if err := tr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

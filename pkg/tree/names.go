@@ -26,45 +26,67 @@ func (t *Tree) namesCall(ctx context.Context, p peer.ID, q namesRequest) (namesR
 
 // namesCallTimeout is namesCall with its own bound on the reply.
 func (t *Tree) namesCallTimeout(ctx context.Context, p peer.ID, q namesRequest, timeout time.Duration) (namesReply, error) {
+	rep, _, err := t.namesExchange(ctx, p, q, timeout, false)
+	return rep, err
+}
+
+// namesExchange is namesCallTimeout that, with keep, returns the stream of
+// a FOUND answering a LOOKUP_GET (names 1.2.0), positioned after the reply,
+// for the pushed chunks that may follow (push.go); the caller then owns
+// it. Otherwise the stream is closed and the second result is nil.
+func (t *Tree) namesExchange(ctx context.Context, p peer.ID, q namesRequest, timeout time.Duration, keep bool) (namesReply, *pushStream, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := t.connect(ctx, p); err != nil {
-		return namesReply{}, err
+		return namesReply{}, nil, err
 	}
-	s, err := t.h.NewStream(ctx, p, ProtoNames)
+	s, err := t.h.NewStream(ctx, p, ProtoNames, ProtoNames11)
 	if err != nil {
-		return namesReply{}, fmt.Errorf("%s: %w: %s", t.Describe(p), blob.ErrUnreachable, dialerr.Text(err))
+		return namesReply{}, nil, fmt.Errorf("%s: %w: %s", t.Describe(p), blob.ErrUnreachable, dialerr.Text(err))
 	}
-	defer s.Reset()
+	kept := false
+	defer func() {
+		if !kept {
+			s.Reset()
+		}
+	}()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = s.SetDeadline(dl)
 	}
+	if q.Type == msgLookupGet && s.Protocol() == ProtoNames11 {
+		q.Type = msgLookup // a peer of before LOOKUP_GET
+	}
 	if _, err := s.Write(encodeNamesRequest(q)); err != nil {
-		return namesReply{}, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
+		return namesReply{}, nil, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
 	}
 	_ = s.CloseWrite()
-	typ, payload, err := readFrame(bufio.NewReader(s))
+	br := bufio.NewReader(s)
+	typ, payload, err := readFrame(br)
 	if err != nil {
 		if errors.Is(err, wire.ErrMalformed) {
 			t.notePeerError(p, "names reply", err)
-			return namesReply{}, fmt.Errorf("%s: %w", t.Describe(p), err)
+			return namesReply{}, nil, fmt.Errorf("%s: %w", t.Describe(p), err)
 		}
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			err = fmt.Errorf("no reply within %v", timeout)
 		}
-		return namesReply{}, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
+		return namesReply{}, nil, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
 	}
 	rep, err := decodeNamesReply(typ, payload)
 	if err != nil {
 		t.notePeerError(p, "names reply", err)
-		return namesReply{}, fmt.Errorf("%s: %w", t.Describe(p), err)
+		return namesReply{}, nil, fmt.Errorf("%s: %w", t.Describe(p), err)
 	}
 	if rep.Type == msgError {
-		return rep, remoteError(t.Describe(p), rep)
+		return rep, nil, remoteError(t.Describe(p), rep)
 	}
-	return rep, nil
+	if keep && q.Type == msgLookupGet && rep.Type == msgFound && stop() {
+		kept = true
+		return rep, &pushStream{s: s, br: br, from: p}, nil
+	}
+	return rep, nil, nil
 }
 
 // Lookup resolves name. The root answers from its store. Other nodes ask
@@ -75,6 +97,19 @@ func (t *Tree) namesCallTimeout(ctx context.Context, p peer.ID, q namesRequest, 
 // blob.ErrUnreachable and names the parent. If neither has the name the
 // error wraps blob.ErrNotFound.
 func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
+	return t.lookup(ctx, name, msgLookup)
+}
+
+// LookupToGet is Lookup by a node about to fetch the blob: it asks its
+// parent with LOOKUP_GET, whose answer may bring the blob's first chunks
+// along (Config.Pusher): the fetch then saves a round trip to the parent.
+func (t *Tree) LookupToGet(ctx context.Context, name string) (blob.Record, error) {
+	return t.lookup(ctx, name, msgLookupGet)
+}
+
+// lookup is Lookup, asking the parent with a request of type typ
+// (msgLookup or msgLookupGet).
+func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, error) {
 	if err := blob.ValidateName(name); err != nil {
 		return blob.Record{}, err
 	}
@@ -89,7 +124,16 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 		}
 		return local, nil
 	}
-	rep, parent, err := t.lookupUp(ctx, name)
+	q := namesRequest{Type: typ, Name: name}
+	if typ == msgLookupGet {
+		var release func()
+		q, release = t.pushRequest(q, local, haveLocal)
+		defer release()
+	}
+	rep, parent, ps, err := t.lookupUp(ctx, q)
+	if ps != nil {
+		defer ps.close() // a no-op once receivePush has taken it
+	}
 	if err != nil {
 		if haveLocal {
 			t.log.Warn("parent unreachable: answering from the local record, which may be stale",
@@ -116,6 +160,8 @@ func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 				t.notePeerError(parent, "lookup", fmt.Errorf("manifest sent with %q: %w", name, err))
 			} else if _, err := t.store.PutManifest(m); err != nil {
 				t.log.Warn("store manifest from parent", "id", r.ID, "err", err)
+			} else if ps != nil {
+				t.receivePush(ps, r, m)
 			}
 		}
 		if haveLocal && !r.Newer(local) {
@@ -186,15 +232,17 @@ func (t *Tree) announceTo(ctx context.Context, r blob.Record) error {
 	return nil
 }
 
-// lookupUp asks the current parent for name and, if it cannot be reached,
-// each fallback parent in turn; it returns the reply and who gave it, or
-// the first parent's error.
-func (t *Tree) lookupUp(ctx context.Context, name string) (namesReply, peer.ID, error) {
+// lookupUp asks the current parent q (a LOOKUP or LOOKUP_GET) and, if it
+// cannot be reached, each fallback parent in turn; it returns the reply,
+// who gave it and, for a FOUND answering a LOOKUP_GET, the stream pushed
+// chunks may follow on (the caller closes it); or the first parent's
+// error.
+func (t *Tree) lookupUp(ctx context.Context, q namesRequest) (namesReply, peer.ID, *pushStream, error) {
 	var first error
 	for _, p := range t.parentIDs() {
-		rep, err := t.namesCall(ctx, p, namesRequest{Type: msgLookup, Name: name})
+		rep, ps, err := t.namesExchange(ctx, p, q, t.cfg.RequestTimeout, q.Type == msgLookupGet)
 		if err == nil {
-			return rep, p, nil
+			return rep, p, ps, nil
 		}
 		if first == nil {
 			first = err
@@ -203,7 +251,7 @@ func (t *Tree) lookupUp(ctx context.Context, name string) (namesReply, peer.ID, 
 			break
 		}
 	}
-	return namesReply{}, "", first
+	return namesReply{}, "", nil, first
 }
 
 // reannounce sends every record that originated in this subtree (put here,
@@ -255,9 +303,10 @@ func (t *Tree) handleNames(s network.Stream) {
 		_ = s.SetDeadline(time.Now().Add(PreheatTimeout))
 	}
 	var reply []byte
+	var push [][]byte
 	switch q.Type {
-	case msgLookup:
-		reply = t.serveLookup(ctx, q.Name)
+	case msgLookup, msgLookupGet:
+		reply, push = t.serveLookup(ctx, p, q)
 	case msgAnnounce:
 		reply = t.serveAnnounce(ctx, p, q.Record)
 	case msgPreheat:
@@ -265,16 +314,22 @@ func (t *Tree) handleNames(s network.Stream) {
 	}
 	if _, err := s.Write(reply); err != nil {
 		t.log.Debug("names reply", "peer", p, "err", err)
+		return
+	}
+	if len(push) > 0 {
+		t.sendPush(s, p, push)
 	}
 }
 
-func (t *Tree) serveLookup(ctx context.Context, name string) []byte {
-	r, err := t.Lookup(ctx, name)
+// serveLookup answers LOOKUP and LOOKUP_GET q from p; for a LOOKUP_GET it
+// also returns the chunks to push after the reply (pushFor), if any.
+func (t *Tree) serveLookup(ctx context.Context, p peer.ID, q namesRequest) ([]byte, [][]byte) {
+	r, err := t.lookup(ctx, q.Name, q.Type)
 	if errors.Is(err, blob.ErrNotFound) {
-		return appendFrame(nil, msgNotFound, nil)
+		return appendFrame(nil, msgNotFound, nil), nil
 	}
 	if err != nil {
-		return errorFrame(err)
+		return errorFrame(err), nil
 	}
 	// The manifest rides along when it is here and small: the asker
 	// then needs no round trip for it before the first chunk.
@@ -282,7 +337,11 @@ func (t *Tree) serveLookup(ctx context.Context, name string) []byte {
 	if m, err := t.store.Manifest(r.ID); err == nil && blob.EncodedManifestLen(len(m.Chunks)) <= maxInlineManifest {
 		mb = m.Encode()
 	}
-	return encodeFound(r, mb)
+	var push [][]byte
+	if q.Type == msgLookupGet && mb != nil {
+		push = t.pushFor(p, r, q.Have)
+	}
+	return encodeFound(r, mb), push
 }
 
 func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []byte {

@@ -78,7 +78,11 @@ type Config struct {
 	// OnPreheat, when set, fetches a record's blob into the store and
 	// returns when it is there (or ctx ends): a parent's PREHEAT asks for
 	// it (see Preheat).
-	OnPreheat      func(ctx context.Context, r blob.Record) error
+	OnPreheat func(ctx context.Context, r blob.Record) error
+	// Pusher, when set, lets this node push a blob's first chunks after
+	// the FOUND answering a child's LOOKUP_GET across sites, and take the
+	// chunks its parent pushes (push.go).
+	Pusher         Pusher
 	DialTimeout    time.Duration // default 5s
 	RequestTimeout time.Duration // per names request to a peer, default 30s
 	// Keepalive is the PING interval on the tree stream (default 5s); a
@@ -108,6 +112,7 @@ type Tree struct {
 	origins    map[cid.Cid]string  // blob ID -> origin of the newest record seen for it
 	parentSite string              // the last parent's site (its WELCOME)
 	parentSeen bool                // a parent has welcomed this node
+	pushing    map[string]bool     // names with a LOOKUP_GET to the parent under way
 	connected  bool                // the parent session is up
 	started    bool
 	closed     bool
@@ -158,6 +163,7 @@ func New(cfg Config) (*Tree, error) {
 		children: map[peer.ID]*childInfo{},
 		via:      map[cid.Cid]peer.ID{},
 		origins:  map[cid.Cid]string{},
+		pushing:  map[string]bool{},
 	}
 	if cfg.Parent != nil {
 		t.parents = append(t.parents, *cfg.Parent)
@@ -198,6 +204,7 @@ func (t *Tree) Start(ctx context.Context) error {
 	}
 	t.h.SetStreamHandler(ProtoTree, t.handleTree)
 	t.h.SetStreamHandler(ProtoNames, t.handleNames)
+	t.h.SetStreamHandler(ProtoNames11, t.handleNames)
 	for _, p := range t.parents {
 		t.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.PermanentAddrTTL)
 		t.h.ConnManager().Protect(p.ID, protectTag)
@@ -222,6 +229,7 @@ func (t *Tree) Close() error {
 	t.mu.Unlock()
 	t.h.RemoveStreamHandler(ProtoTree)
 	t.h.RemoveStreamHandler(ProtoNames)
+	t.h.RemoveStreamHandler(ProtoNames11)
 	t.cancel()
 	for _, p := range t.parents {
 		t.h.ConnManager().Unprotect(p.ID, protectTag)

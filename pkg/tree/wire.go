@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/omst-project/omst/internal/wire"
@@ -14,9 +15,12 @@ import (
 
 // Protocol IDs. docs/protocol.md specifies every message byte by byte.
 // names 1.1.0: MANIFEST moved to the fetch protocol (pkg/transfer).
+// names 1.2.0: LOOKUP_GET, PUSH, CHUNK. A node serves both; it asks with
+// 1.2.0 and, when a peer speaks only 1.1.0, sends a LOOKUP_GET as a LOOKUP.
 const (
-	ProtoTree  protocol.ID = "/omst/tree/1.0.0"
-	ProtoNames protocol.ID = "/omst/names/1.1.0"
+	ProtoTree    protocol.ID = "/omst/tree/1.0.0"
+	ProtoNames   protocol.ID = "/omst/names/1.2.0"
+	ProtoNames11 protocol.ID = "/omst/names/1.1.0"
 )
 
 // Limits enforced by every decoder.
@@ -42,18 +46,29 @@ const (
 	msgPong    byte = 0x04 // parent -> child
 )
 
-// Message types of /omst/names/1.1.0 (0x12 MANIFEST and 0x93 MANIFEST_OK
-// of 1.0.0 are retired).
+// Message types of /omst/names/1.2.0 (0x12 MANIFEST and 0x93 MANIFEST_OK
+// of 1.0.0 are retired; 1.1.0 is 1.2.0 without LOOKUP_GET, PUSH, CHUNK).
 const (
 	msgLookup   byte = 0x10
 	msgAnnounce byte = 0x11
 	msgPreheat  byte = 0x13 // parent -> child: fetch this record's blob now
+	// msgLookupGet is a LOOKUP from a node about to fetch the blob: the
+	// FOUND answering it may be followed by the blob's first chunks
+	// (PUSH, then CHUNK frames; see Pusher).
+	msgLookupGet byte = 0x14
 
 	msgFound    byte = 0x90
 	msgNotFound byte = 0x91
 	msgAck      byte = 0x92
+	msgPush     byte = 0x94 // after a FOUND answering LOOKUP_GET: chunks first..first+count-1 follow
+	msgChunk    byte = 0x95 // one pushed chunk: index u32, bytes
 	msgError    byte = 0x9F
 )
+
+// MaxPushBytes bounds the chunk bytes pushed after one FOUND (and so one
+// CHUNK frame). 4 MiB covers what a new connection's congestion window
+// can carry in its first round trips on a 100 Mbit/s, 40 ms WAN path.
+const MaxPushBytes = 4 << 20
 
 // malformed returns an error wrapping wire.ErrMalformed.
 func malformed(format string, args ...any) error { return wire.Malformed(format, args...) }
@@ -70,8 +85,14 @@ func frameLimit(typ byte) int {
 		return 8
 	case msgLookup:
 		return blob.MaxNameLen
+	case msgLookupGet:
+		return 2 + blob.MaxNameLen + wire.MaxCIDLen
 	case msgAnnounce, msgPreheat:
 		return maxRecordBytes
+	case msgPush:
+		return 8
+	case msgChunk:
+		return 4 + MaxPushBytes
 	case msgFound:
 		return 2 + maxRecordBytes + maxInlineManifest
 	case msgNotFound, msgAck:
@@ -212,8 +233,11 @@ func takeString16(b []byte, max int) (string, []byte, error) {
 
 // namesRequest is one request on a names stream.
 type namesRequest struct {
-	Type   byte        // msgLookup, msgAnnounce or msgPreheat
-	Name   string      // LOOKUP
+	Type byte   // msgLookup, msgLookupGet, msgAnnounce or msgPreheat
+	Name string // LOOKUP, LOOKUP_GET
+	// Have is, in a LOOKUP_GET, the blob of Name that the asker holds
+	// (cid.Undef: none): no chunks are pushed while it is the current one.
+	Have   cid.Cid
 	Record blob.Record // ANNOUNCE, PREHEAT
 }
 
@@ -221,6 +245,12 @@ func encodeNamesRequest(q namesRequest) []byte {
 	switch q.Type {
 	case msgLookup:
 		return appendFrame(nil, msgLookup, []byte(q.Name))
+	case msgLookupGet:
+		b := appendString16(nil, q.Name)
+		if q.Have.Defined() {
+			b = append(b, q.Have.Bytes()...)
+		}
+		return appendFrame(nil, q.Type, b)
 	case msgAnnounce, msgPreheat:
 		return appendFrame(nil, q.Type, q.Record.Encode())
 	}
@@ -237,6 +267,20 @@ func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 			return q, err
 		}
 		q.Name = string(payload)
+	case msgLookupGet:
+		name, rest, err := takeString16(payload, blob.MaxNameLen)
+		if err != nil {
+			return q, fmt.Errorf("LOOKUP_GET name: %w", err)
+		}
+		if err := blob.ValidateName(name); err != nil {
+			return q, err
+		}
+		q.Name = name
+		if len(rest) > 0 {
+			if q.Have, err = wire.DecodeCID(rest); err != nil {
+				return q, fmt.Errorf("LOOKUP_GET: %w", err)
+			}
+		}
 	case msgAnnounce, msgPreheat:
 		r, err := blob.DecodeRecord(payload)
 		if err != nil {
@@ -315,6 +359,43 @@ func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 		return p, malformed("unknown names reply 0x%02x", typ)
 	}
 	return p, nil
+}
+
+// pushHeader is a PUSH: chunks First .. First+Count-1 of the blob just
+// found follow, one CHUNK frame each, in that order.
+type pushHeader struct{ First, Count uint32 }
+
+func encodePush(h pushHeader) []byte {
+	b := binary.BigEndian.AppendUint32(nil, h.First)
+	return appendFrame(nil, msgPush, binary.BigEndian.AppendUint32(b, h.Count))
+}
+
+// decodePush parses a PUSH payload.
+func decodePush(b []byte) (pushHeader, error) {
+	if len(b) != 8 {
+		return pushHeader{}, malformed("PUSH of %d bytes", len(b))
+	}
+	h := pushHeader{First: binary.BigEndian.Uint32(b), Count: binary.BigEndian.Uint32(b[4:])}
+	if h.Count == 0 || uint64(h.First)+uint64(h.Count) > blob.MaxChunks {
+		return h, malformed("PUSH of chunks %d+%d", h.First, h.Count)
+	}
+	return h, nil
+}
+
+// appendChunkFrame appends a CHUNK frame: index u32, the chunk's bytes.
+func appendChunkFrame(b []byte, index uint32, data []byte) []byte {
+	b = append(b, msgChunk)
+	b = binary.BigEndian.AppendUint32(b, uint32(4+len(data)))
+	b = binary.BigEndian.AppendUint32(b, index)
+	return append(b, data...)
+}
+
+// decodeChunkFrame parses a CHUNK payload.
+func decodeChunkFrame(b []byte) (index uint32, data []byte, err error) {
+	if len(b) < 4 {
+		return 0, nil, malformed("CHUNK of %d bytes", len(b))
+	}
+	return binary.BigEndian.Uint32(b), b[4:], nil
 }
 
 // errorFrame encodes err as a names ERROR: its code, then its message cut

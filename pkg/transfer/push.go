@@ -1,0 +1,112 @@
+package transfer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// The engine's side of the tree's chunk push (pkg/tree/push.go): a parent
+// sends a blob's first chunks with its answer to a child's LOOKUP_GET, and
+// the child takes them as chunk fetches in flight from that parent. These
+// methods make the Engine a tree.Pusher.
+
+// PushChunks returns the verified bytes of the first chunks of r's blob
+// held here, in order from chunk 0, at most max bytes in all.
+func (e *Engine) PushChunks(r blob.Record, max int) [][]byte {
+	m, err := e.store.Manifest(r.ID)
+	if err != nil {
+		return nil
+	}
+	var out [][]byte
+	n := 0
+	for i, h := range m.Chunks {
+		if n+m.ChunkLen(i) > max || !e.store.HasChunk(h) {
+			break
+		}
+		data, err := e.store.ReadChunk(h) // verified
+		if err != nil {
+			break
+		}
+		out = append(out, data)
+		n += len(data)
+	}
+	return out
+}
+
+// Pushed counts n chunk bytes pushed to asker as served.
+func (e *Engine) Pushed(asker peer.ID, n int) {
+	e.pushSent.Add(uint64(n))
+	e.bytesServed.Add(uint64(n))
+	e.bytesOut[e.sources.Relation(asker)].Add(uint64(n))
+}
+
+// ExpectPush registers chunks first .. first+count-1 of r's blob, which
+// parent is pushing, as fetches in flight from parent (those not stored
+// or in flight already), so that requests for them wait for the push. It
+// returns deliver, which verifies a pushed chunk against the manifest and
+// completes its fetch (a corrupt one fails it, is counted, reported to
+// parent and blamed on it), and end, which fails the fetches the push did
+// not complete (their waiters then ask again). It declines (nil, nil)
+// without the manifest, or for chunks outside it.
+func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (func(int, []byte), func(error)) {
+	m, err := e.store.Manifest(r.ID)
+	if err != nil || first < 0 || count <= 0 || first+count > len(m.Chunks) {
+		return nil, nil
+	}
+	src := Source{ID: parent, Kind: e.sources.Relation(parent)}
+	calls := make([]*chunkCall, count)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, nil
+	}
+	for k := range calls {
+		h := m.Chunks[first+k]
+		if e.inflight[h] != nil || e.store.HasChunk(h) {
+			continue
+		}
+		c := &chunkCall{src: parent, done: make(chan struct{}), stored: make(chan struct{}), cancel: func() {}}
+		e.inflight[h] = c
+		calls[k] = c
+	}
+	e.mu.Unlock()
+	deliver := func(i int, data []byte) {
+		k := i - first
+		if k < 0 || k >= count || calls[k] == nil {
+			return
+		}
+		c := calls[k]
+		calls[k] = nil
+		h := m.Chunks[i]
+		if err := h.Verify(data); err != nil {
+			e.corruptReceived.Add(1)
+			q := fetchRequest{Type: msgGet, ID: r.ID, Index: uint32(i), Hash: h}
+			e.goTracked(func() { e.reportCorrupt(parent, q) })
+			perr := &peerError{peer: e.describe(parent), kind: FailCorrupt, err: fmt.Errorf("pushed chunk %d of %s: %w", i, r.ID, err)}
+			e.notePeerError(parent, "pushed chunk", perr)
+			e.complete(c, h, nil, Source{}, perr)
+			return
+		}
+		e.pushReceived.Add(uint64(len(data)))
+		e.bytesFetched.Add(uint64(len(data)))
+		e.bytesIn[src.Kind].Add(uint64(len(data)))
+		e.complete(c, h, data, src, nil)
+	}
+	end := func(err error) {
+		if err == nil {
+			err = errors.New("push ended early")
+		}
+		for k, c := range calls {
+			if c != nil {
+				calls[k] = nil
+				e.complete(c, m.Chunks[first+k], nil, Source{}, &peerError{peer: e.describe(parent), kind: FailUnreachable,
+					err: fmt.Errorf("pushed chunk %d of %s: %w: %v", first+k, r.ID, blob.ErrUnreachable, err)})
+			}
+		}
+	}
+	return deliver, end
+}

@@ -1,0 +1,141 @@
+package tree
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// wrappedPusher lets a test change what a node pushes; newNodeOn sets its
+// Pusher to the node's engine.
+type wrappedPusher struct {
+	Pusher
+	mangle func(chunks [][]byte) [][]byte
+}
+
+func (w *wrappedPusher) PushChunks(r blob.Record, max int) [][]byte {
+	return w.mangle(w.Pusher.PushChunks(r, max))
+}
+
+// getToGet reads name at n as a get does: LOOKUP_GET, then the engine.
+func getToGet(t testing.TB, n *testNode, name string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := n.tree.LookupToGet(ctx, name)
+	if err != nil {
+		t.Fatalf("lookup %q: %v", name, err)
+	}
+	rc, err := n.eng.Open(ctx, r)
+	if err != nil {
+		t.Fatalf("open %q: %v", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %q: %v", name, err)
+	}
+	return b
+}
+
+// TestPushAcrossSites: a worker's get through its head sends LOOKUP_GET up;
+// the root answers the head (another site) with the blob's first
+// MaxPushBytes, which the head takes as chunks in flight: the worker's
+// requests wait for them, nothing crosses the root's link twice, and the
+// head pushes nothing to its own site's worker. A second worker's get
+// pushes nothing more (the head holds the blob: Have).
+func TestPushAcrossSites(t *testing.T) {
+	root := newNode(t, nil, "root", nil)
+	head := newNode(t, root, "a", nil)
+	w1 := newNode(t, head, "a", nil)
+	w2 := newNode(t, head, "a", nil)
+	waitConnected(t, head, w1, w2)
+	const chunk = 1 << 20
+	data := randBlob(6*chunk+12345, 1)
+	put(t, root, "push/six", data, chunk)
+
+	if got := getToGet(t, w1, "push/six"); !bytes.Equal(got, data) {
+		t.Fatalf("w1 got %d bytes, not the blob's %d", len(got), len(data))
+	}
+	rs, hs, ws := root.eng.Status(), head.eng.Status(), w1.eng.Status()
+	if rs.PushSent != MaxPushBytes || hs.PushReceived != MaxPushBytes {
+		t.Fatalf("root pushed %d, head received %d; want %d both", rs.PushSent, hs.PushReceived, MaxPushBytes)
+	}
+	if rs.BytesServed != uint64(len(data)) {
+		t.Fatalf("root served %d bytes for a blob of %d: the pushed chunks were fetched again", rs.BytesServed, len(data))
+	}
+	if hs.PushSent != 0 || ws.PushReceived != 0 {
+		t.Fatalf("inside the site: head pushed %d, w1 received %d; want 0", hs.PushSent, ws.PushReceived)
+	}
+	if got := getToGet(t, w2, "push/six"); !bytes.Equal(got, data) {
+		t.Fatal("w2 got other bytes")
+	}
+	if rs2 := root.eng.Status(); rs2.PushSent != rs.PushSent || rs2.BytesServed != rs.BytesServed {
+		t.Fatalf("second get: root pushed %d more and served %d more bytes; want 0", rs2.PushSent-rs.PushSent, rs2.BytesServed-rs.BytesServed)
+	}
+
+	// A LOOKUP (stat) pushes nothing.
+	data2 := randBlob(chunk, 2)
+	put(t, root, "push/stat", data2, chunk)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w1.tree.Lookup(ctx, "push/stat"); err != nil {
+		t.Fatal(err)
+	}
+	if rs3 := root.eng.Status(); rs3.PushSent != rs.PushSent {
+		t.Fatalf("a plain lookup pushed %d bytes", rs3.PushSent-rs.PushSent)
+	}
+}
+
+// TestPushCorrupt: a parent that pushes a corrupt chunk is counted and
+// blamed; the chunk is fetched again and the get returns the exact bytes.
+func TestPushCorrupt(t *testing.T) {
+	wp := &wrappedPusher{mangle: func(chunks [][]byte) [][]byte {
+		if len(chunks) > 1 {
+			bad := bytes.Clone(chunks[1])
+			bad[17] ^= 0xff
+			chunks = append([][]byte{chunks[0], bad}, chunks[2:]...)
+		}
+		return chunks
+	}}
+	root := newNode(t, nil, "root", nil, func(c *nodeCfg) { c.Pusher = wp })
+	head := newNode(t, root, "a", nil)
+	w := newNode(t, head, "a", nil)
+	waitConnected(t, head, w)
+	const chunk = 1 << 20
+	data := randBlob(3*chunk, 3)
+	put(t, root, "push/bad", data, chunk)
+	if got := getToGet(t, w, "push/bad"); !bytes.Equal(got, data) {
+		t.Fatal("got other bytes after a corrupt push")
+	}
+	hs := head.eng.Status()
+	if hs.CorruptReceived != 1 || hs.PushReceived != 2*chunk {
+		t.Fatalf("head: %d corrupt chunks received, %d pushed bytes taken; want 1 and %d", hs.CorruptReceived, hs.PushReceived, 2*chunk)
+	}
+	if hs.ErrorsByPeer[root.h.ID()] == 0 {
+		t.Fatalf("the corrupt push is not blamed on the root: %v", hs.ErrorsByPeer)
+	}
+	waitFor(t, "the root to get the corruption report", 5*time.Second, func() bool { return root.eng.Status().CorruptReports == 1 })
+}
+
+// TestPushToOldParent: a parent that speaks names 1.1.0 only gets a LOOKUP
+// and pushes nothing; the get works.
+func TestPushToOldParent(t *testing.T) {
+	root := newNode(t, nil, "root", nil)
+	root.h.RemoveStreamHandler(ProtoNames) // a node of before LOOKUP_GET
+	head := newNode(t, root, "a", nil)
+	w := newNode(t, head, "a", nil)
+	waitConnected(t, head, w)
+	data := randBlob(2<<20, 4)
+	put(t, root, "push/old", data, 1<<20)
+	if got := getToGet(t, w, "push/old"); !bytes.Equal(got, data) {
+		t.Fatal("got other bytes")
+	}
+	if rs := root.eng.Status(); rs.PushSent != 0 {
+		t.Fatalf("a 1.1.0 parent pushed %d bytes", rs.PushSent)
+	}
+}
