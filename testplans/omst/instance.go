@@ -530,6 +530,7 @@ func (in *instance) counters(rec *record) {
 		rec.BytesServed, rec.BytesFetched, rec.PeerErrors = st.BytesServed, st.BytesFetched, st.PeerErrors
 		rec.BytesIn, rec.BytesOut, rec.RedirectsSent, rec.SiblingFailures = st.BytesIn, st.BytesOut, st.RedirectsSent, st.SiblingFailures
 		rec.RedirectsTaken, rec.Hedges, rec.HedgesDeclined = st.RedirectsTaken, st.Hedges, st.HedgesDeclined
+		rec.PushSent, rec.PushReceived = st.PushSent, st.PushReceived
 		if in.cfg.grid && st.Membership != nil {
 			in.grid = gridStatusOf(st.Membership)
 		}

@@ -46,6 +46,9 @@ type record struct {
 	SiblingFailures uint64            `json:"sibling_failures,omitempty"`
 	Hedges          uint64            `json:"hedges,omitempty"`
 	HedgesDeclined  uint64            `json:"hedges_declined,omitempty"`
+	// Chunk bytes pushed with lookups' answers across sites (names 1.2.0).
+	PushSent     uint64 `json:"push_sent,omitempty"`
+	PushReceived uint64 `json:"push_received,omitempty"`
 
 	// Heads under the namespace harness: bytes received and sent on the
 	// WAN link's interface (WANIface) from the start signal until every
