@@ -46,6 +46,13 @@
 # MODES="star store-forward tree-alone tree bittorrent" (broadcast, scale)
 # BIG_MODES="store-forward tree" (scalebig, sizes)
 # RUNS_DIR (default: a new /tmp dir)
+# ORDER=interleaved (default: each repetition runs every mode in turn) or
+# blocks (the broadcast section runs all repetitions of one mode, then the
+# next mode's), with WARMUP=n (default 0) uncounted runs before each
+# mode's block. On this VM a run right after a different, long one pays
+# host page faults for the memory the previous run freed (docs/
+# benchmarks.md: a tree run after tree-alone 32.4-33.0 s, the next 27 s);
+# blocks with a warm-up compare the modes in a steady state.
 # OUT_DIR (default docs/bench; the plots go to docs, or to OUT_DIR if set)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -132,16 +139,29 @@ one() {
 		echo "bench-wan: $tag FAILED (log below)" >&2
 		tail -n 20 "$out.log" >&2
 	fi
-	[ -f "$out/root/summary.json" ] && cp "$out/root/summary.json" "$dir/$tag.json"
+	# A warm-up run (rep warm*) is not counted: no summary for the report.
+	case $rep in warm*) ;; *) [ -f "$out/root/summary.json" ] && cp "$out/root/summary.json" "$dir/$tag.json" ;; esac
 	rm -rf "$out"
 }
 
 main_wan_bw=$WAN_BW
 start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+ORDER=${ORDER:-interleaved} WARMUP=${WARMUP:-0}
+case $ORDER in interleaved | blocks) ;; *) echo "bench-wan: ORDER=$ORDER: want interleaved or blocks" >&2; exit 2 ;; esac
+if [ "$ORDER" = blocks ]; then
+	for sec in $SECTIONS; do
+		[ "$sec" = broadcast ] || continue
+		for m in $MODES; do
+			for rep in $(seq "$WARMUP" | sed 's/^/warm/') $(seq "$RUNS"); do
+				one broadcast "$m" "$SITES" "$WORKERS" "$SIZE" "$rep"
+			done
+		done
+	done
+fi
 for rep in $(seq "$RUNS"); do
 	for sec in $SECTIONS; do
 		case $sec in
-		broadcast) for m in $MODES; do one broadcast "$m" "$SITES" "$WORKERS" "$SIZE" "$rep"; done ;;
+		broadcast) [ "$ORDER" = blocks ] || for m in $MODES; do one broadcast "$m" "$SITES" "$WORKERS" "$SIZE" "$rep"; done ;;
 		gather) for m in star tree; do one gather "$m" "$SITES" "$WORKERS" "$GATHER_SIZE" "$rep"; done ;;
 		scale) for w in $SCALE_WORKERS; do for m in $MODES; do one broadcast "$m" "$SITES" "$w" "$SCALE_SIZE" "$rep"; done; done ;;
 		scalebig) for w in $SCALE_WORKERS; do [ "$w" = "$WORKERS" ] && continue; for m in $BIG_MODES; do one broadcast "$m" "$SITES" "$w" "$SIZE" "$rep"; done; done ;;
@@ -154,6 +174,7 @@ for rep in $(seq "$RUNS"); do
 done
 
 knobs="SITES=$SITES WORKERS=$WORKERS SIZE=$SIZE WAN_BW=$WAN_BW WAN_DELAY=$WAN_DELAY LAN_BW=$LAN_BW RUNS=$RUNS SCRATCH=$SCRATCH"
+[ "$ORDER" = interleaved ] || knobs="$knobs ORDER=$ORDER WARMUP=$WARMUP"
 [ "$SECTIONS" = "$all_sections" ] || knobs="$knobs SECTIONS=\"$SECTIONS\""
 [ "$MODES" = "$all_modes" ] || knobs="$knobs MODES=\"$MODES\""
 python3 scripts/wan_report.py --runs "$runs_dir" --out "$report_dir" --wan-bw "$WAN_BW" --wan-delay "$WAN_DELAY" \
