@@ -8,14 +8,17 @@
 // Two protocols, specified byte by byte in docs/protocol.md:
 //
 //	/omst/tree/1.0.0   child -> parent session: HELLO, WELCOME, PING/PONG
-//	/omst/names/1.1.0  LOOKUP (the reply carries the manifest when small),
-//	                   ANNOUNCE, PREHEAT (parent -> child); one request
-//	                   per stream
+//	/omst/names/1.2.0  LOOKUP (the reply carries the manifest when small),
+//	                   LOOKUP_GET (the same, followed across sites by the
+//	                   blob's first chunks: PUSH, CHUNK), ANNOUNCE,
+//	                   PREHEAT (parent -> child); one request per stream.
+//	                   1.1.0 (no LOOKUP_GET) is served too.
 //
 // Files: tree.go (Config, Tree, Status), keeper.go (the parent session and
 // the child registry), parentchoice.go (the keeper's decisions as plain
-// code), names.go (Lookup, Announce), sources.go (the transfer.Provider),
-// wire.go (encoders and decoders).
+// code), names.go (Lookup, Announce), push.go (chunks pushed with a
+// LOOKUP_GET's answer), sources.go (the transfer.Provider), wire.go
+// (encoders and decoders).
 //
 // Invariants:
 //
