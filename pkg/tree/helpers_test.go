@@ -190,11 +190,18 @@ func waitConnected(t testing.TB, nodes ...*testNode) {
 	}
 }
 
+// readAll reads name at n: a lookup (LOOKUP), then the engine.
 func readAll(t testing.TB, n *testNode, name string) []byte {
+	t.Helper()
+	return readWith(t, n, name, n.tree.Lookup)
+}
+
+// readWith is readAll with the given lookup (Lookup or LookupToGet).
+func readWith(t testing.TB, n *testNode, name string, lookup func(context.Context, string) (blob.Record, error)) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, err := n.tree.Lookup(ctx, name)
+	r, err := lookup(ctx, name)
 	if err != nil {
 		t.Fatalf("lookup %q: %v", name, err)
 	}

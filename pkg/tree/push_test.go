@@ -3,7 +3,6 @@ package tree
 import (
 	"bytes"
 	"context"
-	"io"
 	"testing"
 	"time"
 
@@ -24,22 +23,7 @@ func (w *wrappedPusher) PushChunks(r blob.Record, max int) [][]byte {
 // getToGet reads name at n as a get does: LOOKUP_GET, then the engine.
 func getToGet(t testing.TB, n *testNode, name string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	r, err := n.tree.LookupToGet(ctx, name)
-	if err != nil {
-		t.Fatalf("lookup %q: %v", name, err)
-	}
-	rc, err := n.eng.Open(ctx, r)
-	if err != nil {
-		t.Fatalf("open %q: %v", name, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatalf("read %q: %v", name, err)
-	}
-	return b
+	return readWith(t, n, name, n.tree.LookupToGet)
 }
 
 // TestPushAcrossSites: a worker's get through its head sends LOOKUP_GET up;
