@@ -1,10 +1,14 @@
 package tree
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -121,5 +125,67 @@ func TestPushToOldParent(t *testing.T) {
 	}
 	if rs := root.eng.Status(); rs.PushSent != 0 {
 		t.Fatalf("a 1.1.0 parent pushed %d bytes", rs.PushSent)
+	}
+}
+
+// TestPushLyingParent: a parent whose push breaks the protocol (a PUSH
+// beyond the manifest; CHUNK frames out of order) is named, nothing it
+// sent is taken, the lookup still answers, and no chunk is left waiting
+// on the broken push.
+func TestPushLyingParent(t *testing.T) {
+	const chunk = 1 << 20
+	// Two chunks, both in the out-of-order push: every request for them
+	// would wait on the push if it were left hanging.
+	data := randBlob(2*chunk, 9)
+	m, err := blob.Split(bytes.NewReader(data), chunk, func(int, blob.Hash, []byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := blob.Record{Name: "push/lie", ID: m.CID(), Size: m.Size, Time: time.Now().UnixNano()}
+	for _, tc := range []struct {
+		name string
+		push []byte
+	}{
+		{"push beyond the manifest", encodePush(pushHeader{First: 0, Count: 9})},
+		{"chunks out of order", append(append(encodePush(pushHeader{First: 0, Count: 2}),
+			appendChunkFrame(nil, 1, data[chunk:2*chunk])...), appendChunkFrame(nil, 0, data[:chunk])...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			liar := newTestHost(t)
+			liar.SetStreamHandler(ProtoNames, func(s network.Stream) {
+				defer s.Close()
+				if _, _, err := readFrame(bufio.NewReader(s)); err != nil {
+					return
+				}
+				_, _ = s.Write(append(encodeFound(r, m.Encode()), tc.push...))
+			})
+			child := newNode(t, &testNode{h: liar}, "a", nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got, err := child.tree.LookupToGet(ctx, r.Name)
+			if err != nil || got.ID != r.ID {
+				t.Fatalf("lookup: %v, %v", got, err)
+			}
+			waitFor(t, "the parent named for its push", 5*time.Second, func() bool { return child.tree.Status().PeerErrors > 0 })
+			st := child.eng.Status()
+			if st.PushReceived != 0 {
+				t.Fatalf("took %d pushed bytes from a parent that broke the protocol", st.PushReceived)
+			}
+			// Nothing waits on the broken push: a read fails (the liar
+			// serves no chunks) instead of hanging until the request timeout.
+			rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer rcancel()
+			rc, err := child.eng.Open(rctx, got)
+			if err == nil {
+				_, err = io.ReadAll(rc)
+				rc.Close()
+			}
+			if err == nil {
+				t.Fatal("read the blob from a parent that has none")
+			}
+			if rctx.Err() != nil {
+				t.Fatalf("the read waited for the broken push: %v", err)
+			}
+		})
 	}
 }
