@@ -21,7 +21,9 @@ import (
 // fakeOmst stands in for the omst binary in the scripts' tests: `daemon
 // --detach` starts `daemon --fg` in the background (it writes its pid to
 // HOME/lock as the real one does, and ignores SIGTERM when HOME/deaf
-// exists) and waits for it; `status --json` answers while it runs; `grid
+// exists) and waits until the lock names a live process (a killed
+// daemon's pid may still be there: waiting only for a non-empty lock let
+// the restart's status run before the new daemon was up); `status --json` answers while it runs; `grid
 // token` prints a token naming its role and prefix.
 const fakeOmst = `#!/bin/sh
 [ "$1" = --home ] || exit 2
@@ -31,7 +33,8 @@ case "$1 $2" in
 "daemon --detach")
   sh "$0" --home "$H" daemon --fg </dev/null >/dev/null 2>&1 &
   for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-    [ -s "$H/lock" ] && exit 0
+    p=$(cat "$H/lock" 2>/dev/null)
+    [ -n "$p" ] && [ -n "$(tr -d '\000' < /proc/$p/cmdline 2>/dev/null)" ] && exit 0
     sleep 0.1
   done
   echo "the fake daemon did not start" >&2; exit 1 ;;
