@@ -456,6 +456,10 @@ func (p *pusher) Pushed(asker peer.ID, n int)                { p.engine.Pushed(a
 func (p *pusher) ExpectPush(r blob.Record, parent peer.ID, first, count int) (func(int, []byte), func(error)) {
 	return p.engine.ExpectPush(r, parent, first, count)
 }
+func (p *pusher) HoldsStart(id cid.Cid) bool { return p.engine.HoldsStart(id) }
+func (p *pusher) WaitUpload(ctx context.Context, n int) error {
+	return p.engine.WaitUpload(ctx, n)
+}
 
 // resolve looks name up (through the tree, then the DHT) and returns its
 // record and manifest; toGet says the blob is to be fetched next (the tree

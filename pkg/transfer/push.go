@@ -1,9 +1,11 @@
 package transfer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/pkg/blob"
@@ -15,8 +17,13 @@ import (
 // methods make the Engine a tree.Pusher.
 
 // PushChunks returns the verified bytes of the first chunks of r's blob
-// held here, in order from chunk 0, at most max bytes in all.
+// held here, in order from chunk 0, at most max bytes in all, and with
+// MaxUploadRate at most one second of it: a push is a head start on the
+// asker's requests, and under a limit more would only queue behind it.
 func (e *Engine) PushChunks(r blob.Record, max int) [][]byte {
+	if e.upLimit != nil {
+		max = int(min(int64(max), e.cfg.MaxUploadRate))
+	}
 	m, err := e.store.Manifest(r.ID)
 	if err != nil {
 		return nil
@@ -35,6 +42,21 @@ func (e *Engine) PushChunks(r blob.Record, max int) [][]byte {
 		n += len(data)
 	}
 	return out
+}
+
+// HoldsStart reports whether the first chunk of blob id is stored here.
+func (e *Engine) HoldsStart(id cid.Cid) bool {
+	m, err := e.store.Manifest(id)
+	return err == nil && len(m.Chunks) > 0 && e.store.HasChunk(m.Chunks[0])
+}
+
+// WaitUpload blocks until MaxUploadRate, if set, lets n more bytes out
+// (the limit fetch replies obey); it fails only when ctx ends first.
+func (e *Engine) WaitUpload(ctx context.Context, n int) error {
+	if e.upLimit == nil {
+		return nil
+	}
+	return e.waitUpload(ctx, n)
 }
 
 // Pushed counts n chunk bytes pushed to asker as served.

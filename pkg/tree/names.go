@@ -317,7 +317,7 @@ func (t *Tree) handleNames(s network.Stream) {
 		return
 	}
 	if len(push) > 0 {
-		t.sendPush(s, p, push)
+		t.sendPush(ctx, s, p, push)
 	}
 }
 

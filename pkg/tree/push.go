@@ -2,6 +2,7 @@ package tree
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +28,9 @@ import (
 // Pushes go only across sites (a WAN hop, where the round trip is worth
 // saving; inside a site the head's sibling exchange must see every
 // request), only when the asker does not hold the blob already (Have), and
-// one LOOKUP_GET per name is under way from a node at a time.
+// one LOOKUP_GET per name is under way from a node at a time. A push is an
+// upload like any other: it obeys the node's upload rate limit
+// (Pusher.WaitUpload), and the Pusher may offer fewer chunks under one.
 
 // Pusher is what the tree needs from the transfer engine to push and take
 // pushed chunks. Its methods are safe for concurrent use.
@@ -36,6 +39,12 @@ type Pusher interface {
 	// blob that this node holds, in order from chunk 0, at most max bytes
 	// in all (none if chunk 0 is missing or bigger).
 	PushChunks(r blob.Record, max int) [][]byte
+	// HoldsStart reports whether this node holds the first chunk of blob
+	// id, so that a push of it would bring nothing new.
+	HoldsStart(id cid.Cid) bool
+	// WaitUpload blocks until the node's upload rate limit, if it has
+	// one, lets n more bytes out; it fails only when ctx ends first.
+	WaitUpload(ctx context.Context, n int) error
 	// Pushed is told that n chunk bytes were pushed to asker.
 	Pushed(asker peer.ID, n int)
 	// ExpectPush is called when the FOUND from parent for r announces
@@ -63,15 +72,18 @@ func (ps *pushStream) close() {
 	}
 }
 
-// pushRequest fills in q (a LOOKUP_GET)'s Have from the local record, and
-// turns q into a plain LOOKUP while another LOOKUP_GET for the name is
-// under way here (so that concurrent gets of one name bring one push). The
-// returned release must be called when the lookup is done.
+// pushRequest fills in q (a LOOKUP_GET)'s Have with the local record's
+// blob when this node holds its first chunk (a record alone, left by a
+// stat, does not stop a push), and turns q into a plain LOOKUP while
+// another LOOKUP_GET for the name is under way here (so that concurrent
+// gets of one name bring one push). The returned release must be called
+// when the lookup is done.
 func (t *Tree) pushRequest(q namesRequest, local blob.Record, haveLocal bool) (namesRequest, func()) {
 	if t.cfg.Pusher == nil {
 		q.Type = msgLookup
 		return q, func() {}
 	}
+	holds := haveLocal && t.cfg.Pusher.HoldsStart(local.ID)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.pushing[q.Name] {
@@ -79,7 +91,7 @@ func (t *Tree) pushRequest(q namesRequest, local blob.Record, haveLocal bool) (n
 		return q, func() {}
 	}
 	t.pushing[q.Name] = true
-	if haveLocal {
+	if holds {
 		q.Have = local.ID
 	}
 	return q, func() {
@@ -105,8 +117,9 @@ func (t *Tree) pushFor(p peer.ID, r blob.Record, have cid.Cid) [][]byte {
 	return t.cfg.Pusher.PushChunks(r, MaxPushBytes)
 }
 
-// sendPush writes chunks (chunk 0 onwards) after a FOUND on s.
-func (t *Tree) sendPush(s network.Stream, p peer.ID, chunks [][]byte) {
+// sendPush writes chunks (chunk 0 onwards) after a FOUND on s, each once
+// the upload limit lets it out; it stops early when ctx ends.
+func (t *Tree) sendPush(ctx context.Context, s network.Stream, p peer.ID, chunks [][]byte) {
 	if _, err := s.Write(encodePush(pushHeader{First: 0, Count: uint32(len(chunks))})); err != nil {
 		t.log.Debug("push", "peer", p, "err", err)
 		return
@@ -114,6 +127,10 @@ func (t *Tree) sendPush(s network.Stream, p peer.ID, chunks [][]byte) {
 	n := 0
 	var frame []byte
 	for i, c := range chunks {
+		if err := t.cfg.Pusher.WaitUpload(ctx, len(c)); err != nil {
+			t.log.Debug("push", "peer", p, "chunk", i, "err", err)
+			break
+		}
 		frame = appendChunkFrame(frame[:0], uint32(i), c)
 		if _, err := s.Write(frame); err != nil {
 			t.log.Debug("push", "peer", p, "chunk", i, "err", err)

@@ -35,7 +35,9 @@ func getToGet(t testing.TB, n *testNode, name string) []byte {
 // MaxPushBytes, which the head takes as chunks in flight: the worker's
 // requests wait for them, nothing crosses the root's link twice, and the
 // head pushes nothing to its own site's worker. A second worker's get
-// pushes nothing more (the head holds the blob: Have).
+// pushes nothing more (the head holds the blob: Have); a stat pushes
+// nothing, and a get after it is pushed to (the head holds the record
+// alone).
 func TestPushAcrossSites(t *testing.T) {
 	root := newNode(t, nil, "root", nil)
 	head := newNode(t, root, "a", nil)
@@ -74,8 +76,17 @@ func TestPushAcrossSites(t *testing.T) {
 	if _, err := w1.tree.Lookup(ctx, "push/stat"); err != nil {
 		t.Fatal(err)
 	}
-	if rs3 := root.eng.Status(); rs3.PushSent != rs.PushSent {
+	rs3 := root.eng.Status()
+	if rs3.PushSent != rs.PushSent {
 		t.Fatalf("a plain lookup pushed %d bytes", rs3.PushSent-rs.PushSent)
+	}
+	// The head now holds the name's record but none of its chunks: a get
+	// is still pushed to (Have counts chunks, not records).
+	if got := getToGet(t, w1, "push/stat"); !bytes.Equal(got, data2) {
+		t.Fatal("w1 got other bytes after a stat")
+	}
+	if rs4 := root.eng.Status(); rs4.PushSent-rs3.PushSent != uint64(len(data2)) {
+		t.Fatalf("a get after a stat pushed %d bytes; want the blob's %d", rs4.PushSent-rs3.PushSent, len(data2))
 	}
 }
 
@@ -187,5 +198,33 @@ func TestPushLyingParent(t *testing.T) {
 				t.Fatalf("the read waited for the broken push: %v", err)
 			}
 		})
+	}
+}
+
+// TestPushObeysUploadRate: a push is an upload like a fetch reply. Under
+// the root's MaxUploadRate it carries at most a second of the rate, and
+// its chunks wait for the limit too: 3 MiB at 1 MiB/s (less the limiter's
+// 256 KiB burst) take at least 2.75 s whichever way they go. Unlimited,
+// the whole blob would be pushed at once; capped but not paced, the get
+// would take about 1.75 s.
+func TestPushObeysUploadRate(t *testing.T) {
+	const rate = 1 << 20
+	root := newNode(t, nil, "root", nil, func(c *nodeCfg) { c.Engine.MaxUploadRate = rate })
+	head := newNode(t, root, "a", nil)
+	const chunk = 256 << 10
+	data := randBlob(12*chunk, 7)
+	put(t, root, "push/slow", data, chunk)
+
+	start := time.Now()
+	if got := getToGet(t, head, "push/slow"); !bytes.Equal(got, data) {
+		t.Fatalf("head got %d bytes, not the blob's %d", len(got), len(data))
+	}
+	el := time.Since(start)
+	rs := root.eng.Status()
+	if rs.PushSent == 0 || rs.PushSent > rate {
+		t.Fatalf("root pushed %d bytes under a %d B/s limit; want 1..%d", rs.PushSent, rate, rate)
+	}
+	if el < 2600*time.Millisecond {
+		t.Fatalf("3 MiB came out of a 1 MiB/s root in %v", el)
 	}
 }

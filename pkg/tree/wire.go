@@ -235,8 +235,9 @@ func takeString16(b []byte, max int) (string, []byte, error) {
 type namesRequest struct {
 	Type byte   // msgLookup, msgLookupGet, msgAnnounce or msgPreheat
 	Name string // LOOKUP, LOOKUP_GET
-	// Have is, in a LOOKUP_GET, the blob of Name that the asker holds
-	// (cid.Undef: none): no chunks are pushed while it is the current one.
+	// Have is, in a LOOKUP_GET, the blob of Name whose first chunk the
+	// asker holds (cid.Undef: none): no chunks are pushed while it is the
+	// current one.
 	Have   cid.Cid
 	Record blob.Record // ANNOUNCE, PREHEAT
 }
