@@ -69,7 +69,8 @@ func (e *Engine) peerFor(p peer.ID) (*fetchPeer, error) {
 }
 
 // stream returns the least loaded live stream, opening a new one while
-// fewer than StreamsPerPeer are open and all are busy.
+// fewer than StreamsPerPeer are open and all are busy. Its errors do not
+// name the peer: request wraps them in a peerError that does.
 func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
@@ -97,7 +98,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 	s, err := e.h.NewStream(sctx, fp.id, ProtoFetch)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("%s: open fetch stream: %w: %s", e.describe(fp.id), blob.ErrUnreachable, dialerr.Text(err))
+		return nil, fmt.Errorf("open fetch stream: %w: %s", blob.ErrUnreachable, dialerr.Text(err))
 	}
 	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), pending: map[uint32]*pendingReq{}, late: map[uint32]int{}}
 	fp.streams = append(fp.streams, fs)
@@ -271,7 +272,7 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchRequest) ([]byte
 	fs, err := fp.stream(ctx)
 	if err != nil {
 		if errors.Is(err, blob.ErrUnreachable) {
-			return nil, &peerError{peer: who, kind: FailUnreachable, err: err}
+			return nil, &peerError{peer: who, kind: FailUnreachable, err: fmt.Errorf("%s: %w", what, err)}
 		}
 		return nil, unreachable(err)
 	}

@@ -376,7 +376,7 @@ func (e *Engine) notePeerError(p peer.ID, what string, err error) {
 
 // connect makes sure there is a connection to p (at the addresses the
 // peerstore knows), bounded by DialTimeout; failures wrap
-// blob.ErrUnreachable and name the peer.
+// blob.ErrUnreachable (the caller names the peer).
 func (e *Engine) connect(ctx context.Context, p peer.ID) error {
 	if len(e.h.Network().ConnsToPeer(p)) > 0 {
 		return nil
@@ -384,7 +384,7 @@ func (e *Engine) connect(ctx context.Context, p peer.ID) error {
 	dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
 	defer cancel()
 	if err := e.h.Connect(dctx, peer.AddrInfo{ID: p}); err != nil {
-		return fmt.Errorf("%s: %w: %s", e.describe(p), blob.ErrUnreachable, dialerr.Text(err))
+		return fmt.Errorf("%w: %s", blob.ErrUnreachable, dialerr.Text(err))
 	}
 	return nil
 }

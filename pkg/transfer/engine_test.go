@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +189,28 @@ func TestMaxUploadStreams(t *testing.T) {
 	src.sources.set(Source{ID: b.h.ID(), Kind: KindParent})
 	if err := b.eng.Fetch(ctx, r); err != nil {
 		t.Fatalf("a parent was refused: %v", err)
+	}
+}
+
+// A source that is gone is named once in the error, which wraps
+// blob.ErrUnreachable (the dial error used to be wrapped in the peer's
+// name twice: "parent X: parent X: ...").
+func TestUnreachableSourceNamedOnce(t *testing.T) {
+	src := newEngine(t, nil)
+	r := putBlob(t, src.mem, "gone", randBlob(64<<10, 23), 16<<10)
+	w := newEngine(t, nil, src)
+	who := src.sources.Describe(src.h.ID())
+	src.eng.Close()
+	if err := src.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := w.eng.Fetch(ctx, r)
+	if !errors.Is(err, blob.ErrUnreachable) {
+		t.Fatalf("fetch from a closed source: %v; want ErrUnreachable", err)
+	}
+	if n := strings.Count(err.Error(), who); n != 1 {
+		t.Fatalf("the source is named %d times in %q; want once", n, err)
 	}
 }
