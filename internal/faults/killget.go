@@ -33,6 +33,15 @@ func (e *Env) getKilling(d, victim *Daemon, name string, mode GetMode, at int64)
 // getKillingPick is getKilling with the victim chosen at the kill point
 // by pick (nil: the client).
 func (e *Env) getKillingPick(d *Daemon, pick func() *Daemon, name string, mode GetMode, at int64) (GetKill, error) {
+	return e.getKillingIf(d, pick, name, mode, func(out int64) (bool, error) { return out >= at, nil })
+}
+
+// getKillingIf is getKillingPick with the kill point decided by fire,
+// asked with the bytes out so far: through -o, every millisecond plus
+// fire's own time; through stdout, between reads (so a fire that watches
+// something else than the bytes is for GetFile). An error from fire ends
+// the get and is returned.
+func (e *Env) getKillingIf(d *Daemon, pick func() *Daemon, name string, mode GetMode, fire func(out int64) (bool, error)) (GetKill, error) {
 	var gk GetKill
 	var victim *Daemon
 	outDir := e.Path("get-")
@@ -58,7 +67,13 @@ func (e *Env) getKillingPick(d *Daemon, pick func() *Daemon, name string, mode G
 			return gk, err
 		}
 		for !killed {
-			if dirBytes(outDir) >= at {
+			now, err := fire(dirBytes(outDir))
+			if err != nil {
+				p.Kill()
+				p.Wait(e.Ctx, OpTimeout)
+				return gk, err
+			}
+			if now {
 				gk.Before = !p.Exited()
 				killed = true
 				if err := kill(); err != nil {
@@ -83,7 +98,16 @@ func (e *Env) getKillingPick(d *Daemon, pick func() *Daemon, name string, mode G
 		}
 		buf := make([]byte, 64<<10)
 		for {
-			if !killed && int64(len(got)) >= at {
+			now := false
+			if !killed {
+				if now, err = fire(int64(len(got))); err != nil {
+					p.Kill()
+					p.Stdout.Close()
+					p.Wait(e.Ctx, OpTimeout)
+					return gk, err
+				}
+			}
+			if now {
 				gk.Before = true
 				killed = true
 				if err := kill(); err != nil {
