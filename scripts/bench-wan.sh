@@ -46,7 +46,9 @@
 # MODES="star store-forward tree-alone tree bittorrent" (broadcast, scale)
 # BIG_MODES="store-forward tree" (scalebig, sizes)
 # RUNS_DIR (default: a new /tmp dir)
-# ORDER=interleaved (default: each repetition runs every mode in turn) or
+# ORDER=interleaved (default: each repetition runs every mode in turn,
+# the order rotated by one mode per repetition, so that no mode always
+# follows the same one) or
 # blocks (the broadcast section runs all repetitions of one mode, then the
 # next mode's), with WARMUP=n (default 0) uncounted runs before each
 # mode's block. On this VM a run right after a different, long one pays
@@ -158,12 +160,20 @@ if [ "$ORDER" = blocks ]; then
 		done
 	done
 fi
+# rotate N WORD...: the words rotated left by N.
+rotate() {
+	local n=$1
+	shift
+	local k=$((n % $#))
+	echo "${@:k+1}" "${@:1:k}"
+}
 for rep in $(seq "$RUNS"); do
+	modes=$(rotate $((rep - 1)) $MODES)
 	for sec in $SECTIONS; do
 		case $sec in
-		broadcast) [ "$ORDER" = blocks ] || for m in $MODES; do one broadcast "$m" "$SITES" "$WORKERS" "$SIZE" "$rep"; done ;;
+		broadcast) [ "$ORDER" = blocks ] || for m in $modes; do one broadcast "$m" "$SITES" "$WORKERS" "$SIZE" "$rep"; done ;;
 		gather) for m in star tree; do one gather "$m" "$SITES" "$WORKERS" "$GATHER_SIZE" "$rep"; done ;;
-		scale) for w in $SCALE_WORKERS; do for m in $MODES; do one broadcast "$m" "$SITES" "$w" "$SCALE_SIZE" "$rep"; done; done ;;
+		scale) for w in $SCALE_WORKERS; do for m in $modes; do one broadcast "$m" "$SITES" "$w" "$SCALE_SIZE" "$rep"; done; done ;;
 		scalebig) for w in $SCALE_WORKERS; do [ "$w" = "$WORKERS" ] && continue; for m in $BIG_MODES; do one broadcast "$m" "$SITES" "$w" "$SIZE" "$rep"; done; done ;;
 		sizes) for sz in $SIZES; do for m in $BIG_MODES; do one broadcast "$m" "$SITES" "$WORKERS" "$sz" "$rep"; done; done ;;
 		single) for sz in $SINGLE_SIZES; do one broadcast tree 1 1 "$sz" "$rep"; done ;;
