@@ -87,6 +87,11 @@ type Config struct {
 	ReprovideEvery time.Duration
 	RecordAge      time.Duration
 	Logger         *slog.Logger
+	// Client starts the node as a DHT client (SetServer switches it): a
+	// node with a parent does not yet know whether it is a worker, and a
+	// worker that served the DHT for its first moments stays in other
+	// nodes' routing tables, so that their queries dial it, across sites.
+	Client bool
 }
 
 // DHT is a node's member of the private DHT. Its methods are safe for
@@ -126,16 +131,29 @@ func New(cfg Config) (*DHT, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &DHT{cfg: cfg, log: cfg.Logger.With("component", "dht"), cancel: cancel, provided: map[cid.Cid]struct{}{}}
-	// Server mode from the start (in a closed network kad's automatic
-	// mode would stay a client), switched by SetServer.
+	// Server mode from the start unless cfg.Client (in a closed network
+	// kad's automatic mode would stay a client), switched by SetServer.
 	reach, err := cfg.Host.EventBus().Emitter(new(event.EvtLocalReachabilityChanged), eventbus.Stateful)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("dht: %w", err)
 	}
 	d.reach = reach
+	if cfg.Client {
+		// The emitter is stateful: kad reads this when it subscribes.
+		if err := reach.Emit(event.EvtLocalReachabilityChanged{Reachability: network.ReachabilityPrivate}); err != nil {
+			cancel()
+			reach.Close()
+			return nil, fmt.Errorf("dht: %w", err)
+		}
+		d.server.Store(2)
+	}
+	mode := kad.ModeAutoServer
+	if cfg.Client {
+		mode = kad.ModeAuto // a client until told otherwise
+	}
 	k, err := kad.New(cfg.Host,
-		kad.Mode(kad.ModeAutoServer),
+		kad.Mode(mode),
 		kad.ProtocolPrefix(Prefix),
 		kad.BootstrapPeers(cfg.Bootstrap...),
 		kad.MaxRecordAge(cfg.RecordAge),

@@ -138,3 +138,41 @@ func TestNoHost(t *testing.T) {
 		t.Fatal("New without a host succeeded")
 	}
 }
+
+// A node started as a client (a node with a parent, before it knows it is
+// a head) does not serve the DHT and never enters a server's routing
+// table, so that nobody's query dials it; it still queries the server.
+// SetServer(true) then makes it a server that the other node adds.
+func TestClientFromTheStart(t *testing.T) {
+	hosts, dhts := chain(t, 1, nil)
+	s := dhts[0]
+	h := p2ptest.NewHost(t)
+	c, err := New(Config{Host: h, Bootstrap: []peer.AddrInfo{info(hosts[0])}, Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if c.Server() {
+		t.Fatal("a node started as a client serves the DHT")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.InRoutingTable(hosts[0].ID()) {
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not add the server to its routing table within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Give the server time to have added it, had it served.
+	time.Sleep(500 * time.Millisecond)
+	if s.InRoutingTable(h.ID()) {
+		t.Fatal("the server added a node that started as a client to its routing table")
+	}
+	c.SetServer(true)
+	deadline = time.Now().Add(10 * time.Second)
+	for !c.Server() || !s.InRoutingTable(h.ID()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after SetServer(true): serving %v, in the server's routing table %v", c.Server(), s.InRoutingTable(h.ID()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -258,7 +258,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			bootstrap = append(append(bootstrap, *parent), fallbacks...)
 		}
 		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Names: n.ownNames,
-			CheckRecord: n.adm.CheckRecord, Logger: cfg.Logger}); err != nil {
+			CheckRecord: n.adm.CheckRecord, Logger: cfg.Logger, Client: parent != nil}); err != nil {
 			return nil, err
 		}
 	}
