@@ -139,7 +139,9 @@ func New(cfg Config) (*DHT, error) {
 		return nil, fmt.Errorf("dht: %w", err)
 	}
 	d.reach = reach
+	mode := kad.ModeAutoServer
 	if cfg.Client {
+		mode = kad.ModeAuto // a client until told otherwise
 		// The emitter is stateful: kad reads this when it subscribes.
 		if err := reach.Emit(event.EvtLocalReachabilityChanged{Reachability: network.ReachabilityPrivate}); err != nil {
 			cancel()
@@ -147,10 +149,6 @@ func New(cfg Config) (*DHT, error) {
 			return nil, fmt.Errorf("dht: %w", err)
 		}
 		d.server.Store(2)
-	}
-	mode := kad.ModeAutoServer
-	if cfg.Client {
-		mode = kad.ModeAuto // a client until told otherwise
 	}
 	k, err := kad.New(cfg.Host,
 		kad.Mode(mode),
