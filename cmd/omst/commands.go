@@ -515,9 +515,9 @@ func statusCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(tw, "cache\t%s used of %s (%s pinned, %s orphaned), %d chunks\nnames\t%d\nbytes_served\t%d\nbytes_fetched\t%d\npeer_errors\t%d\n",
 				bytesize.Format(st.CacheUsed), bytesize.Format(st.CacheCap), bytesize.Format(st.CachePinned), bytesize.Format(st.CacheOrphaned),
 				st.Chunks, st.Names, st.BytesServed, st.BytesFetched, st.PeerErrors)
-			fmt.Fprintf(tw, "bytes_in\tparent %d, child %d, sibling %d, other %d\nbytes_out\tparent %d, child %d, other (siblings) %d\n",
+			fmt.Fprintf(tw, "bytes_in\tparent %d, child %d, sibling %d, other %d\nbytes_out\tparent %d, child %d, sibling %d, other %d\n",
 				st.BytesIn["parent"], st.BytesIn["child"], st.BytesIn["sibling"], st.BytesIn["other"],
-				st.BytesOut["parent"], st.BytesOut["child"], st.BytesOut["other"])
+				st.BytesOut["parent"], st.BytesOut["child"], st.BytesOut["sibling"], st.BytesOut["other"])
 			fmt.Fprintf(tw, "redirects\t%d sent, %d taken, %d of them failed, %d hedged, %d hedges declined\nuploads_refused\t%d\n",
 				st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures, st.Hedges, st.HedgesDeclined, st.UploadsRefused)
 			fmt.Fprintf(tw, "push\t%d bytes sent, %d received\n", st.PushSent, st.PushReceived)

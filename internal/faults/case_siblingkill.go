@@ -13,7 +13,9 @@ import (
 // The other three complete with exact bytes (their requests to the dead
 // sibling fail fast, and they ask the head instead); the killed one exits
 // clearly and, restarted, gets the blob; the head's status shows it
-// redirected requests to siblings; no daemon panics or leaks descriptors.
+// redirected requests to siblings, and the surviving workers' show what
+// they sent each other as sent to siblings (none to other peers); no
+// daemon panics or leaks descriptors.
 func caseSiblingKill(e *Env) error {
 	e.Step("start root (paced to 16 MiB/s), h1, 4 workers (fallback: root)")
 	t, err := e.StartTree(TreeSpec{Heads: 1, WorkersPerHead: 4, Fallback: true,
@@ -74,6 +76,26 @@ func caseSiblingKill(e *Env) error {
 	}
 	for _, w := range ws {
 		e.ShowStatus(w)
+	}
+	// The survivors served each other (GET_SIBLING): each counts what it
+	// sent its siblings as such, and nothing as sent to other peers.
+	var toSiblings uint64
+	for i, w := range ws {
+		if i == victim {
+			continue
+		}
+		st, _, err := w.Status(e.Ctx)
+		if err != nil {
+			return err
+		}
+		if st.BytesOut["other"] != 0 {
+			return violation("%s counts %d chunk bytes sent to other peers: a worker's uploads go to its siblings (bytes_out %v)", w.Name, st.BytesOut["other"], st.BytesOut)
+		}
+		toSiblings += st.BytesOut["sibling"]
+	}
+	e.Printf("the surviving workers sent %d chunk bytes to siblings (%.2f blobs)", toSiblings, float64(toSiblings)/float64(len(data)))
+	if toSiblings == 0 {
+		return violation("h1 redirected %d requests but no surviving worker counts bytes sent to siblings", st.RedirectsSent)
 	}
 	e.Step("daemons alive, answering, no panics, no leaked descriptors")
 	return e.CheckDaemons(t.All...)

@@ -103,7 +103,7 @@ func echoAndHold(s network.Stream) {
 // refused peer gets streams again once its others are gone.
 func TestPerPeerLimits(t *testing.T) {
 	a, b := newLoopbackHost(t, "a"), newLoopbackHost(t, "b")
-	fetch := protocol.ID("/omst/fetch/1.1.0")
+	fetch := protocol.ID("/omst/fetch/1.2.0")
 	b.SetStreamHandler(KadProtocol, echoAndHold)
 	b.SetStreamHandler(fetch, echoAndHold)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -162,7 +162,7 @@ func TestLimitsLeaveTransfersUnlimited(t *testing.T) {
 	unlimited("protocol-peer default", cfg.ProtocolPeerDefault)
 	unlimited("stream", cfg.Stream)
 	unlimited("conn", cfg.Conn)
-	for _, p := range []protocol.ID{"/omst/fetch/1.1.0", "/omst/tree/1.0.0", "/omst/names/1.1.0", "/omst/names/1.2.0"} {
+	for _, p := range []protocol.ID{"/omst/fetch/1.1.0", "/omst/fetch/1.2.0", "/omst/tree/1.0.0", "/omst/names/1.1.0", "/omst/names/1.2.0"} {
 		if _, ok := cfg.Protocol[p]; ok {
 			t.Errorf("protocol %s has its own limits", p)
 		}

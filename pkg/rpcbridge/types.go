@@ -73,7 +73,8 @@ type Status struct {
 	// BytesIn counts verified chunk bytes received, by kind of source:
 	// "parent", "child", "sibling", "other". BytesOut counts chunk bytes
 	// sent, by the asker's relation to this node: "parent", "child",
-	// "other" (on a worker, "other" are its siblings).
+	// "sibling" (another node of this site), "other" (e.g. another site's
+	// head that found this node in the DHT).
 	BytesIn  map[string]uint64 `json:"bytes_in"`
 	BytesOut map[string]uint64 `json:"bytes_out"`
 	// RedirectsSent counts children's requests this relay answered with a

@@ -95,7 +95,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
-	s, err := e.h.NewStream(sctx, fp.id, ProtoFetch)
+	s, err := e.h.NewStream(sctx, fp.id, ProtoFetch, ProtoFetch110)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("open fetch stream: %w: %s", blob.ErrUnreachable, dialerr.Text(err))
@@ -150,6 +150,9 @@ func (fs *fetchStream) send(q fetchRequest) (*pendingReq, error) {
 	q.Tag = fs.nextTag
 	fs.pending[q.Tag] = pr
 	fs.mu.Unlock()
+	if fs.s.Protocol() == ProtoFetch110 {
+		q.Sibling = false // a 1.1.0 peer knows no GET_SIBLING
+	}
 	fs.buf = appendFetchRequest(fs.buf[:0], q)
 	_ = fs.s.SetWriteDeadline(time.Now().Add(fs.fp.e.cfg.RequestTimeout))
 	if _, err := fs.bw.Write(fs.buf); err != nil {

@@ -140,6 +140,7 @@ func (e *Engine) complete(c *chunkCall, h blob.Hash, data []byte, from Source, e
 // a redirect) counts as src's error. Verified bytes are counted by src's
 // kind.
 func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) ([]byte, error) {
+	q.Sibling = q.Type == msgGet && src.Kind == KindSibling
 	data, err := e.request(ctx, src.ID, q)
 	if err == nil {
 		if verr := q.Hash.Verify(data); verr != nil {

@@ -6,7 +6,9 @@
 //
 // One protocol, specified byte by byte in docs/protocol.md:
 //
-//	/omst/fetch/1.1.0  tagged GET, GET_DIRECT, REPORT and MANIFEST
+//	/omst/fetch/1.2.0  tagged GET, GET_SIBLING, GET_DIRECT, REPORT and
+//	                   MANIFEST (1.1.0, without GET_SIBLING, is served and
+//	                   spoken too)
 //	                   requests; replies as they are ready (REDIRECT: ask
 //	                   a sibling)
 //

@@ -250,6 +250,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, e.cancel)
 	e.wg.Go(func() { <-e.ctx.Done(); stop() })
 	e.h.SetStreamHandler(ProtoFetch, e.handleFetch)
+	e.h.SetStreamHandler(ProtoFetch110, e.handleFetch)
 	return nil
 }
 
@@ -266,6 +267,7 @@ func (e *Engine) Close() error {
 	e.peers = map[peer.ID]*fetchPeer{}
 	e.mu.Unlock()
 	e.h.RemoveStreamHandler(ProtoFetch)
+	e.h.RemoveStreamHandler(ProtoFetch110)
 	e.cancel()
 	for _, fp := range peers {
 		fp.close(errClosed)
@@ -295,8 +297,9 @@ type Status struct {
 	BytesServed, BytesFetched uint64
 	// BytesIn counts verified chunk bytes received by kind of source
 	// (parent, child, sibling, other); BytesOut chunk bytes sent by the
-	// asker's relation to this node (a sibling asking a worker is "other"
-	// to it: the worker cannot tell a sibling from any other peer).
+	// asker's relation to this node: its parent, a child, a sibling (a
+	// node of this site, neither parent nor child, that asked with
+	// GET_SIBLING), or another peer.
 	BytesIn, BytesOut map[string]uint64
 	// UploadsRefused counts fetch streams refused for MaxUploadStreams.
 	UploadsRefused uint64

@@ -214,3 +214,48 @@ func TestUnreachableSourceNamedOnce(t *testing.T) {
 		t.Fatalf("the source is named %d times in %q; want once", n, err)
 	}
 }
+
+// A server counts the chunk bytes it sends by what the asker is to it: a
+// peer that asks with GET_SIBLING (its source kind for the server is
+// KindSibling) as a sibling, any other peer as other. A server that speaks
+// only 1.1.0 still serves a client that would ask with GET_SIBLING (a
+// plain GET), and counts it as other.
+func TestBytesOutBySiblingRequest(t *testing.T) {
+	data := randBlob(5*blob.MinChunkSize+7, 3)
+	read := func(server *engineNode, kind SourceKind) {
+		t.Helper()
+		rec := putBlob(t, server.mem, "b", data, blob.MinChunkSize)
+		c := newEngine(t, nil, server)
+		c.sources.set(Source{ID: server.h.ID(), Kind: kind})
+		if got := readBlob(t, c, rec); !bytes.Equal(got, data) {
+			t.Fatalf("read through a %v source: wrong bytes", kind)
+		}
+	}
+	n := uint64(len(data))
+	for _, tc := range []struct {
+		kind   SourceKind
+		old    bool // the server speaks only /omst/fetch/1.1.0
+		counts string
+	}{
+		{KindSibling, false, "sibling"},
+		{KindOther, false, "other"},
+		{KindSibling, true, "other"},
+	} {
+		s := newEngine(t, nil)
+		if tc.old {
+			s.h.RemoveStreamHandler(ProtoFetch)
+		}
+		read(s, tc.kind)
+		out := s.eng.Status().BytesOut
+		for k, v := range out {
+			want := uint64(0)
+			if k == tc.counts {
+				want = n
+			}
+			if v != want {
+				t.Errorf("asked as %v (server 1.1.0 only: %v): bytes_out %v, want %d bytes as %q only", tc.kind, tc.old, out, n, tc.counts)
+				break
+			}
+		}
+	}
+}

@@ -16,6 +16,7 @@ func FuzzDecodeFetchRequest(f *testing.F) {
 	f.Add(appendFetchRequest(nil, fetchRequest{Type: msgReport, ID: r.ID, Index: 9, Hash: blob.Hash{2}}))
 	f.Add(appendFetchRequest(nil, fetchRequest{Type: msgManifest, ID: r.ID}))
 	f.Add(appendFetchRequest(nil, fetchRequest{Type: msgGetDirect, Tag: 3, ID: r.ID, Index: 1, Hash: blob.Hash{3}, Slow: true}))
+	f.Add(appendFetchRequest(nil, fetchRequest{Type: msgGet, Tag: 4, ID: r.ID, Index: 2, Hash: blob.Hash{4}, Sibling: true}))
 	f.Add([]byte{msgGet, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		q, err := decodeFetchRequest(b)

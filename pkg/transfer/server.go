@@ -23,7 +23,8 @@ const maxQueuedPerStream = 64
 
 type fetchSlot struct {
 	tag    uint32
-	chunk  bool // a reply to GET or GET_DIRECT
+	chunk  bool       // a reply to GET or GET_DIRECT
+	asker  SourceKind // what the asker is to this node, for Status.BytesOut
 	status byte
 	body   []byte
 }
@@ -54,7 +55,7 @@ func (e *Engine) handleFetch(s network.Stream) {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		e.writeReplies(ctx, cancel, s, ready, room, rel)
+		e.writeReplies(ctx, cancel, s, ready, room)
 	}()
 	var serving sync.WaitGroup
 	br := bufio.NewReaderSize(s, 16<<10)
@@ -73,7 +74,7 @@ func (e *Engine) handleFetch(s network.Stream) {
 		if err != nil {
 			break
 		}
-		sl := &fetchSlot{tag: q.Tag}
+		sl := &fetchSlot{tag: q.Tag, asker: askerKind(rel, q)}
 		serving.Go(func() {
 			switch q.Type {
 			case msgReport:
@@ -101,10 +102,19 @@ func (e *Engine) handleFetch(s network.Stream) {
 	s.Close()
 }
 
+// askerKind is what the asker of q is to this node, for Status.BytesOut:
+// its relation in the tree (rel), or KindSibling for another peer whose
+// request says it is of this node's site (GET_SIBLING).
+func askerKind(rel SourceKind, q fetchRequest) SourceKind {
+	if rel == KindOther && q.Sibling {
+		return KindSibling
+	}
+	return rel
+}
+
 // writeReplies writes the replies of one stream as they become ready,
-// freeing a request token (room) for each; rel is what the asker is to
-// this node (for Status.BytesOut).
-func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, ready chan *fetchSlot, room chan struct{}, rel SourceKind) {
+// freeing a request token (room) for each.
+func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, ready chan *fetchSlot, room chan struct{}) {
 	bw := bufio.NewWriterSize(s, 64<<10)
 	var hdr []byte
 	failed := false
@@ -132,7 +142,7 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 			} else if sl.status == statusOK {
 				e.bytesServed.Add(uint64(len(sl.body)))
 				if sl.chunk {
-					e.bytesOut[rel].Add(uint64(len(sl.body)))
+					e.bytesOut[sl.asker].Add(uint64(len(sl.body)))
 				}
 			}
 		}

@@ -17,8 +17,13 @@ import (
 
 // ProtoFetch is the fetch protocol's ID; docs/protocol.md specifies every
 // message byte by byte. 1.1.0 added REPORT, MANIFEST (manifests moved here
-// from the names protocol), GET_DIRECT and the REDIRECT reply.
-const ProtoFetch protocol.ID = "/omst/fetch/1.1.0"
+// from the names protocol), GET_DIRECT and the REDIRECT reply; 1.2.0 adds
+// GET_SIBLING, a GET that says the asker is of the server's site.
+const ProtoFetch protocol.ID = "/omst/fetch/1.2.0"
+
+// ProtoFetch110 is the previous version, still served and spoken: a 1.1.0
+// stream carries no GET_SIBLING (a client sends a plain GET instead).
+const ProtoFetch110 protocol.ID = "/omst/fetch/1.1.0"
 
 // Request types and reply statuses.
 const (
@@ -26,6 +31,9 @@ const (
 	msgReport    byte = 0x21 // the chunk received for this request did not match its hash
 	msgManifest  byte = 0x22 // a blob's encoded manifest
 	msgGetDirect byte = 0x23 // chunk bytes from this node itself: a redirect failed
+	// msgGetSibling is a GET from a node of the server's own site (1.2.0):
+	// decoded as msgGet with fetchRequest.Sibling set.
+	msgGetSibling byte = 0x24
 
 	statusOK       byte = 0
 	statusNotFound byte = 1
@@ -69,6 +77,10 @@ type fetchRequest struct {
 	// IfPresent (GET_DIRECT only): answer NOT_FOUND at once unless the
 	// chunk is in the server's store (a hedge).
 	IfPresent bool
+	// Sibling (msgGet only; sent as GET_SIBLING): the asker is a node of
+	// the server's site that is neither its parent nor its child. It is
+	// the asker's word, used for the server's accounting only.
+	Sibling bool
 }
 
 // isGet reports whether q asks for chunk bytes (GET or GET_DIRECT).
@@ -87,7 +99,11 @@ func (q fetchRequest) replyLimit() int {
 
 func appendFetchRequest(b []byte, q fetchRequest) []byte {
 	idb := q.ID.Bytes()
-	b = append(b, q.Type)
+	t := q.Type
+	if t == msgGet && q.Sibling {
+		t = msgGetSibling
+	}
+	b = append(b, t)
 	b = binary.BigEndian.AppendUint32(b, q.Tag)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(idb)))
 	b = append(b, idb...)
@@ -120,6 +136,8 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	q.Type = hdr[0]
 	switch q.Type { // before waiting for more bytes
 	case msgGet, msgReport, msgManifest, msgGetDirect:
+	case msgGetSibling:
+		q.Type, q.Sibling = msgGet, true
 	default:
 		return q, wire.Malformed("unknown fetch request 0x%02x", hdr[0])
 	}

@@ -27,14 +27,19 @@ func TestWireRoundTrip(t *testing.T) {
 		{Type: msgGetDirect, Tag: 5, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z"))},
 		{Type: msgGetDirect, Tag: 6, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z")), Failed: samplePeer(t), Slow: true, IfPresent: true},
 		{Type: msgGetDirect, Tag: 7, ID: r.ID, Index: 5, Hash: blob.HashChunk([]byte("z")), IfPresent: true},
+		{Type: msgGet, Tag: 8, ID: r.ID, Index: 6, Hash: blob.HashChunk([]byte("s")), Sibling: true},
 	} {
 		enc := appendFetchRequest(nil, q)
 		back, err := decodeFetchRequest(enc)
 		if err != nil || back != q {
 			t.Fatalf("fetch request %+v: %+v %v", q, back, err)
 		}
-		if enc[0] != q.Type {
-			t.Fatalf("request type 0x%02x, want 0x%02x", enc[0], q.Type)
+		want := q.Type
+		if q.Sibling {
+			want = msgGetSibling
+		}
+		if enc[0] != want {
+			t.Fatalf("request type 0x%02x, want 0x%02x", enc[0], want)
 		}
 	}
 	tag, st, body, err := decodeFetchReply(append(appendFetchReplyHeader(nil, 9, statusOK, 3), 1, 2, 3), blob.MaxChunkSize)
@@ -63,13 +68,15 @@ func samplePeer(t testing.TB) peer.ID {
 func TestWireRejects(t *testing.T) {
 	r := sampleID()
 	for name, b := range map[string][]byte{
-		"huge CID length": {msgGet, 0, 0, 0, 1, 0xff, 0xff},
-		"unknown type":    {0x99, 0, 0, 0, 0, 0, 0},
-		"long peer ID":    append(appendFetchRequest(nil, fetchRequest{Type: msgGetDirect, ID: r.ID, Hash: blob.Hash{1}})[:reqHeaderLen+len(r.ID.Bytes())+4+blob.HashSize+1], 200),
-		"unknown flags":   withByte(appendFetchRequest(nil, fetchRequest{Type: msgGetDirect, ID: r.ID, Hash: blob.Hash{1}}), reqHeaderLen+len(r.ID.Bytes())+4+blob.HashSize, 0x80),
-		"zero hash":       appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID}),
-		"truncated":       appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Hash: blob.Hash{1}})[:10],
-		"trailing":        append(appendFetchRequest(nil, fetchRequest{Type: msgManifest, ID: r.ID}), 0),
+		"huge CID length":    {msgGet, 0, 0, 0, 1, 0xff, 0xff},
+		"unknown type":       {0x99, 0, 0, 0, 0, 0, 0},
+		"long peer ID":       append(appendFetchRequest(nil, fetchRequest{Type: msgGetDirect, ID: r.ID, Hash: blob.Hash{1}})[:reqHeaderLen+len(r.ID.Bytes())+4+blob.HashSize+1], 200),
+		"unknown flags":      withByte(appendFetchRequest(nil, fetchRequest{Type: msgGetDirect, ID: r.ID, Hash: blob.Hash{1}}), reqHeaderLen+len(r.ID.Bytes())+4+blob.HashSize, 0x80),
+		"zero hash":          appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID}),
+		"sibling, zero hash": appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Sibling: true}),
+		"sibling, truncated": appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Hash: blob.Hash{1}, Sibling: true})[:20],
+		"truncated":          appendFetchRequest(nil, fetchRequest{Type: msgGet, ID: r.ID, Hash: blob.Hash{1}})[:10],
+		"trailing":           append(appendFetchRequest(nil, fetchRequest{Type: msgManifest, ID: r.ID}), 0),
 	} {
 		if _, err := decodeFetchRequest(b); !errors.Is(err, wire.ErrMalformed) {
 			t.Errorf("%s: %v", name, err)

@@ -162,7 +162,9 @@ func siblings(c *nodeCfg) { c.Engine.SiblingExchange = true }
 
 // TestSiblingExchange: six workers read a blob at once through their head:
 // each gets exact bytes, the head's port carries about one copy (the rest
-// goes between siblings), and the root serves one copy.
+// goes between siblings), and the root serves one copy. The workers count
+// what they serve each other as sent to siblings (GET_SIBLING), at least
+// what their siblings verified, and nothing as sent to others.
 func TestSiblingExchange(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", nil, siblings)
@@ -180,13 +182,17 @@ func TestSiblingExchange(t *testing.T) {
 		wg.Go(func() { got[i] = readAll(t, w, "shared/init") })
 	}
 	wg.Wait()
-	var fromSiblings uint64
+	var fromSiblings, toSiblings uint64
 	for i, w := range ws {
 		if !bytes.Equal(got[i], data) {
 			t.Fatalf("worker %d got wrong bytes", i)
 		}
 		st := w.eng.Status()
 		fromSiblings += st.BytesIn["sibling"]
+		toSiblings += st.BytesOut["sibling"]
+		if st.BytesOut["other"] != 0 {
+			t.Errorf("worker %d counts %d bytes sent to other peers, want them counted as sent to siblings", i, st.BytesOut["other"])
+		}
 		if st.PeerErrors != 0 {
 			t.Errorf("worker %d: %d peer errors", i, st.PeerErrors)
 		}
@@ -200,6 +206,9 @@ func TestSiblingExchange(t *testing.T) {
 	}
 	if fromSiblings < 4*n {
 		t.Errorf("siblings carried %d bytes, want at least 4 copies of %d", fromSiblings, n)
+	}
+	if toSiblings < fromSiblings {
+		t.Errorf("workers count %d bytes sent to siblings, less than the %d their siblings received", toSiblings, fromSiblings)
 	}
 	if rs := root.eng.Status(); rs.BytesServed > n+n/10 {
 		t.Errorf("root served %d bytes, want about one copy (%d)", rs.BytesServed, n)

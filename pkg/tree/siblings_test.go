@@ -61,7 +61,7 @@ func TestSiblingKilledMidBroadcast(t *testing.T) {
 		// to one), else at 400 ms: a fixed time alone sometimes came
 		// before the head had sent anyone to it, and proved nothing.
 		time.Sleep(400 * time.Millisecond)
-		for deadline := time.Now().Add(2 * time.Second); ws[victim].eng.Status().BytesOut["other"] == 0 && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(2 * time.Second); ws[victim].eng.Status().BytesOut["sibling"] == 0 && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
 		}
 		ws[victim].eng.Close()
