@@ -73,6 +73,17 @@ def mean_of(values):
     return round(statistics.mean(values), 4) if values else ""
 
 
+def to_siblings(s):
+    """The chunk bytes the workers of a run sent their siblings (bytes_out
+    "sibling" in their records, fetch 1.2.0), in blobs per site; "" when the
+    records carry no such count (bittorrent; daemons before 1.2.0)."""
+    outs = [r.get("bytes_out", {}).get("sibling") for r in s.get("records", []) if r.get("role") == "worker"]
+    outs = [v for v in outs if v is not None]
+    if not outs or not s.get("bytes") or not s.get("sites"):
+        return ""
+    return round(sum(outs) / s["bytes"] / s["sites"], 4)
+
+
 def read_runs(runs_dir, wan, host="default"):
     """The runs' summaries (CASE-MODE-SxW-SIZE-REP.json) in runs_dir, made
     with WAN links of wan bit/s, as CSV rows. The site_* columns are means
@@ -95,6 +106,7 @@ def read_runs(runs_dir, wan, host="default"):
                      "site_in_wire_blobs": mean_of(s.get("site_in_wire_blobs")),
                      "site_out_wire_blobs": mean_of(s.get("site_out_wire_blobs")),
                      "head_to_children_blobs": mean_of(s.get("head_to_children_blobs")),
+                     "workers_to_siblings_blobs": to_siblings(s),
                      "host": host})
     return rows
 
@@ -122,7 +134,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     fields = ["case", "mode", "sites", "workers", "size_bytes", "wan_bps", "run", "time_to_last", "verified",
               "expected", "pass", "root_bytes_served", "limit_s", "site_in_blobs", "site_in_wire_blobs",
-              "site_out_wire_blobs", "head_to_children_blobs", "host"]
+              "site_out_wire_blobs", "head_to_children_blobs", "workers_to_siblings_blobs", "host"]
     with open(os.path.join(a.out, "wan-runs.csv"), "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -261,6 +273,11 @@ def main():
                                                 if mode == "tree" else "")
                 out.append("| %s | %s | %s |" % (mode, " | ".join(cells), growth))
             out.append("| limit S/B_wan | " + " | ".join("%.2f" % slim for _ in scale) + " | |")
+            for col, what in (("head_to_children_blobs", "head to its workers, tree (blobs)"),
+                              ("workers_to_siblings_blobs", "workers to siblings, tree (blobs per site)")):
+                cells = [site_in(stat("broadcast", "tree", a.sites, w, ssize, bw)[0], col) for w in scale]
+                if any(c != "—" for c in cells):
+                    out.append("| %s | %s | |" % (what, " | ".join(cells)))
             out.append("")
 
     def single_table(title, gs, tuned):
