@@ -102,15 +102,15 @@ func TestCrossSiteHeadToHead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// Workers are DHT clients, heads and the root servers.
-	for deadline := time.Now().Add(10 * time.Second); workerA.dht.Server() || workerB.dht.Server(); {
+	// Workers are DHT clients, heads and the root servers (a head becomes
+	// one once its parent has welcomed it, which may come after its start).
+	for deadline := time.Now().Add(10 * time.Second); workerA.dht.Server() || workerB.dht.Server() ||
+		!headA.dht.Server() || !headB.dht.Server() || !root.dht.Server(); {
 		if time.Now().After(deadline) {
-			t.Fatal("the workers are still DHT servers 10 s after the start")
+			t.Fatalf("10 s after the start: DHT server at worker a %v, worker b %v (want false); head a %v, head b %v, root %v (want true)",
+				workerA.dht.Server(), workerB.dht.Server(), headA.dht.Server(), headB.dht.Server(), root.dht.Server())
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-	if !headA.dht.Server() || !headB.dht.Server() || !root.dht.Server() {
-		t.Fatal("a head or the root is not a DHT server")
 	}
 	if !statusOf(t, headA).DHTServer || statusOf(t, workerA).DHTServer {
 		t.Fatal("status dht_server: want true at a head, false at a worker")
