@@ -51,7 +51,7 @@ type blobDist struct {
 	chunks   map[uint32]*chunkDist
 	failures map[peer.ID]int       // failures reported against each holder
 	fed      map[peer.ID]int       // siblings sent to each holder, over all chunks
-	slow     map[peer.ID]time.Time // holders reported slow: no target until then
+	slow     map[peer.ID]time.Time // holders reported slow: a target of last resort until then
 	lastUse  time.Time
 }
 
@@ -95,12 +95,13 @@ type Ask struct {
 	Direct bool
 	// Failed is the sibling the child was sent to that could not deliver
 	// (it counts against it: MaxFailures make it no target for the blob);
-	// Slow one that was only slow (the child hedged): it is no target for
-	// SlowBackoff, then one again.
+	// Slow one that was only slow (the child hedged): for SlowBackoff it is
+	// a target only when no other holder is, then one as before.
 	Failed, Slow peer.ID
 }
 
-// SlowBackoff is how long a sibling reported slow is no redirect target.
+// SlowBackoff is how long a sibling reported slow is a redirect target of
+// last resort only.
 const SlowBackoff = 5 * time.Second
 
 // Decide answers a child's request a at now: the sibling to redirect the
@@ -135,19 +136,23 @@ func (d *Distributor) Decide(now time.Time, a Ask, eligible func(peer.ID) bool) 
 	}
 	target := peer.ID("")
 	if !direct && c.direct >= d.cfg.Direct {
-		// Among the holders with room for this chunk, the one that has
-		// fed the fewest siblings of this blob (the earliest on a tie).
-		best := -1
+		// Among the holders with room for this chunk, one not reported
+		// slow, else a slow one (the relay serving the child itself
+		// would load the port the exchange spares, and when every holder
+		// is slow the whole site is); then the one that has fed the
+		// fewest siblings of this blob (the earliest on a tie).
+		best, bestSlow := -1, false
 		for i := range c.holders {
 			h := &c.holders[i]
-			if h.group != group || h.fed >= d.cfg.Fanout || b.failures[h.peer] >= d.cfg.MaxFailures || now.Before(b.slow[h.peer]) {
+			if h.group != group || h.fed >= d.cfg.Fanout || b.failures[h.peer] >= d.cfg.MaxFailures {
 				continue
 			}
-			if best >= 0 && b.fed[h.peer] >= b.fed[c.holders[best].peer] {
+			slow := now.Before(b.slow[h.peer])
+			if best >= 0 && (slow && !bestSlow || slow == bestSlow && b.fed[h.peer] >= b.fed[c.holders[best].peer]) {
 				continue
 			}
 			if eligible == nil || eligible(h.peer) {
-				best = i
+				best, bestSlow = i, slow
 			}
 		}
 		if best >= 0 {
@@ -195,7 +200,8 @@ func (c *chunkDist) remove(p peer.ID) {
 }
 
 // NoteSlow records that a child found sibling p slow for blob id (it
-// hedged): p is no redirect target for SlowBackoff.
+// hedged): for SlowBackoff, p is a redirect target only when every other
+// holder with room is slow too.
 func (d *Distributor) NoteSlow(now time.Time, id cid.Cid, p peer.ID) {
 	if b := d.blobs[id]; b != nil {
 		b.slow[p] = now.Add(SlowBackoff)

@@ -143,8 +143,8 @@ func TestDistributorBounded(t *testing.T) {
 	t.Logf("500 askers: the relay sent %d copies itself", direct)
 }
 
-// A sibling reported slow (a hedge) is no target for SlowBackoff, then one
-// again; it is not counted as failed.
+// A sibling reported slow (a hedge) is no target for SlowBackoff while
+// another holder has room, then one again; it is not counted as failed.
 func TestDistributorSlowSibling(t *testing.T) {
 	d := NewDistributor(DistributorConfig{Fanout: 8})
 	id := sampleID().ID
@@ -200,5 +200,33 @@ func TestDistributorHedgeGrace(t *testing.T) {
 	d.NoteSent(sent, id, 7) // no state for chunk 7: nothing recorded
 	if w := d.HedgeWait(sent, id, 7); w != 0 {
 		t.Fatalf("chunk 7 (never asked): wait %v, want 0", w)
+	}
+}
+
+// When every holder of a chunk with room is slow, a child is still sent to
+// one of them rather than served by the relay: the relay's port would
+// otherwise carry a copy per child whenever the whole site is slow (e.g. a
+// small fetch window on a slow LAN: 2 x 16 at a quarter of the rates with
+// --window 8 took 25-28 s, the head sending 8 copies, against 10-11 s).
+func TestDistributorOnlySlowHolders(t *testing.T) {
+	d := NewDistributor(DistributorConfig{})
+	id := sampleID().ID
+	now := time.Unix(1000, 0)
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "S"}, nil); got != "" {
+		t.Fatalf("first asker sent to %q", got)
+	}
+	d.NoteSlow(now, id, "w1")
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S"}, nil); got != "w1" {
+		t.Fatalf("w2 sent to %q; want the slow w1, the only holder, rather than the relay", got)
+	}
+	// A holder that is not slow is preferred, whatever it has fed.
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w3", Group: "S"}, nil); got != "w2" && got != "w1" {
+		t.Fatalf("w3 sent to %q", got)
+	}
+	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w2", Group: "S"}, nil) // w2 feeds nobody of chunk 1
+	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w1", Group: "S"}, nil)
+	d.NoteSlow(now, id, "w2")
+	if got := d.Decide(now, Ask{Blob: id, Index: 1, Child: "w4", Group: "S"}, nil); got != "w1" {
+		t.Fatalf("w4 sent to %q; want w1, the holder that is not slow", got)
 	}
 }
