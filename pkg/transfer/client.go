@@ -37,6 +37,8 @@ type fetchStream struct {
 	wmu sync.Mutex
 	bw  *bufio.Writer
 	buf []byte
+	// v110: the peer speaks only /omst/fetch/1.1.0 (no GET_SIBLING).
+	v110 bool
 
 	mu      sync.Mutex
 	pending map[uint32]*pendingReq // nil once the stream failed
@@ -100,7 +102,8 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open fetch stream: %w: %s", blob.ErrUnreachable, dialerr.Text(err))
 	}
-	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), pending: map[uint32]*pendingReq{}, late: map[uint32]int{}}
+	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), v110: s.Protocol() == ProtoFetch110,
+		pending: map[uint32]*pendingReq{}, late: map[uint32]int{}}
 	fp.streams = append(fp.streams, fs)
 	go fs.readReplies()
 	return fs, nil
@@ -150,7 +153,7 @@ func (fs *fetchStream) send(q fetchRequest) (*pendingReq, error) {
 	q.Tag = fs.nextTag
 	fs.pending[q.Tag] = pr
 	fs.mu.Unlock()
-	if fs.s.Protocol() == ProtoFetch110 {
+	if fs.v110 {
 		q.Sibling = false // a 1.1.0 peer knows no GET_SIBLING
 	}
 	fs.buf = appendFetchRequest(fs.buf[:0], q)
