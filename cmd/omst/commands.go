@@ -21,7 +21,6 @@ import (
 	"github.com/omst-project/omst/pkg/bytesize"
 	"github.com/omst-project/omst/pkg/node"
 	"github.com/omst-project/omst/pkg/rpcbridge"
-	"github.com/omst-project/omst/pkg/stablefile"
 	"github.com/omst-project/omst/pkg/tree"
 )
 
@@ -49,6 +48,7 @@ func daemonCmd(g *globals) *cobra.Command {
 		relayMode   string
 		site        string
 		cacheSize   string
+		userQuota   string
 		chunkSize   string
 		window      int
 		noReplicate bool
@@ -107,6 +107,13 @@ func daemonCmd(g *globals) *cobra.Command {
 					return usageError{fmt.Errorf("--cache-size: %w", err)}
 				}
 			}
+			if userQuota != "" {
+				if userQuota == "none" {
+					cfg.UserQuota = -1
+				} else if cfg.UserQuota, err = bytesize.Parse(userQuota); err != nil || cfg.UserQuota == 0 {
+					return usageError{fmt.Errorf("--user-quota %q: want a size such as 10G, or none", userQuota)}
+				}
+			}
 			if chunkSize != "" {
 				cs, err := bytesize.Parse(chunkSize)
 				if err != nil {
@@ -154,6 +161,8 @@ func daemonCmd(g *globals) *cobra.Command {
 		"or store-forward (only after the whole blob is here; OmniStorage's original behaviour, for comparison)")
 	f.StringVar(&site, "site", "", "site (cluster) this host belongs to")
 	f.StringVar(&cacheSize, "cache-size", "", "cap on cached bytes, e.g. 20G (default 25% of the free disk)")
+	f.StringVar(&userQuota, "user-quota", "", "with --socket-group: the bytes each user other than the daemon's may keep here through its puts,\n"+
+		"e.g. 10G, or none (default a quarter of --cache-size)")
 	f.StringVar(&chunkSize, "chunk-size", "", "default chunk size for puts (default 1M)")
 	f.IntVar(&window, "window", 0, "chunks in flight per fetch (default 16; raise for long fat WAN links)")
 	f.BoolVar(&syncPuts, "sync", false, "make every put durable before acknowledging it (syncfs of the cache's file system, then the index): survives a power loss, at the disk's write speed")
@@ -222,48 +231,9 @@ func putCmd(g *globals) *cobra.Command {
 			ctx := cmd.Context()
 			var info rpcbridge.Info
 			if len(args) == 1 || args[1] == "-" {
-				// Standard input: a regular file (redirected) must not
-				// change while it is read; a pipe or terminal ends at
-				// its end of file.
-				var in io.Reader = cmd.InOrStdin()
-				if f, ok := in.(*os.File); ok {
-					sf, serr := stablefile.New(ctx, f)
-					if serr != nil {
-						return serr
-					}
-					defer sf.Close()
-					in = sf
-				}
-				info, err = putStream(ctx, cl, name, in, 0, g.quiet, opts)
+				info, err = putStdin(ctx, g, cl, cmd.InOrStdin(), name, opts) // putfile.go
 			} else {
-				path, aerr := filepath.Abs(args[1])
-				if aerr != nil {
-					return aerr
-				}
-				st, serr := os.Stat(path)
-				if serr != nil {
-					return serr
-				}
-				if st.IsDir() {
-					return usageError{fmt.Errorf("%s is a directory", path)}
-				}
-				if st.Mode().IsRegular() && (g.quiet || !isTerminal()) {
-					// The daemon reads the file itself (and fails the
-					// put if it changes meanwhile).
-					info, err = cl.PutFile(ctx, name, path, opts)
-				} else {
-					// On a terminal, stream the file so that the bar can
-					// follow it. Anything but a regular file (a FIFO,
-					// /dev/stdin, a process substitution's /dev/fd/N) is
-					// always streamed: the daemon would open its own.
-					in, oerr := stablefile.Open(ctx, path)
-					if oerr != nil {
-						return oerr
-					}
-					defer in.Close()
-					size, _ := in.Size()
-					info, err = putStream(ctx, cl, name, in, size, g.quiet, opts)
-				}
+				info, err = putFile(ctx, g, cl, name, args[1], opts) // putfile.go
 			}
 			if err != nil {
 				return err

@@ -5,106 +5,55 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"time"
+	"sync"
 
 	"golang.org/x/term"
 
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
 
-// getToFile fetches name into path, always the same way: the daemon
-// writes the file (GET_FILE), atomically for a regular file or a new one
-// (mode 0644), through a symlink to its target, in place for a device or
-// FIFO (/dev/null, a pipe to another program). On a terminal a progress
-// bar follows the daemon's side: the bytes of its temporary file, else
-// the chunks its fetch has.
+// getToFile fetches name into path, always the same way: the file is
+// prepared here with the user's rights (a regular file or a new one is
+// replaced atomically, mode 0644 less the umask; a link is followed as the
+// kernel's protected_symlinks rule allows and its target replaced; a device
+// or FIFO such as /dev/null is written in place), and the daemon writes the
+// bytes into its descriptor (GET_TO_FD). On a terminal a progress bar
+// follows the file being written.
 func getToFile(ctx context.Context, g *globals, cl *rpcbridge.Client, name, path string) error {
 	if g.quiet || !isTerminal() {
 		_, err := cl.GetFile(ctx, name, path)
 		return err
 	}
-	info, err := cl.Stat(ctx, name)
-	if err != nil {
-		return err
-	}
-	p := newProgress("get "+name, int64(info.Size), g.quiet)
-	stop := watchGetFile(g.socket(), p, name, info, path)
-	_, err = cl.GetFile(ctx, name, path)
-	stop()
-	if err == nil {
-		p.set(int64(info.Size))
-	}
-	p.finish()
-	return err
-}
-
-// watchGetFile sets p from what the daemon has done of a GET_FILE of name
-// to path, until the returned function is called.
-func watchGetFile(sock string, p *progress, name string, info rpcbridge.Info, path string) (stop func()) {
-	quit, done := make(chan struct{}), make(chan struct{})
-	dest := path
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		dest = real
-	}
-	tempGlob := filepath.Join(filepath.Dir(dest), "."+filepath.Base(dest)+".omst-*")
-	go func() {
-		defer close(done)
-		var st *rpcbridge.Client // a second connection: the first is busy with the get
-		defer func() {
-			if st != nil {
-				st.Close()
-			}
-		}()
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-			}
-			n := tempBytes(tempGlob)
-			if st == nil {
-				st, _ = rpcbridge.Dial(sock)
-			}
-			if st != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				if s, err := st.Status(ctx); err == nil {
-					n = max(n, fetchedBytes(s, name, info))
+	var (
+		mu   sync.Mutex
+		p    *progress
+		stop func()
+	)
+	_, err := cl.GetFileStarted(ctx, name, path, func(info rpcbridge.Info, f *os.File) {
+		mu.Lock()
+		defer mu.Unlock()
+		p = newProgress("get "+name, int64(info.Size), g.quiet)
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			stop = watch(func() int64 {
+				if st, err := f.Stat(); err == nil {
+					return st.Size()
 				}
-				cancel()
-			}
-			if n > p.done.Load() {
-				p.set(n)
-			}
+				return 0
+			}, p)
 		}
-	}()
-	return func() { close(quit); <-done }
-}
-
-// tempBytes is the size of the largest file matching glob (the daemon's
-// temporary file of a get), 0 if none.
-func tempBytes(glob string) int64 {
-	ms, _ := filepath.Glob(glob)
-	var n int64
-	for _, m := range ms {
-		if fi, err := os.Stat(m); err == nil {
-			n = max(n, fi.Size())
-		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if stop != nil {
+		stop()
 	}
-	return n
-}
-
-// fetchedBytes estimates the bytes of the blob the daemon has so far, from
-// its transfer of name (chunks done x chunk size).
-func fetchedBytes(s rpcbridge.Status, name string, info rpcbridge.Info) int64 {
-	for _, tr := range s.Transfers {
-		if tr.Name == name || tr.ID == info.ID {
-			return min(int64(tr.Done)*int64(info.ChunkSize), int64(info.Size))
+	if p != nil {
+		if err == nil {
+			p.set(p.total)
 		}
+		p.finish()
 	}
-	return 0
+	return err
 }
 
 // getToWriter streams the blob named name to w (standard output), with a

@@ -53,13 +53,31 @@ const (
 // are protected from eviction while the ingest runs. ctx is checked between
 // chunks; a blocked r.Read is not interrupted.
 func (s *Store) Ingest(ctx context.Context, name string, r io.Reader, chunkSize int, origin string) (blob.Record, error) {
+	return s.IngestWith(ctx, name, r, chunkSize, origin, IngestOptions{})
+}
+
+// IngestWith is Ingest with options: the local user that puts the name,
+// and a check of whom the put may replace (see IngestOptions).
+func (s *Store) IngestWith(ctx context.Context, name string, r io.Reader, chunkSize int, origin string, opts IngestOptions) (blob.Record, error) {
 	if err := blob.ValidateName(name); err != nil {
 		return blob.Record{}, fmt.Errorf("ingest: %w", err)
 	}
 	if err := blob.ValidateChunkSize(chunkSize); err != nil {
 		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
 	}
-	ig := &ingestRun{s: s, held: make(map[blob.Hash]struct{})}
+	ig := &ingestRun{s: s, held: make(map[blob.Hash]struct{}), opts: opts, quotaLeft: -1}
+	if opts.Quota > 0 && opts.HasUser {
+		// What the user holds now, but the name this put replaces: an
+		// early bound, checked again at the commit.
+		var used uint64
+		if err := s.db.View(func(txn *badger.Txn) (err error) { used, err = userBytes(txn, opts.User, name); return err }); err != nil {
+			return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
+		}
+		if used >= opts.Quota {
+			return blob.Record{}, fmt.Errorf("ingest %q: %w", name, quotaErr(opts.User, used, 0, opts.Quota))
+		}
+		ig.quotaLeft = int64(opts.Quota - used)
+	}
 	rec, err := ig.run(ctx, name, r, chunkSize, origin)
 	if err != nil {
 		ig.abort()
@@ -139,6 +157,9 @@ type ingestRun struct {
 	held    map[blob.Hash]struct{} // chunks this run protects from eviction (reader goroutine only until the end)
 	mu      sync.Mutex
 	written []writtenChunk // chunks whose files this run created
+	opts    IngestOptions
+	// quotaLeft is what the user's quota leaves for this put (-1: no quota).
+	quotaLeft int64
 }
 
 // writtenChunk is a chunk an ingest created, with its last use at creation.
@@ -224,6 +245,11 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 			if len(m.Chunks) >= blob.MaxChunks {
 				free <- buf
 				rerr = fmt.Errorf("blob exceeds %d chunks", blob.MaxChunks)
+				break
+			}
+			if ig.quotaLeft >= 0 && m.Size+uint64(n) > uint64(ig.quotaLeft) {
+				free <- buf
+				rerr = quotaErr(ig.opts.User, ig.opts.Quota-uint64(ig.quotaLeft), m.Size+uint64(n), ig.opts.Quota)
 				break
 			}
 			h := blob.HashChunk(buf[:n])
@@ -315,6 +341,12 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 			return err
 		}
 		rec = blob.Record{Name: name, ID: id, Size: m.Size, Time: now, Origin: origin}
+		if err := checkReplace(txn, name, ig.opts); err != nil {
+			return err
+		}
+		if err := checkQuota(txn, name, m.Size, ig.opts); err != nil {
+			return err
+		}
 		if s.seal != nil {
 			var err error
 			if rec, err = s.seal(rec); err != nil {
@@ -328,8 +360,10 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 		if moved, err = s.dropOwnerTxn(txn, name, id.KeyString()); err != nil {
 			return err
 		}
-		_, err = putRecord(txn, rec, "")
-		return err
+		if _, err = putRecord(txn, rec, ""); err != nil {
+			return err
+		}
+		return setUser(txn, name, ig.opts)
 	})
 	if err == nil && s.sync {
 		err = s.db.Sync()

@@ -178,6 +178,11 @@ func putRecord(txn *badger.Txn, r blob.Record, via string) (bool, error) {
 	if err := setRoute(txn, r.Name, via); err != nil {
 		return false, err
 	}
+	// The name's current record is no longer the one a local user put
+	// (commit sets the user again for a put of its own).
+	if err := txn.Delete(userKey(r.Name)); err != nil {
+		return false, err
+	}
 	return true, txn.Set(recordKey(r.Name), enc)
 }
 
@@ -309,6 +314,14 @@ func (s *Store) scanRecords(prefix []byte) ([]blob.Record, error) {
 // pins this name holds (see Ingest); blobs pinned otherwise stay pinned. It
 // returns an error wrapping blob.ErrNotFound if name has no record.
 func (s *Store) RemoveName(name string) error {
+	return s.RemoveNameIf(name, nil)
+}
+
+// RemoveNameIf is RemoveName asking may first, in the same transaction,
+// with the local user that put name's current record here (hasUser false:
+// none did); an error from may leaves everything as it was and is returned
+// wrapped.
+func (s *Store) RemoveNameIf(name string, may func(user uint32, hasUser bool) error) error {
 	if err := blob.ValidateName(name); err != nil {
 		return fmt.Errorf("remove name: %w", err)
 	}
@@ -319,7 +332,19 @@ func (s *Store) RemoveName(name string) error {
 		if _, err := getRecord(txn, name); err != nil {
 			return err
 		}
+		if may != nil {
+			uid, ok, err := getUser(txn, name)
+			if err != nil {
+				return err
+			}
+			if err := may(uid, ok); err != nil {
+				return err
+			}
+		}
 		if err := txn.Delete(recordKey(name)); err != nil {
+			return err
+		}
+		if err := txn.Delete(userKey(name)); err != nil {
 			return err
 		}
 		if err := txn.Delete(routeKey(name)); err != nil {
@@ -511,6 +536,7 @@ func manifestKey(idb []byte) []byte { return append([]byte(keyManifest), idb...)
 func pinKey(idb []byte) []byte      { return append([]byte(keyPin), idb...) }
 func recordKey(name string) []byte  { return append([]byte(keyRecord), name...) }
 func routeKey(name string) []byte   { return append([]byte(keyRoute), name...) }
+func userKey(name string) []byte    { return append([]byte(keyUser), name...) }
 
 // historyPrefix ends with 0x00, which valid names never contain, so it
 // matches no other name's history.

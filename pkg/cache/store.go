@@ -159,6 +159,7 @@ const (
 	keyRecord   = "r/" // + name                 -> encoded current record
 	keyHistory  = "h/" // + name + 0x00 + 16 B   -> encoded record
 	keyRoute    = "t/" // + name                 -> peer ID the current record came from
+	keyUser     = "u/" // + name                 -> u32 uid of the local user that put the current record here
 	keyVersion  = "v"  //                        -> format version u32
 )
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -86,6 +85,11 @@ type Config struct {
 	// mode 0710 (search only) and HOME/cache mode 0700. "" keeps the
 	// socket 0600 (the home's mode is then left as it is).
 	SocketGroup string
+	// UserQuota bounds the bytes that one local user other than the
+	// daemon's (a member of SocketGroup) may keep here through its puts
+	// (they are pinned): 0 is a quarter of the cache's cap, a negative
+	// value no bound. The daemon's own user and root have none.
+	UserQuota int64
 	// Join is a join token (omst-join-..., redeemed with the root through
 	// the parents on the first start) or a certificate's text form
 	// (omst-cert-..., from `omst grid admit`); ignored once this node
@@ -415,21 +419,9 @@ func (n *Node) Put(ctx context.Context, name string, r io.Reader, opts rpcbridge
 	if err := n.adm.MayWrite(name); err != nil {
 		return rpcbridge.Info{}, err
 	}
-	rec, err := n.store.Ingest(ctx, name, r, n.chunkSize(opts), n.host.ID().String())
+	rec, err := n.store.IngestWith(ctx, name, r, n.chunkSize(opts), n.host.ID().String(), n.userPut(ctx, name))
 	if err != nil {
 		return rpcbridge.Info{}, fmt.Errorf("put %q: %w", name, err)
-	}
-	return n.published(ctx, rec)
-}
-
-// PutFile is Put reading the file at path.
-func (n *Node) PutFile(ctx context.Context, name, path string, opts rpcbridge.PutOptions) (rpcbridge.Info, error) {
-	if err := n.adm.MayWrite(name); err != nil {
-		return rpcbridge.Info{}, err
-	}
-	rec, err := n.store.IngestFile(ctx, name, path, n.chunkSize(opts), n.host.ID().String())
-	if err != nil {
-		return rpcbridge.Info{}, fmt.Errorf("put %q from %s: %w", name, path, err)
 	}
 	return n.published(ctx, rec)
 }
@@ -549,78 +541,6 @@ func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCl
 	return n.info(rec, m), n.debugReader(n.metrics.timeGet(start, &providingReader{ReadCloser: rc, n: n, id: rec.ID}), name, rec.ID, rec.Size, start), nil
 }
 
-// GetFile writes the blob named name to path. A regular file (or a new
-// one) is written atomically: into a temporary file beside it, renamed into
-// place only when every byte is verified; a symlink is followed and its
-// target replaced. Anything else that exists at path (a device such as
-// /dev/null, a FIFO) is opened and written in place, never replaced.
-func (n *Node) GetFile(ctx context.Context, name, path string) (rpcbridge.Info, error) {
-	info, rc, err := n.Open(ctx, name)
-	if err != nil {
-		return rpcbridge.Info{}, err
-	}
-	defer rc.Close()
-	if err := writeFileAtomic(path, rc); err != nil {
-		return rpcbridge.Info{}, fmt.Errorf("get %q to %s: %w", name, path, err)
-	}
-	info.Local = true
-	return info, nil
-}
-
-func writeFileAtomic(path string, r io.Reader) (err error) {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
-	}
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		if fi.IsDir() {
-			return errors.New("it is a directory")
-		}
-		return writeInPlace(path, r)
-	}
-	// Errors name the destination, never the temporary file (hideTemp,
-	// getfile.go).
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".omst-*")
-	if err != nil {
-		return mapDiskErr(hideTemp("create", err))
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = io.Copy(tempWriter{f}, r); err != nil {
-		return mapDiskErr(err)
-	}
-	if err = f.Close(); err != nil {
-		return mapDiskErr(hideTemp("close", err))
-	}
-	if err = os.Chmod(f.Name(), 0o644); err != nil {
-		return hideTemp("chmod", err)
-	}
-	return hideTemp("rename into place", os.Rename(f.Name(), path))
-}
-
-// writeInPlace copies r into the existing non-regular file at path.
-func writeInPlace(path string, r io.Reader) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return mapDiskErr(err)
-	}
-	return mapDiskErr(f.Close())
-}
-
-func mapDiskErr(err error) error {
-	if isNoSpace(err) {
-		return fmt.Errorf("%w: %v", blob.ErrNoSpace, err)
-	}
-	return err
-}
-
 // Stat returns what is known of name (looked up through the tree).
 func (n *Node) Stat(ctx context.Context, name string) (rpcbridge.Info, error) {
 	rec, m, err := n.resolve(ctx, name, false)
@@ -656,7 +576,7 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	rec, recErr := n.store.Record(name)
-	if err := n.store.RemoveName(name); err != nil {
+	if err := n.store.RemoveNameIf(name, n.userMay(ctx, name, "remove")); err != nil {
 		if errors.Is(err, blob.ErrNotFound) {
 			return fmt.Errorf("remove %q: %w on this node", name, blob.ErrNotFound)
 		}

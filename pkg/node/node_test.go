@@ -159,6 +159,11 @@ func TestGetFileTargets(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, filepath.Join(dir, "home"), "", "")
 	ctx := context.Background()
+	c, err := rpcbridge.Dial(SocketPath(filepath.Join(dir, "home")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	data := bytes.Repeat([]byte("x"), 100000)
 	if _, err := n.Put(ctx, "a/b", bytes.NewReader(data), rpcbridge.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -180,7 +185,7 @@ func TestGetFileTargets(t *testing.T) {
 		f.Close()
 		got <- b
 	}()
-	if _, err := n.GetFile(ctx, "a/b", fifo); err != nil {
+	if _, err := c.GetFile(ctx, "a/b", fifo); err != nil {
 		t.Fatalf("get to a FIFO: %v", err)
 	}
 	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
@@ -200,7 +205,7 @@ func TestGetFileTargets(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.GetFile(ctx, "a/b", link); err != nil {
+	if _, err := c.GetFile(ctx, "a/b", link); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
@@ -209,7 +214,7 @@ func TestGetFileTargets(t *testing.T) {
 	if b, _ := os.ReadFile(target); !bytes.Equal(b, data) {
 		t.Fatal("symlink target not written")
 	}
-	if _, err := n.GetFile(ctx, "a/b", dir); err == nil || !strings.Contains(err.Error(), "directory") {
+	if _, err := c.GetFile(ctx, "a/b", dir); err == nil || !strings.Contains(err.Error(), "directory") {
 		t.Fatalf("get into a directory: %v", err)
 	}
 }

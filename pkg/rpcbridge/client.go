@@ -472,43 +472,6 @@ func (c *Client) writeFailed(ctx context.Context, w *ctxWatch, op string, err er
 	return c.fail(ctx, w, op, err, false)
 }
 
-// PutFile has the daemon read the file at path (made absolute here) and
-// store it under name.
-func (c *Client) PutFile(ctx context.Context, name, path string, opts PutOptions) (Info, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return Info{}, err
-	}
-	if err := checkOpts(opts); err != nil {
-		return Info{}, err
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return Info{}, err
-	}
-	var info Info
-	err = c.call(ctx, fmt.Sprintf("put %q from %s", name, abs), FramePutFile,
-		func(b []byte) []byte { return appendPutFileReq(b, name, uint32(opts.ChunkSize), abs) },
-		FrameInfo, func(b []byte) (err error) { info, err = decodeInfo(b); return err })
-	return info, err
-}
-
-// GetFile has the daemon write the blob to path (made absolute here),
-// atomically.
-func (c *Client) GetFile(ctx context.Context, name, path string) (Info, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return Info{}, err
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return Info{}, err
-	}
-	var info Info
-	err = c.call(ctx, fmt.Sprintf("get %q to %s", name, abs), FrameGetFile,
-		func(b []byte) []byte { return appendGetFileReq(b, name, abs) },
-		FrameInfo, func(b []byte) (err error) { info, err = decodeInfo(b); return err })
-	return info, err
-}
-
 // Stat returns the info of name.
 func (c *Client) Stat(ctx context.Context, name string) (Info, error) {
 	if err := blob.ValidateName(name); err != nil {

@@ -69,6 +69,8 @@ func (c Code) sentinel() error {
 		return context.DeadlineExceeded
 	case CodeUnavailable:
 		return blob.ErrUnavailable
+	case CodeForbidden:
+		return blob.ErrForbidden
 	}
 	return nil
 }
@@ -88,7 +90,8 @@ func (e *Error) Error() string {
 }
 
 // Is makes errors.Is work across the socket: an *Error matches the blob
-// sentinel of its code (NOT_FOUND matches blob.ErrNotFound, ...; TIMEOUT
+// sentinel of its code (NOT_FOUND matches blob.ErrNotFound, FORBIDDEN
+// blob.ErrForbidden, ...; TIMEOUT
 // matches context.DeadlineExceeded, ABORTED matches ErrAborted), and any
 // *Error with the same code.
 func (e *Error) Is(target error) bool {

@@ -2,7 +2,6 @@ package rpcbridge
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"reflect"
@@ -173,14 +172,6 @@ func FuzzDecodeError(f *testing.F) {
 
 // fuzzBackend never touches the file system.
 type fuzzBackend struct{ *memBackend }
-
-func (f fuzzBackend) PutFile(ctx context.Context, name, path string, opts PutOptions) (Info, error) {
-	return f.store(name, []byte(path), opts), nil
-}
-
-func (f fuzzBackend) GetFile(ctx context.Context, name, path string) (Info, error) {
-	return f.Stat(ctx, name)
-}
 
 // FuzzServerConn feeds arbitrary bytes to a server connection: it must
 // never panic nor hang.

@@ -128,15 +128,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func (m *memBackend) PutFile(ctx context.Context, name, path string, opts PutOptions) (Info, error) {
-	m.enter(ctx, "putfile")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Info{}, fmt.Errorf("put %q: %w", name, err)
-	}
-	return m.store(name, data, opts), nil
-}
-
 func (m *memBackend) lookup(name string) (memBlob, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -183,25 +174,6 @@ func (m *memBackend) Open(ctx context.Context, name string) (Info, io.ReadCloser
 		r = io.LimitReader(r, int64(len(b.data))+lie)
 	}
 	return b.info, io.NopCloser(r), nil
-}
-
-func (m *memBackend) GetFile(ctx context.Context, name, path string) (Info, error) {
-	m.enter(ctx, "getfile")
-	b, err := m.lookup(name)
-	if err != nil {
-		return Info{}, err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return Info{}, err
-	}
-	if _, err := f.Write(b.data); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return Info{}, err
-	}
-	f.Close()
-	return b.info, os.Rename(f.Name(), path)
 }
 
 func (m *memBackend) Stat(ctx context.Context, name string) (Info, error) {

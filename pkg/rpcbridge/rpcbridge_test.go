@@ -1086,7 +1086,7 @@ func TestClientHangupCancelsRequest(t *testing.T) {
 	cancelled := make(chan struct{})
 	m.with(func() {
 		m.block = func(ctx context.Context, op string) {
-			if op == "getfile" {
+			if op == "open" {
 				<-ctx.Done()
 				close(cancelled)
 			}
@@ -1094,7 +1094,7 @@ func TestClientHangupCancelsRequest(t *testing.T) {
 	})
 	ts := startServer(t, m, ServerOptions{})
 	r := rawDial(t, ts.path, true)
-	r.send(FrameGetFile, appendGetFileReq(nil, "x", "/tmp/x"))
+	r.send(FrameGetFile, appendGetFileReq(nil, "x", filepath.Join(t.TempDir(), "x")))
 	time.Sleep(50 * time.Millisecond)
 	r.c.Close()
 	select {

@@ -176,6 +176,9 @@ type conn struct {
 	s       *Server
 	fc      *frameConn
 	version uint32 // negotiated in HELLO
+	caller  Caller
+	rights  *rightsReader // nil if the connection cannot carry descriptors
+	fd      int           // the descriptor sent with the current request, or -1
 }
 
 func (s *Server) serveConn(c net.Conn) {
@@ -186,7 +189,12 @@ func (s *Server) serveConn(c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
-	sc := &conn{s: s, fc: newFrameConn(c, s.iot)}
+	sc := &conn{s: s, fc: newFrameConn(c, s.iot), caller: callerOf(c, daemonUID), fd: -1}
+	if uc, ok := c.(*net.UnixConn); ok {
+		sc.rights = newRightsReader(uc)
+		sc.fc.br.Reset(sc.rights)
+		defer sc.rights.close()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("local API: panic in handler", "panic", r, "stack", string(debug.Stack()))
@@ -294,6 +302,10 @@ func (sc *conn) next() bool {
 		if sc.version < 4 {
 			return sc.badRequest(malformed("PROVIDERS needs protocol version 4; this connection speaks %d", sc.version))
 		}
+	case FramePutFD, FrameGetToFD:
+		if sc.version < 5 {
+			return sc.badRequest(malformed("%v needs protocol version 5; this connection speaks %d", h.Type, sc.version))
+		}
 	default:
 		return sc.badRequest(malformed("unexpected %v frame where a request was expected", h.Type))
 	}
@@ -304,7 +316,11 @@ func (sc *conn) next() bool {
 	if err != nil {
 		return false
 	}
-	ctx, cancel := context.WithCancel(sc.s.ctx)
+	if err := sc.takeFD(h.Type); err != nil {
+		return sc.badRequest(err)
+	}
+	defer sc.closeFD()
+	ctx, cancel := context.WithCancel(WithCaller(sc.s.ctx, sc.caller))
 	defer cancel()
 	if h.Type == FramePut {
 		return sc.put(ctx, body)
@@ -322,6 +338,10 @@ func (sc *conn) next() bool {
 		return sc.getFD(ctx, body)
 	case FrameGetFile:
 		return sc.getFile(ctx, body)
+	case FramePutFD:
+		return sc.putFD(ctx, body)
+	case FrameGetToFD:
+		return sc.getToFD(ctx, body)
 	case FrameStat:
 		return sc.stat(ctx, body)
 	case FrameList:
@@ -593,22 +613,6 @@ func (pr *putReader) drain(limit int64) (int64, error) {
 	}
 }
 
-func (sc *conn) putFile(ctx context.Context, body []byte) bool {
-	name, cs, path, err := decodePutFileReq(body)
-	if err != nil {
-		return sc.badRequest(err)
-	}
-	var info Info
-	if err = checkName(name); err == nil {
-		if err = checkChunkSize(cs); err == nil {
-			if err = checkPath(path); err == nil {
-				info, err = sc.s.b.PutFile(ctx, name, path, PutOptions{ChunkSize: int(cs)})
-			}
-		}
-	}
-	return sc.replyInfo(info, err)
-}
-
 var dataBufPool = sync.Pool{New: func() any { b := make([]byte, DataFrameSize); return &b }}
 
 // dataWriter sends what is written to it as DATA frames of at most
@@ -691,20 +695,6 @@ func (sc *conn) get(ctx context.Context, body []byte) bool {
 	}
 	sc.fc.frame(FrameEnd, nil)
 	return sc.fc.flush() == nil
-}
-
-func (sc *conn) getFile(ctx context.Context, body []byte) bool {
-	name, path, err := decodeGetFileReq(body)
-	if err != nil {
-		return sc.badRequest(err)
-	}
-	var info Info
-	if err = checkName(name); err == nil {
-		if err = checkPath(path); err == nil {
-			info, err = sc.s.b.GetFile(ctx, name, path)
-		}
-	}
-	return sc.replyInfo(info, err)
 }
 
 func (sc *conn) stat(ctx context.Context, body []byte) bool {

@@ -155,8 +155,12 @@ type Membership struct {
 
 // Backend is what the server serves: the node implements it. Names reach
 // it already checked with blob.ValidateName (prefixes with
-// blob.ValidatePrefix), paths are absolute. Errors should wrap the blob
-// sentinels so that CodeOf maps them to the right code.
+// blob.ValidatePrefix). Errors should wrap the blob sentinels so that
+// CodeOf maps them to the right code. The Backend never opens a file for
+// a client: the server hands it the bytes of the files clients pass (Put)
+// and writes what it reads (Open) into them. Every call's context carries
+// the Caller (CallerOf): a Backend that keeps local state per user (who
+// put a name here) checks it there.
 type Backend interface {
 	// Put stores the bytes of r under name. r returns io.EOF (itself, not
 	// wrapped) only after the empty DATA frame that ends the upload; only
@@ -166,8 +170,6 @@ type Backend interface {
 	// wrapping ErrUploadIncomplete. After any error from r the backend
 	// must fail and leave no name (and return nothing it read as a blob).
 	Put(ctx context.Context, name string, r io.Reader, opts PutOptions) (Info, error)
-	// PutFile stores the file at path (read by the daemon) under name.
-	PutFile(ctx context.Context, name, path string, opts PutOptions) (Info, error)
 	// Open returns the blob's info and a reader of its verified bytes, in
 	// order; it must yield exactly Info.Size bytes.
 	Open(ctx context.Context, name string) (Info, io.ReadCloser, error)
@@ -179,9 +181,6 @@ type Backend interface {
 	// gaps, lengths summing to Info.Size). The files must never change
 	// while they exist (mappings of them are handed to clients).
 	OpenExtents(ctx context.Context, name string) (Info, ExtentIter, error)
-	// GetFile writes the blob to path atomically (temporary file in the
-	// same directory, then rename).
-	GetFile(ctx context.Context, name, path string) (Info, error)
 	Stat(ctx context.Context, name string) (Info, error)
 	List(ctx context.Context, prefix string) ([]Info, error)
 	Remove(ctx context.Context, name string) error

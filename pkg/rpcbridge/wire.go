@@ -13,8 +13,10 @@ import (
 // ProtocolVersion is the highest version of the local API protocol this
 // package speaks: a client asks for it in HELLO, a server answers with the
 // smaller of it and the client's. Version 2 adds GET_FD and FDS; version 3
-// PREHEAT and PREHEAT_JSON; version 4 PROVIDERS and PROVIDERS_JSON.
-const ProtocolVersion = 4
+// PREHEAT and PREHEAT_JSON; version 4 PROVIDERS and PROVIDERS_JSON; version
+// 5 PUT_FD and GET_TO_FD (files opened by the client, passed as
+// descriptors).
+const ProtocolVersion = 5
 
 // MinProtocolVersion is the lowest version this package still speaks.
 const MinProtocolVersion = 1
@@ -65,6 +67,8 @@ const (
 	FrameGetFD     FrameType = 0x18 // name (version 2): zero-copy GET; reply INFO, FDS..., END
 	FramePreheat   FrameType = 0x19 // name, sites (version 3): children fetch the blob now; reply PREHEAT_JSON
 	FrameProviders FrameType = 0x1A // name or blob ID (version 4): who holds the blob; reply PROVIDERS_JSON
+	FramePutFD     FrameType = 0x1B // name, chunk size (version 5), with one descriptor: put the file the client opened; reply INFO
+	FrameGetToFD   FrameType = 0x1C // name (version 5), with one descriptor: write the blob into the file the client opened; reply INFO, END
 
 	FrameData  FrameType = 0x20 // raw bytes; empty = end of a PUT upload
 	FrameAbort FrameType = 0x21 // client aborts a PUT upload; empty body
@@ -85,6 +89,7 @@ var frameNames = map[FrameType]string{
 	FrameStat: "STAT", FrameList: "LIST", FrameRemove: "REMOVE", FrameStatus: "STATUS", FrameGetFD: "GET_FD",
 	FrameData: "DATA", FrameAbort: "ABORT", FrameEnd: "END", FrameFDS: "FDS", FrameOK: "OK", FrameInfo: "INFO",
 	FrameListing: "LISTING", FrameStatusJ: "STATUS_JSON", FrameError: "ERROR",
+	FramePutFD: "PUT_FD", FrameGetToFD: "GET_TO_FD",
 	FramePreheat: "PREHEAT", FramePreheatJ: "PREHEAT_JSON", FrameProviders: "PROVIDERS", FrameProvidersJ: "PROVIDERS_JSON",
 }
 

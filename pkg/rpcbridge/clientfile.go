@@ -1,0 +1,269 @@
+package rpcbridge
+
+// The client side of the requests that move a blob between the daemon and a
+// file. Files are opened here, with the caller's rights (pkg/localfile), and
+// passed to the daemon as descriptors (PUT_FD, GET_TO_FD: protocol version
+// 5); a daemon that speaks an older version gets the bytes through the
+// socket instead (PUT, GET). The client never asks a daemon to open a path.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/localfile"
+	"github.com/omst-project/omst/pkg/stablefile"
+)
+
+// PutFile stores the file at path under name. The file is opened here,
+// with this process's rights (links followed as localfile.Resolve allows),
+// and read by the daemon through its descriptor (PutFD): a regular file
+// must not change while it is read, anything else is read to its end of
+// file (a FIFO's open waits for a writer, no longer than ctx). Errors name
+// path.
+func (c *Client) PutFile(ctx context.Context, name, path string, opts PutOptions) (Info, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return Info{}, err
+	}
+	if err := checkOpts(opts); err != nil {
+		return Info{}, err
+	}
+	f, err := localfile.OpenRead(ctx, path)
+	if err != nil {
+		return Info{}, fmt.Errorf("put %q: %w", name, err)
+	}
+	defer f.Close()
+	info, err := c.PutFD(ctx, name, f, opts)
+	if err != nil {
+		return Info{}, fmt.Errorf("put %q from %s: %w", name, path, err)
+	}
+	return info, nil
+}
+
+// PutFD stores the contents of f under name, read by the daemon through a
+// copy of f's descriptor (PUT_FD): a regular file from its current offset
+// to the size it has now (the put fails, storing nothing, if it changes
+// meanwhile: stablefile's checks); anything else as a stream to its end of
+// file. f's offset moves. A daemon older than protocol version 5 gets the
+// bytes read here and streamed (Put), with the same checks. f stays open.
+func (c *Client) PutFD(ctx context.Context, name string, f *os.File, opts PutOptions) (Info, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return Info{}, err
+	}
+	if err := checkOpts(opts); err != nil {
+		return Info{}, err
+	}
+	if err := c.acquire(ctx); err != nil {
+		return Info{}, err
+	}
+	if c.version < 5 {
+		c.mu.Unlock()
+		return c.putStreamFrom(ctx, name, f, opts)
+	}
+	defer c.mu.Unlock()
+	op := fmt.Sprintf("put %q", name)
+	if err := c.sendFD(FramePutFD, func(b []byte) []byte { return appendPutReq(b, name, uint32(opts.ChunkSize)) }, f); err != nil {
+		return Info{}, fmt.Errorf("%s: %w", op, err)
+	}
+	w := c.watch(ctx)
+	info, err := readInfoReply(c.fc)
+	if err != nil {
+		return Info{}, c.fail(ctx, w, op, err, true)
+	}
+	if w.release() {
+		c.drop()
+	}
+	return info, nil
+}
+
+// putStreamFrom is PutFD for a daemon without PUT_FD.
+func (c *Client) putStreamFrom(ctx context.Context, name string, f *os.File, opts PutOptions) (Info, error) {
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		return Info{}, fmt.Errorf("put %q: %w", name, err)
+	}
+	unix.CloseOnExec(fd)
+	r, err := stablefile.New(ctx, os.NewFile(uintptr(fd), f.Name()))
+	if err != nil {
+		return Info{}, fmt.Errorf("put %q: %w", name, err)
+	}
+	defer r.Close()
+	return c.Put(ctx, name, r, opts)
+}
+
+// GetFile writes the blob named name to path, prepared here with this
+// process's rights (localfile.Create): a regular file, or a path where
+// nothing exists, is replaced atomically (the bytes go into a temporary
+// file beside it, renamed onto it only when every byte is written and
+// verified; on error path is unchanged); a link is followed as
+// localfile.Resolve allows, and its target replaced; an existing FIFO or
+// device is written in place. The daemon writes the bytes into the
+// descriptor (GetToFD). Errors name path.
+func (c *Client) GetFile(ctx context.Context, name, path string) (Info, error) {
+	return c.GetFileStarted(ctx, name, path, nil)
+}
+
+// GetFileStarted is GetFile calling started, if not nil, with the blob's
+// info and the file being written (the temporary file, whose size tells
+// the progress) as soon as the daemon has found the blob.
+func (c *Client) GetFileStarted(ctx context.Context, name, path string, started func(Info, *os.File)) (Info, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return Info{}, err
+	}
+	dst, err := localfile.Create(ctx, path)
+	if err != nil {
+		return Info{}, fmt.Errorf("get %q: %w", name, err)
+	}
+	var cb func(Info)
+	if started != nil {
+		cb = func(in Info) { started(in, dst.File) }
+	}
+	info, err := c.GetToFD(ctx, name, dst.File, cb)
+	if err != nil {
+		dst.Abort()
+		return Info{}, fmt.Errorf("get %q to %s: %w", name, path, err)
+	}
+	if err := dst.Commit(); err != nil {
+		return Info{}, fmt.Errorf("get %q to %s: %w", name, path, err)
+	}
+	return info, nil
+}
+
+// GetToFD has the daemon write the verified bytes of the blob named name
+// into f, through a copy of its descriptor (GET_TO_FD): a regular file not
+// opened with O_APPEND then holds exactly the blob (written from offset 0,
+// cut to the blob's size); anything else (a pipe, a FIFO, a terminal,
+// O_APPEND) receives the bytes in order. started, if not nil, is called
+// with the blob's info once the daemon has found it, before the bytes
+// come. A daemon older than protocol version 5 sends the bytes through the
+// socket (Get) and they are written here the same way. f stays open.
+func (c *Client) GetToFD(ctx context.Context, name string, f *os.File, started func(Info)) (Info, error) {
+	if err := blob.ValidateName(name); err != nil {
+		return Info{}, err
+	}
+	if err := c.acquire(ctx); err != nil {
+		return Info{}, err
+	}
+	if c.version < 5 {
+		c.mu.Unlock()
+		return c.getStreamTo(ctx, name, f, started)
+	}
+	defer c.mu.Unlock()
+	op := fmt.Sprintf("get %q", name)
+	if err := c.sendFD(FrameGetToFD, func(b []byte) []byte { return appendNameReq(b, name) }, f); err != nil {
+		return Info{}, fmt.Errorf("%s: %w", op, err)
+	}
+	w := c.watch(ctx)
+	info, err := readInfoReply(c.fc)
+	if err != nil {
+		return Info{}, c.fail(ctx, w, op, err, true)
+	}
+	if started != nil {
+		started(info)
+	}
+	h, body, err := readReply(c.fc)
+	if err == nil {
+		switch h.Type {
+		case FrameEnd:
+			if len(body) != 0 {
+				err = malformed("END with a %d-byte body", len(body))
+			}
+		case FrameError:
+			err = replyError(body)
+		default:
+			err = unexpected(h, "END")
+		}
+	}
+	if err != nil {
+		return Info{}, c.fail(ctx, w, op, err, true)
+	}
+	if w.release() {
+		c.drop()
+	}
+	info.Local = true
+	return info, nil
+}
+
+// getStreamTo is GetToFD for a daemon without GET_TO_FD.
+func (c *Client) getStreamTo(ctx context.Context, name string, f *os.File, started func(Info)) (Info, error) {
+	info, rc, err := c.GetStream(ctx, name)
+	if err != nil {
+		return Info{}, err
+	}
+	defer rc.Close()
+	if started != nil {
+		started(info)
+	}
+	var w io.Writer = f
+	fi, err := f.Stat()
+	if err != nil {
+		return Info{}, fmt.Errorf("get %q: %w", name, err)
+	}
+	fl, _ := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	inPlace := fi.Mode().IsRegular() && fl&unix.O_APPEND == 0
+	if inPlace {
+		w = io.NewOffsetWriter(f, 0)
+	}
+	if _, err := io.Copy(struct{ io.Writer }{w}, rc); err != nil {
+		return Info{}, fmt.Errorf("get %q: %w", name, err)
+	}
+	if inPlace {
+		if err := f.Truncate(int64(info.Size)); err != nil {
+			return Info{}, fmt.Errorf("get %q: %w", name, err)
+		}
+	}
+	info.Local = true
+	return info, nil
+}
+
+// sendFD writes a request frame with f's descriptor attached (one sendmsg:
+// the descriptor travels with the frame's first byte). Like send, it
+// reconnects and retries once if the write fails on a connection that
+// already carried requests.
+func (c *Client) sendFD(t FrameType, body func([]byte) []byte, f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("descriptor of %s: %w", f.Name(), err)
+	}
+	for attempt := 0; ; attempt++ {
+		uc, ok := c.fc.c.(*net.UnixConn)
+		if !ok {
+			return fmt.Errorf("%v needs a unix socket connection", t)
+		}
+		off := c.fc.begin(t)
+		c.fc.wbuf = body(c.fc.wbuf)
+		c.fc.end(off)
+		frame := c.fc.wbuf
+		c.fc.wbuf = c.fc.wbuf[:0]
+		c.fc.setWriteDeadline()
+		var n int
+		var werr error
+		if cerr := rc.Control(func(fd uintptr) {
+			n, _, werr = uc.WriteMsgUnix(frame, syscall.UnixRights(int(fd)), nil)
+		}); cerr != nil {
+			return fmt.Errorf("descriptor of %s: %w", f.Name(), cerr)
+		}
+		if werr == nil && n < len(frame) {
+			_, werr = uc.Write(frame[n:])
+		}
+		if werr == nil {
+			c.used = true
+			return nil
+		}
+		retry := attempt == 0 && c.used && n == 0
+		c.drop()
+		if !retry || errors.Is(werr, syscall.EBADF) {
+			return c.connErr(werr)
+		}
+		if err := c.connect(); err != nil {
+			return err
+		}
+	}
+}
