@@ -64,12 +64,22 @@ func shortArgs(args []string) []string {
 // RunCLI runs `bin args...` with stdin (nil: none), bounded by timeout, and
 // collects its output. A run the harness had to kill is marked TimedOut.
 func RunCLI(ctx context.Context, bin string, timeout time.Duration, stdin io.Reader, args ...string) CLIResult {
+	return RunCLIAs(ctx, bin, timeout, stdin, nil, args...)
+}
+
+// RunCLIAs is RunCLI with the process's credential (another user's; nil:
+// the harness's own).
+func RunCLIAs(ctx context.Context, bin string, timeout time.Duration, stdin io.Reader, cred *syscall.Credential, args ...string) CLIResult {
 	r := CLIResult{Args: args, Code: -1}
 	if err := ctx.Err(); err != nil {
 		r.Err = err
 		return r
 	}
 	cmd := exec.Command(bin, args...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.Dir = "/"
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != nil {

@@ -27,6 +27,8 @@ type registry struct {
 	procs  map[int]*exec.Cmd
 	mounts []string
 	dirs   []string
+	users  []string // system users a case made (userdel)
+	groups []string // and their groups (groupdel)
 }
 
 var reg = &registry{procs: map[int]*exec.Cmd{}}
@@ -37,7 +39,10 @@ var reg = &registry{procs: map[int]*exec.Cmd{}}
 // children along), registers it, and reaps it in the background: done is
 // closed when it has exited, after which cmd.ProcessState is set.
 func startProc(cmd *exec.Cmd) (done chan struct{}, err error) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	if err := cmd.Start(); err != nil {
@@ -95,6 +100,7 @@ func Cleanup(keep bool) []string {
 	}
 	mounts := append([]string(nil), reg.mounts...)
 	dirs := append([]string(nil), reg.dirs...)
+	users, groups := append([]string(nil), reg.users...), append([]string(nil), reg.groups...)
 	reg.mounts, reg.dirs = nil, nil
 	reg.mu.Unlock()
 	var left []string
@@ -116,6 +122,16 @@ func Cleanup(keep bool) []string {
 	}
 	for i := len(mounts) - 1; i >= 0; i-- {
 		if err := unmount(mounts[i]); err != nil {
+			left = append(left, err.Error())
+		}
+	}
+	for _, u := range users {
+		if err := removeUser(u); err != nil {
+			left = append(left, err.Error())
+		}
+	}
+	for _, g := range groups {
+		if err := removeGroup(g); err != nil {
 			left = append(left, err.Error())
 		}
 	}

@@ -36,6 +36,7 @@ var Cases = []Case{
 	{"provider-kill", "kill -9 another site's head while it serves a result found in the DHT", caseProviderKill},
 	{"revoke", "revoke a worker's membership mid-broadcast in a closed grid, an outsider trying to read", caseRevoke},
 	{"many-gets", "1,000 concurrent local gets of one blob against one daemon: exact bytes, fds and RSS", caseManyGets},
+	{"socket-rights", "a real unprivileged user on a root daemon's group socket: root's files, a planted link, root's names (root only)", caseSocketRights},
 }
 
 // CaseNames lists the case names.
