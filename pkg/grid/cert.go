@@ -2,6 +2,7 @@ package grid
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,6 +32,14 @@ func (k Key) Issue(c Cert) ([]byte, error) {
 		return nil, err
 	}
 	return appendSig(b, ed25519.Sign(k.Private, append([]byte(certDomain), b...))), nil
+}
+
+// Validate checks c's fields as Issue does (a valid role, a peer ID of 1
+// to MaxPeerIDLen bytes, an end after the start, valid prefixes), without
+// signing.
+func (c Cert) Validate() error {
+	_, err := c.encodeBody()
+	return err
 }
 
 func (c Cert) encodeBody() ([]byte, error) {
@@ -104,6 +113,29 @@ func (c Cert) Check(p peer.ID, now time.Time, revoked *Revocations) error {
 	}
 	if revoked != nil && revoked.Has(c.Serial) {
 		return fmt.Errorf("certificate %d of %s: %w", c.Serial, c.Peer, ErrRevoked)
+	}
+	return nil
+}
+
+// ErrTooEarly is returned (wrapped) for the renewal of a certificate not
+// yet half through its life.
+var ErrTooEarly = errors.New("too early to renew")
+
+// RenewableFrom returns when c may be renewed: half through its life. A
+// member renews at two thirds (pkg/member.RenewDue); a request before half
+// is refused, so that a certificate yields at most one renewal per half
+// life.
+func (c Cert) RenewableFrom() time.Time {
+	return time.Unix(c.NotBefore+(c.NotAfter-c.NotBefore)/2, 0)
+}
+
+// Renewable reports whether c may be renewed at now: an error wrapping
+// ErrTooEarly before RenewableFrom. It does not check the validity or the
+// revocation (Check does).
+func (c Cert) Renewable(now time.Time) error {
+	if from := c.RenewableFrom(); now.Before(from) {
+		return fmt.Errorf("certificate %d of %s: %w, renewable from half its life on (%s)", c.Serial, c.Peer, ErrTooEarly,
+			from.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

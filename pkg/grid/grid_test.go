@@ -217,3 +217,19 @@ func TestRevocations(t *testing.T) {
 }
 
 func tokenBytes(s string) ([]byte, error) { return decodeB64(strings.TrimPrefix(s, TokenPrefix)) }
+
+func TestRenewable(t *testing.T) {
+	c := Cert{Peer: "p", NotBefore: 1000, NotAfter: 1000 + 3000, Serial: 7}
+	if got := c.RenewableFrom(); got != time.Unix(2500, 0) {
+		t.Fatalf("RenewableFrom %v", got)
+	}
+	for _, tc := range []struct {
+		at    int64
+		early bool
+	}{{1000, true}, {2499, true}, {2500, false}, {9000, false}} {
+		err := c.Renewable(time.Unix(tc.at, 0))
+		if errors.Is(err, ErrTooEarly) != tc.early || (err != nil && !strings.Contains(err.Error(), "half its life")) {
+			t.Errorf("Renewable at %d: %v", tc.at, err)
+		}
+	}
+}

@@ -37,6 +37,10 @@ var (
 	// ErrNotMember is returned (wrapped) by Revoke for a peer the ledger
 	// never issued a certificate to.
 	ErrNotMember = errors.New("not a member")
+	// ErrNotNewest is returned (wrapped) by Renew for a certificate that
+	// is not its peer's newest: a later one was issued (a renewal, an
+	// admission, a token) and only that one is renewed.
+	ErrNotNewest = errors.New("not the peer's newest certificate")
 )
 
 // The files of a grid directory.

@@ -495,12 +495,14 @@ func TestLedgerLost(t *testing.T) {
 func TestPrune(t *testing.T) {
 	d, self := newRoot(t)
 	p, q := newPeer(t), newPeer(t)
-	tok := mustToken(t, d, grid.RoleWorker, nil, time.Hour)
-	b, err := d.Redeem(tok, p, t0) // valid 24h
+	// The token is still unexpired at the renewal, its certificate
+	// valid 24h.
+	tok := mustToken(t, d, grid.RoleWorker, nil, 24*time.Hour)
+	b, err := d.Redeem(tok, p, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Renew(b, p, t0.Add(time.Hour)); err != nil {
+	if _, err := d.Renew(b, p, t0.Add(12*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Admit(q, grid.RoleWorker, nil, time.Hour, t0); err != nil {
@@ -634,7 +636,7 @@ func TestSaveMember(t *testing.T) {
 		t.Fatalf("material %+v, %v", mat, err)
 	}
 	// A renewed certificate replaces it.
-	rb, err := root.Renew(cert, p, t0.Add(time.Hour))
+	rb, err := root.Renew(cert, p, t0.Add(4*24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -780,5 +782,130 @@ func TestHelperRedeem(t *testing.T) {
 		fmt.Println("ALREADY")
 	default:
 		t.Fatal(err)
+	}
+}
+
+// A renewal flood does not fill the ledger: the same certificate renewed
+// again and again gets its one renewal back (the same bytes, the ledger
+// not even rewritten), a renewal is not renewed before half its life,
+// and a certificate that is no longer the peer's newest is not renewed.
+func TestRenewOnce(t *testing.T) {
+	d, _ := newRoot(t)
+	p := newPeer(t)
+	text, err := d.Admit(p, grid.RoleWorker, []string{"w/"}, 2*24*time.Hour, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cert, c, _ := grid.ParseCertText(text)
+	if _, err := d.Renew(cert, p, t0.Add(23*time.Hour)); !errors.Is(err, grid.ErrTooEarly) || !strings.Contains(err.Error(), "half its life") {
+		t.Fatalf("a renewal before half its life: %v", err)
+	}
+	now := t0.Add(24 * time.Hour)
+	first, err := d.Renew(cert, p, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledgerPath := filepath.Join(d.Path(), ledgerFile)
+	before, _ := os.ReadFile(ledgerPath)
+	st0, _ := os.Stat(ledgerPath)
+	for i := range 1000 {
+		again, err := d.Renew(cert, p, now.Add(time.Duration(i)*time.Minute))
+		if err != nil || !bytes.Equal(again, first) {
+			t.Fatalf("renewal %d of the same certificate: %v (same bytes: %v)", i+2, err, bytes.Equal(again, first))
+		}
+	}
+	after, _ := os.ReadFile(ledgerPath)
+	st1, _ := os.Stat(ledgerPath)
+	if !bytes.Equal(before, after) || !st1.ModTime().Equal(st0.ModTime()) {
+		t.Fatal("repeated renewals rewrote the ledger")
+	}
+	ms, _ := d.Members()
+	rc := mustDecode(t, d, first)
+	if i := slices.IndexFunc(ms, func(m Member) bool { return m.Peer == p }); i < 0 || ms[i].Serial != rc.Serial {
+		t.Fatalf("members %+v", ms)
+	}
+	var l ledger
+	if err := json.Unmarshal(after, &l); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.Members); n != 3 { // the root's, p's admission and its one renewal
+		t.Fatalf("%d certificates on record after 1001 renewals of one, want 3", n)
+	}
+	// The renewal is not renewed at once either.
+	if _, err := d.Renew(first, p, now.Add(time.Minute)); !errors.Is(err, grid.ErrTooEarly) {
+		t.Fatalf("the renewal renewed at once: %v", err)
+	}
+	// Half through its life, it is; then the first certificate is
+	// neither renewed nor answered with the old renewal any more.
+	later := now.Add(24 * time.Hour) // the first certificate's end
+	second, err := d.Renew(first, p, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Renew(cert, p, later); !errors.Is(err, ErrNotNewest) || !strings.Contains(err.Error(), "renewed already") {
+		t.Fatalf("renewing serial %d after its renewal was renewed: %v", c.Serial, err)
+	}
+	if sc := mustDecode(t, d, second); sc.Role != grid.RoleWorker || !slices.Equal(sc.Prefixes, []string{"w/"}) ||
+		sc.NotAfter-sc.NotBefore != c.NotAfter-c.NotBefore {
+		t.Fatalf("second renewal %+v", sc)
+	}
+}
+
+// A member given a new certificate by omst grid admit (a lesser role)
+// cannot renew its old one: renewal takes the ledger's newest, and only
+// that.
+func TestRenewAfterAdmitAgain(t *testing.T) {
+	d, _ := newRoot(t)
+	p := newPeer(t)
+	text, _ := d.Admit(p, grid.RoleClient, nil, 2*24*time.Hour, t0)
+	_, client, cc, _ := grid.ParseCertText(text)
+	text2, err := d.Admit(p, grid.RoleReader, nil, 2*24*time.Hour, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, reader, _, _ := grid.ParseCertText(text2)
+	now := t0.Add(30 * time.Hour)
+	_, err = d.Renew(client, p, now)
+	if !errors.Is(err, ErrNotNewest) || !strings.Contains(err.Error(), fmt.Sprintf("certificate %d of", cc.Serial)) || !strings.Contains(err.Error(), "admit") {
+		t.Fatalf("renewal of the client certificate after a reader one was issued: %v", err)
+	}
+	b, err := d.Renew(reader, p, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := mustDecode(t, d, b); c.Role != grid.RoleReader {
+		t.Fatalf("renewed as %s, want reader", c.Role)
+	}
+}
+
+// A renewal takes its role and prefixes from the ledger's record, not
+// from the certificate shown (the same serial, so the same, unless the
+// ledger says otherwise).
+func TestRenewFromTheLedger(t *testing.T) {
+	d, _ := newRoot(t)
+	p := newPeer(t)
+	text, _ := d.Admit(p, grid.RoleHead, []string{"a/", "b/"}, 2*24*time.Hour, t0)
+	_, cert, c, _ := grid.ParseCertText(text)
+	k, _ := d.Key()
+	unlock, err := d.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := d.loadLedger(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.serial(c.Serial)
+	e.Role, e.Prefixes = grid.RoleWorker.String(), []string{"a/"}
+	if err := d.saveLedger(l); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	b, err := d.Renew(cert, p, t0.Add(30*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc := mustDecode(t, d, b); rc.Role != grid.RoleWorker || !slices.Equal(rc.Prefixes, []string{"a/"}) {
+		t.Fatalf("renewed %s %v, want the ledger's worker [a/]", rc.Role, rc.Prefixes)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -68,6 +69,10 @@ type entry struct {
 	Revoked   bool     `json:"revoked"`
 	RevokedAt int64    `json:"revoked_at,omitempty"`
 	How       string   `json:"how"`
+	// From is, for a renewal (How HowRenew), the serial it renewed: a
+	// certificate is renewed once, and a repeated request for it gets
+	// this one again (see Dir.Renew).
+	From uint64 `json:"from,omitempty"`
 }
 
 const ledgerVersion = 1
@@ -80,32 +85,18 @@ const ledgerVersion = 1
 func (d Dir) loadLedger(k grid.Key) (*ledger, error) {
 	path := d.file(ledgerFile)
 	id := k.ID().String()
-	l := &ledger{Version: ledgerVersion, Grid: id}
+	l := &ledger{Version: ledgerVersion, Grid: id, Redeemed: map[string]int64{}}
 	b, ok, err := d.read(ledgerFile, maxLedgerBytes)
 	if err != nil {
 		return nil, err
 	}
 	if ok {
-		if err := json.Unmarshal(b, l); err != nil {
+		if l, err = decodeLedger(b, id); err != nil {
+			if errors.Is(err, errOtherGridLedger) {
+				return nil, fmt.Errorf("%s: %w, but %s holds the key of %s", path, err, d.file(keyFile), id)
+			}
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		if l.Version != ledgerVersion {
-			return nil, fmt.Errorf("%s: version %d, want %d", path, l.Version, ledgerVersion)
-		}
-		if l.Grid != id {
-			return nil, fmt.Errorf("%s: the ledger of %s, but %s holds the key of %s", path, l.Grid, d.file(keyFile), id)
-		}
-		if len(l.Members) > maxEntries || len(l.Redeemed) > maxRedeemed {
-			return nil, fmt.Errorf("%s: %d certificates and %d redeemed tokens, more than %d and %d", path, len(l.Members), len(l.Redeemed), maxEntries, maxRedeemed)
-		}
-		for i, e := range l.Members {
-			if err := e.check(); err != nil {
-				return nil, fmt.Errorf("%s: certificate %d: %w", path, i, err)
-			}
-		}
-	}
-	if l.Redeemed == nil {
-		l.Redeemed = map[string]int64{}
 	}
 	// Serials and sequence numbers are never reused.
 	next := max(l.NextSerial, 1)
@@ -129,6 +120,43 @@ func (d Dir) loadLedger(k grid.Key) (*ledger, error) {
 	return l, nil
 }
 
+var errOtherGridLedger = errors.New("another grid's ledger")
+
+// decodeLedger parses ledger.json of the grid whose ID (text form) is id:
+// this version, this grid (an error wrapping errOtherGridLedger
+// otherwise), within the bounds, every certificate well formed (a peer ID,
+// a role, a validity that ends after it begins), no serial twice, and a
+// renewal's From below its own serial. Plain code: no IO.
+func decodeLedger(b []byte, id string) (*ledger, error) {
+	l := &ledger{}
+	if err := json.Unmarshal(b, l); err != nil {
+		return nil, err
+	}
+	if l.Version != ledgerVersion {
+		return nil, fmt.Errorf("version %d, want %d", l.Version, ledgerVersion)
+	}
+	if l.Grid != id {
+		return nil, fmt.Errorf("the ledger of %s (%w)", l.Grid, errOtherGridLedger)
+	}
+	if len(l.Members) > maxEntries || len(l.Redeemed) > maxRedeemed {
+		return nil, fmt.Errorf("%d certificates and %d redeemed tokens, more than %d and %d", len(l.Members), len(l.Redeemed), maxEntries, maxRedeemed)
+	}
+	seen := make(map[uint64]bool, len(l.Members))
+	for i, e := range l.Members {
+		if err := e.check(); err != nil {
+			return nil, fmt.Errorf("certificate %d: %w", i, err)
+		}
+		if seen[e.Serial] {
+			return nil, fmt.Errorf("certificate %d: serial %d recorded twice", i, e.Serial)
+		}
+		seen[e.Serial] = true
+	}
+	if l.Redeemed == nil {
+		l.Redeemed = map[string]int64{}
+	}
+	return l, nil
+}
+
 func (e entry) check() error {
 	if _, err := peer.Decode(e.Peer); err != nil {
 		return fmt.Errorf("peer %q: %w", e.Peer, err)
@@ -136,10 +164,20 @@ func (e entry) check() error {
 	if _, err := grid.ParseRole(e.Role); err != nil {
 		return err
 	}
-	if e.NotAfter <= e.NotBefore {
-		return fmt.Errorf("serial %d ends (%d) before it begins (%d)", e.Serial, e.NotAfter, e.NotBefore)
+	if err := e.cert().Validate(); err != nil {
+		return fmt.Errorf("serial %d: %w", e.Serial, err)
+	}
+	if e.From != 0 && (e.How != HowRenew || e.From >= e.Serial) {
+		return fmt.Errorf("serial %d (%s) records the renewal of serial %d", e.Serial, e.How, e.From)
 	}
 	return nil
+}
+
+// cert returns e as a certificate (checked by decodeLedger).
+func (e entry) cert() grid.Cert {
+	p, _ := peer.Decode(e.Peer)
+	r, _ := grid.ParseRole(e.Role)
+	return grid.Cert{Peer: p, Role: r, Prefixes: slices.Clone(e.Prefixes), NotBefore: e.NotBefore, NotAfter: e.NotAfter, Serial: e.Serial}
 }
 
 // saveLedger writes l (the caller holds the lock).
@@ -197,6 +235,16 @@ func (l *ledger) newest(p peer.ID) *entry {
 	return n
 }
 
+// renewalOf returns the renewal of serial s, nil if none is recorded.
+func (l *ledger) renewalOf(s uint64) *entry {
+	for i := range l.Members {
+		if e := &l.Members[i]; e.How == HowRenew && e.From == s {
+			return e
+		}
+	}
+	return nil
+}
+
 // serial returns the certificate of serial s, nil if unknown.
 func (l *ledger) serial(s uint64) *entry {
 	for i := range l.Members {
@@ -224,6 +272,11 @@ var errFull = errors.New("ledger full")
 // issue signs c with k under the next serial and records it as issued
 // how; it returns the certificate's binary form.
 func (l *ledger) issue(k grid.Key, c grid.Cert, how string) ([]byte, error) {
+	return l.issueFrom(k, c, how, 0)
+}
+
+// issueFrom is issue, recording from as the serial a renewal renews.
+func (l *ledger) issueFrom(k grid.Key, c grid.Cert, how string, from uint64) ([]byte, error) {
 	if len(l.Members) >= maxEntries {
 		return nil, fmt.Errorf("%w: %d certificates on record (they are dropped as they expire)", errFull, len(l.Members))
 	}
@@ -234,6 +287,6 @@ func (l *ledger) issue(k grid.Key, c grid.Cert, how string) ([]byte, error) {
 	}
 	l.NextSerial++
 	l.Members = append(l.Members, entry{Peer: c.Peer.String(), Role: c.Role.String(), Prefixes: append([]string{}, c.Prefixes...),
-		Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter, How: how})
+		Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter, How: how, From: from})
 	return b, nil
 }

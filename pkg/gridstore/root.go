@@ -122,7 +122,8 @@ func (d Dir) Init(self peer.ID, now time.Time, certTTL time.Duration) (id grid.I
 }
 
 // update runs fn on the ledger of k's grid under the lock, pruned at now,
-// and saves it if fn succeeds (nothing is saved if it fails).
+// and saves it if fn succeeds (nothing is saved if it fails, or returns
+// errUnchanged: then update returns nil).
 func (d Dir) update(k grid.Key, now time.Time, fn func(l *ledger) error) error {
 	unlock, err := d.lock()
 	if err != nil {
@@ -138,11 +139,17 @@ func (d Dir) updateLocked(k grid.Key, now time.Time, fn func(l *ledger) error) e
 		return err
 	}
 	l.prune(now)
-	if err := fn(l); err != nil {
+	if err := fn(l); errors.Is(err, errUnchanged) {
+		return nil
+	} else if err != nil {
 		return err
 	}
 	return d.saveLedger(l)
 }
+
+// errUnchanged, from an update's fn, says that it changed nothing worth
+// writing.
+var errUnchanged = errors.New("ledger unchanged")
 
 // NewToken makes a join token of this grid (it needs the key: ErrNoKey
 // otherwise) for role and prefixes, redeemable within ttl from now, whose
@@ -240,12 +247,29 @@ func (d Dir) Redeem(token string, p peer.ID, now time.Time) (cert []byte, err er
 	return cert, nil
 }
 
-// Renew re-issues cert, p's still valid certificate of this grid, at now:
-// the same role and prefixes, the same lifetime (NotAfter - NotBefore)
-// from now, a new serial, recorded in the ledger. It refuses a certificate
-// of another peer than p (grid.ErrNotAllowed), one past NotAfter +
-// grid.ClockSkew (grid.ErrExpired), and a revoked one or one of a revoked
-// peer (grid.ErrRevoked). It needs the key (ErrNoKey otherwise).
+// Renew renews cert, p's still valid certificate of this grid, at now.
+// Only a peer's newest certificate is renewed, once, and not before half
+// its life (grid.Cert.Renewable): the renewal is issued from the ledger's
+// record of that certificate (its role, prefixes and lifetime, from now),
+// under a new serial, and recorded. So a flood of renewal requests adds
+// at most one certificate per member and half life, and a member whose
+// role was changed by a later Admit cannot renew its old role.
+//
+// A request for a certificate that was renewed already, whose renewal is
+// still the peer's newest, gets that renewal again (the same bytes,
+// nothing written): the first answer may have been lost on its way, and
+// any member may forward a renewal for another's (public) certificate, so
+// refusing it would let a member make another's renewal fail.
+//
+// It refuses, each with an error wrapping the sentinel: a certificate of
+// another peer than p (grid.ErrNotAllowed), one past NotAfter +
+// grid.ClockSkew (grid.ErrExpired), before half its life
+// (grid.ErrTooEarly), a revoked one or one of a revoked peer
+// (grid.ErrRevoked), and one that is not p's newest (ErrNotNewest). A
+// certificate the ledger does not know, newer than every one it records
+// for p (a ledger lost or restored from an old copy), is renewed from the
+// certificate itself. Nothing is written when it refuses. It needs the
+// key (ErrNoKey otherwise).
 func (d Dir) Renew(cert []byte, p peer.ID, now time.Time) ([]byte, error) {
 	k, err := d.Key()
 	if err != nil {
@@ -260,7 +284,8 @@ func (d Dir) Renew(cert []byte, p peer.ID, now time.Time) ([]byte, error) {
 	}
 	var nb []byte
 	err = d.update(k, now, func(l *ledger) error {
-		if e := l.newest(p); e != nil && e.Revoked {
+		newest := l.newest(p)
+		if newest != nil && newest.Revoked {
 			return fmt.Errorf("renew: peer %s was %w from %s", p, grid.ErrRevoked, k.ID())
 		}
 		if e := l.serial(c.Serial); e != nil {
@@ -278,8 +303,30 @@ func (d Dir) Renew(cert []byte, p peer.ID, now time.Time) ([]byte, error) {
 		if revs.Has(c.Serial) {
 			return fmt.Errorf("renew: certificate %d of %s: %w", c.Serial, p, grid.ErrRevoked)
 		}
-		nc := grid.Cert{Peer: p, Role: c.Role, Prefixes: c.Prefixes, NotBefore: now.Unix(), NotAfter: now.Unix() + (c.NotAfter - c.NotBefore)}
-		if nb, err = l.issue(k, nc, HowRenew); err != nil {
+		base := c // the ledger does not know c, nor anything newer of p
+		switch {
+		case newest == nil || c.Serial > newest.Serial:
+		case newest.Serial == c.Serial:
+			base = newest.cert()
+		case newest.How == HowRenew && newest.From == c.Serial:
+			// Renewed already: the same certificate again.
+			if nb, err = k.Issue(newest.cert()); err != nil {
+				return err
+			}
+			return errUnchanged
+		default:
+			if e := l.renewalOf(c.Serial); e != nil {
+				return fmt.Errorf("renew: certificate %d of %s was renewed already, as serial %d, and that one since (the peer's newest is %d): %w",
+					c.Serial, p, e.Serial, newest.Serial, ErrNotNewest)
+			}
+			return fmt.Errorf("renew: certificate %d of %s: %w: serial %d (%s, %s) replaced it; start the node with that one (omst grid admit prints it)",
+				c.Serial, p, ErrNotNewest, newest.Serial, newest.How, time.Unix(newest.NotBefore, 0).UTC().Format(time.RFC3339))
+		}
+		if err := base.Renewable(now); err != nil {
+			return fmt.Errorf("renew: %w", err)
+		}
+		nc := grid.Cert{Peer: p, Role: base.Role, Prefixes: base.Prefixes, NotBefore: now.Unix(), NotAfter: now.Unix() + (base.NotAfter - base.NotBefore)}
+		if nb, err = l.issueFrom(k, nc, HowRenew, c.Serial); err != nil {
 			return fmt.Errorf("renew for %s: %w", p, err)
 		}
 		return nil
