@@ -29,7 +29,9 @@ type Issuer interface {
 	// Redeem checks a join token's text and issues a certificate for p,
 	// once per token.
 	Redeem(token string, p peer.ID, now time.Time) (cert []byte, err error)
-	// Renew re-issues p's still valid certificate.
+	// Renew renews cert, p's still valid certificate: only p's newest,
+	// once, not before half its life, from the issuer's record of it
+	// (pkg/gridstore.Dir.Renew says how).
 	Renew(cert []byte, p peer.ID, now time.Time) ([]byte, error)
 }
 
@@ -73,7 +75,7 @@ type Stats struct {
 	Refused     uint64 // certificates refused (bad, expired, revoked, other grid)
 	Unshown     uint64 // connections closed for showing none in time
 	Denied      uint64 // streams reset because their peer was not admitted
-	Joins       uint64 // join requests served (redeemed or forwarded)
+	Joins       uint64 // join requests read (then served or refused)
 	Issuer      bool   // this node issues certificates (the root)
 	// RecordsRejected counts name records refused: unsigned, forged,
 	// outside their origin's rights.

@@ -32,11 +32,21 @@ type attachment struct {
 	inner host.Host
 	ctx   context.Context
 	stop  context.CancelFunc
-	// joins bounds the join requests served at once.
-	joins chan struct{}
-	// inJoin counts the join requests being served per asking peer.
+	// joinSlots and renewSlots bound the redemptions and the renewals
+	// served at once (JoinSlots, RenewSlots).
+	joinSlots, renewSlots chan struct{}
+
 	joinMu sync.Mutex
+	// joinStreams counts the open join streams per asking peer.
+	joinStreams map[peer.ID]int
+	// inJoin counts the requests per asking peer that were read and are
+	// being served (or wait for a slot): its connection is not closed
+	// for want of a certificate meanwhile (see deadline).
 	inJoin map[peer.ID]int
+	// inflight holds the subjects a request is being served for.
+	inflight map[peer.ID]bool
+	// rate limits the requests per subject.
+	rate *joinRate
 }
 
 func (at *attachment) joining(p peer.ID) bool {
@@ -45,17 +55,54 @@ func (at *attachment) joining(p peer.ID) bool {
 	return at.inJoin[p] > 0
 }
 
-func (at *attachment) joinStarted(p peer.ID) func() {
+// openJoin admits a join stream from remote: one at a time from a peer
+// that is not an admitted member, MemberJoinStreams from a member. It
+// returns the function that closes it.
+func (at *attachment) openJoin(remote peer.ID, member bool) (func(), error) {
+	limit := 1
+	if member {
+		limit = MemberJoinStreams
+	}
 	at.joinMu.Lock()
-	at.inJoin[p]++
-	at.joinMu.Unlock()
+	defer at.joinMu.Unlock()
+	if at.joinStreams[remote] >= limit {
+		if limit == 1 {
+			return nil, fmt.Errorf("%w: one join request at a time per peer", ErrBusy)
+		}
+		return nil, fmt.Errorf("%w: %d join requests at once from %s", ErrBusy, limit, remote)
+	}
+	at.joinStreams[remote]++
 	return func() {
 		at.joinMu.Lock()
 		defer at.joinMu.Unlock()
-		if at.inJoin[p]--; at.inJoin[p] <= 0 {
-			delete(at.inJoin, p)
+		if at.joinStreams[remote]--; at.joinStreams[remote] <= 0 {
+			delete(at.joinStreams, remote)
 		}
+	}, nil
+}
+
+// beginJoin starts serving a request of remote for subject at now: within
+// the subject's rate, and none other for it being served. It returns the
+// function that ends it.
+func (at *attachment) beginJoin(remote, subject peer.ID, now time.Time) (func(), error) {
+	at.joinMu.Lock()
+	defer at.joinMu.Unlock()
+	if at.inflight[subject] {
+		return nil, fmt.Errorf("%w: a request for %s is being served", ErrBusy, subject)
 	}
+	if ok, wait := at.rate.allow(subject, now); !ok {
+		return nil, fmt.Errorf("%w: too many requests for %s (%d, then one per %v): try again in %v", ErrBusy, subject, JoinBurst, JoinEvery, wait.Round(time.Second))
+	}
+	at.inflight[subject] = true
+	at.inJoin[remote]++
+	return func() {
+		at.joinMu.Lock()
+		defer at.joinMu.Unlock()
+		delete(at.inflight, subject)
+		if at.inJoin[remote]--; at.inJoin[remote] <= 0 {
+			delete(at.inJoin, remote)
+		}
+	}, nil
 }
 
 // Wrap binds a to h: it serves HELLO and JOIN on h, sends this node's
@@ -66,7 +113,10 @@ func (at *attachment) joinStarted(p peer.ID) func() {
 // connection gater (Gater) for revoked peers to be refused at the door.
 func Wrap(h host.Host, a *Admission) host.Host {
 	ctx, stop := context.WithCancel(context.Background())
-	at := &attachment{a: a, inner: h, ctx: ctx, stop: stop, joins: make(chan struct{}, 8), inJoin: map[peer.ID]int{}}
+	at := &attachment{a: a, inner: h, ctx: ctx, stop: stop,
+		joinSlots: make(chan struct{}, JoinSlots), renewSlots: make(chan struct{}, RenewSlots),
+		joinStreams: map[peer.ID]int{}, inJoin: map[peer.ID]int{}, inflight: map[peer.ID]bool{},
+		rate: newJoinRate(JoinBurst, JoinEvery, maxRateEntries)}
 	a.mu.Lock()
 	a.attached = at
 	a.mu.Unlock()
@@ -94,13 +144,15 @@ func (at *attachment) disconnected(n network.Network, c network.Conn) {
 	}
 }
 
-// deadline closes c if its peer is not admitted within the timeout.
+// deadline closes c if its peer is not admitted within the timeout. A
+// join request of the peer's being served (read, and waiting for its
+// answer) holds it open, but not beyond maxUnadmitted after it was opened.
 func (at *attachment) deadline(c network.Conn) {
 	time.AfterFunc(at.a.cfg.Timeout, func() {
 		if c.IsClosed() || at.a.Admitted(c.RemotePeer()) {
 			return
 		}
-		if at.joining(c.RemotePeer()) {
+		if at.joining(c.RemotePeer()) && time.Since(c.Stat().Opened) < at.maxUnadmitted() {
 			at.deadline(c) // its join is being served: wait for its answer
 			return
 		}
@@ -113,6 +165,15 @@ func (at *attachment) deadline(c network.Conn) {
 		at.a.shun(c.RemotePeer())
 		_ = c.Close()
 	})
+}
+
+// maxUnadmitted is the longest a connection of a peer that is not admitted
+// stays open: the timeout, then as long as a join of its could take (read,
+// a slot awaited, served: see handleJoin), and the timeout again for the
+// HELLO with its new certificate.
+func (at *attachment) maxUnadmitted() time.Duration {
+	t := at.a.cfg.Timeout
+	return t + at.joinReadTimeout() + at.slotWait() + at.joinServeTimeout() + t
 }
 
 // helloAll sends this node's HELLO to every connected peer; with

@@ -13,41 +13,89 @@ import (
 
 // handleJoin serves a join or renewal request: at the root (Issuer set)
 // by issuing, elsewhere by forwarding it up the tree. Anyone may ask for
-// itself; only an admitted member may ask for another peer (it forwards).
+// itself; only an admitted member may ask for another peer (it forwards),
+// and only a member may ask for a renewal.
+//
+// What a request may hold, in order: a join stream (one at a time per
+// peer that is not a member); half the timeout to send its request
+// (maxJoin bytes at most); the checks of checkJoin; its subject's rate and
+// no other request for that subject being served; then a slot, redemptions
+// and renewals each of their own, awaited up to the timeout; and three
+// timeouts for the answer. A peer that sends nothing holds one stream
+// for half the timeout, and no slot.
 func (at *attachment) handleJoin(s network.Stream) {
 	defer s.Close()
 	remote := s.Conn().RemotePeer()
-	defer at.joinStarted(remote)()
-	select {
-	case at.joins <- struct{}{}:
-		defer func() { <-at.joins }()
-	default:
-		_, _ = s.Write(encodeReply(fmt.Errorf("busy: too many join requests at once, try again")))
+	member := at.a.Admitted(remote)
+	closeJoin, err := at.openJoin(remote, member)
+	if err != nil {
+		at.refuseJoin(s, remote, err)
 		return
 	}
-	_ = s.SetDeadline(time.Now().Add(3 * at.a.cfg.Timeout))
+	defer closeJoin()
+	_ = s.SetReadDeadline(time.Now().Add(at.joinReadTimeout()))
 	b, err := readAll(s, maxJoin)
 	var q joinRequest
 	if err == nil {
 		q, err = decodeJoin(b)
 	}
 	if err != nil {
-		at.a.log.Warn("bad join request", "peer", remote, "err", err)
+		at.a.log.Debug("bad join request", "peer", remote, "err", err)
 		_ = s.Reset()
 		return
 	}
+	_ = s.SetDeadline(time.Now().Add(at.slotWait() + at.joinServeTimeout()))
 	at.a.count(func(st *Stats) { st.Joins++ })
-	if q.Subject != remote && !at.a.Admitted(remote) {
-		_, _ = s.Write(encodeReply(fmt.Errorf("%s asked for %s but is not a member that may forward", remote, q.Subject)))
+	now := at.a.cfg.Now()
+	if err := at.a.checkJoin(remote, member, q, now); err != nil {
+		at.refuseJoin(s, remote, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(at.ctx, 3*at.a.cfg.Timeout)
+	end, err := at.beginJoin(remote, q.Subject, now)
+	if err != nil {
+		at.refuseJoin(s, remote, err)
+		return
+	}
+	defer end()
+	slots, what := at.joinSlots, "redemptions"
+	if q.Kind == kindRenew {
+		slots, what = at.renewSlots, "renewals"
+	}
+	wait := time.NewTimer(at.slotWait())
+	defer wait.Stop()
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	case <-wait.C:
+		at.refuseJoin(s, remote, fmt.Errorf("%w: %d %s being served, try again", ErrBusy, cap(slots), what))
+		return
+	case <-at.ctx.Done():
+		_ = s.Reset()
+		return
+	}
+	ctx, cancel := context.WithTimeout(at.ctx, at.joinServeTimeout())
 	defer cancel()
 	reply := at.serveJoin(ctx, q)
 	if _, err := s.Write(reply); err != nil {
 		at.a.log.Debug("join reply", "peer", remote, "err", err)
 	}
 }
+
+// refuseJoin answers a join stream with err (not read further).
+func (at *attachment) refuseJoin(s network.Stream, remote peer.ID, err error) {
+	at.a.log.Debug("join request refused", "peer", remote, "err", err)
+	_ = s.SetWriteDeadline(time.Now().Add(at.joinReadTimeout()))
+	_, _ = s.Write(encodeReply(err))
+}
+
+// joinReadTimeout is how long a join request may take to arrive.
+func (at *attachment) joinReadTimeout() time.Duration { return at.a.cfg.Timeout / 2 }
+
+// slotWait is how long a request waits for a slot.
+func (at *attachment) slotWait() time.Duration { return at.a.cfg.Timeout }
+
+// joinServeTimeout bounds the serving of a request (forwarded up the tree).
+func (at *attachment) joinServeTimeout() time.Duration { return 3 * at.a.cfg.Timeout }
 
 // serveJoin answers q: issued here, or forwarded to the first parent that
 // answers.
@@ -59,7 +107,7 @@ func (at *attachment) serveJoin(ctx context.Context, q joinRequest) []byte {
 		now := a.cfg.Now()
 		if q.Kind == kindRedeem {
 			cert, err = iss.Redeem(string(q.Payload), q.Subject, now)
-		} else if err = a.renewable(q.Payload, now); err == nil {
+		} else {
 			cert, err = iss.Renew(q.Payload, q.Subject, now)
 		}
 		if err != nil {
@@ -150,24 +198,6 @@ func (at *attachment) ask(ctx context.Context, p peer.ID, q joinRequest, pub []b
 		return Material{}, fmt.Errorf("%s: certificate issued for %s, not this node", p, c.Peer)
 	}
 	return Material{GridKey: rep.GridKey, Cert: rep.Cert, Revocations: rep.Revocations}, nil
-}
-
-// renewable refuses the renewal of a certificate less than half through
-// its life: a member renews at two thirds (RenewDue), and a request
-// earlier than half is a member asking the root to fill its ledger.
-func (a *Admission) renewable(b []byte, now time.Time) error {
-	a.mu.Lock()
-	pub := a.pub
-	a.mu.Unlock()
-	c, err := grid.DecodeCert(b, pub)
-	if err != nil {
-		return err
-	}
-	if now.Unix() < c.NotBefore+(c.NotAfter-c.NotBefore)/2 {
-		return fmt.Errorf("certificate %d of %s: not renewed before half its life (%s)", c.Serial, c.Peer,
-			time.Unix(c.NotBefore+(c.NotAfter-c.NotBefore)/2, 0).UTC().Format(time.RFC3339))
-	}
-	return nil
 }
 
 // RenewDue reports whether certificate c should be renewed at now: once
