@@ -97,8 +97,9 @@ type Admission struct {
 	revB  []byte
 	revs  *grid.Revocations
 	peers map[peer.ID]*peerState
-	// revoked peers, as far as this node has seen their certificates.
-	revokedPeers map[peer.ID]bool
+	// revokedPeers: peers seen showing a revoked certificate (which
+	// serial, when) and no valid one since; see Revoked.
+	revokedPeers map[peer.ID]revokedMark
 	// shunned: peers whose connection was closed for showing no valid
 	// certificate, and when; this node does not dial them (or wait for
 	// them) again for ShunFor, so that an outsider in the DHT's routing
@@ -111,6 +112,11 @@ type Admission struct {
 	hints    map[peer.ID]string
 	stats    Stats
 	attached *attachment // set by Wrap
+}
+
+type revokedMark struct {
+	serial uint64
+	at     time.Time
 }
 
 type peerState struct {
@@ -132,7 +138,7 @@ func New(cfg Config, m Material) (*Admission, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Admission{cfg: cfg, log: cfg.Logger, peers: map[peer.ID]*peerState{}, revokedPeers: map[peer.ID]bool{}, shunned: map[peer.ID]time.Time{}, hints: map[peer.ID]string{}}
+	a := &Admission{cfg: cfg, log: cfg.Logger, peers: map[peer.ID]*peerState{}, revokedPeers: map[peer.ID]revokedMark{}, shunned: map[peer.ID]time.Time{}, hints: map[peer.ID]string{}}
 	if m.GridKey != nil {
 		if err := a.setMaterial(m); err != nil {
 			return nil, err
@@ -279,7 +285,7 @@ func (a *Admission) check(p peer.ID, b []byte, now time.Time) (grid.Cert, error)
 	}
 	if err := c.Check(p, now, a.revs); err != nil {
 		if errors.Is(err, grid.ErrRevoked) {
-			a.revokedPeers[p] = true
+			a.markRevoked(p, c.Serial, now)
 		}
 		return grid.Cert{}, fmt.Errorf("%w of %s: %w", ErrNotMember, a.grid, err)
 	}
@@ -315,6 +321,7 @@ func (a *Admission) admitLocked(p peer.ID, st *peerState, b []byte) error {
 	st.cert, st.err = c, nil
 	delete(a.shunned, p)
 	delete(a.hints, p)
+	delete(a.revokedPeers, p)
 	if !st.admitted {
 		st.admitted = true
 		close(st.ready)
@@ -355,8 +362,21 @@ func (a *Admission) unadmit(p peer.ID, st *peerState, err error) {
 	st.ready = make(chan struct{})
 	st.err = fmt.Errorf("%w of %s: %w", ErrNotMember, a.grid, err)
 	if errors.Is(err, grid.ErrRevoked) {
-		a.revokedPeers[p] = true
+		a.markRevoked(p, st.cert.Serial, a.cfg.Now())
 	}
+}
+
+// markRevoked records that p showed certificate serial, revoked, at now
+// (under a.mu). Bounded like shunned.
+func (a *Admission) markRevoked(p peer.ID, serial uint64, now time.Time) {
+	if _, ok := a.revokedPeers[p]; !ok && len(a.revokedPeers) >= maxShunned {
+		for q, m := range a.revokedPeers {
+			if now.Sub(m.at) > ShunFor || len(a.revokedPeers) >= maxShunned {
+				delete(a.revokedPeers, q)
+			}
+		}
+	}
+	a.revokedPeers[p] = revokedMark{serial: serial, at: now}
 }
 
 // Admitted reports whether p is an admitted member now (always, when
@@ -403,7 +423,8 @@ func (a *Admission) notAdmitted(p peer.ID, err error) error {
 }
 
 // ShunFor is how long a peer whose connection was closed for showing no
-// valid certificate is not dialled again.
+// valid certificate is not dialled again, and how long a peer that showed
+// a revoked one is refused at the door (Revoked).
 const ShunFor = time.Minute
 
 // maxShunned bounds the shunned peers remembered (the oldest go first).
@@ -488,11 +509,24 @@ func (a *Admission) explain(p peer.ID, err error) error {
 	return err
 }
 
-// Revoked reports whether p is known to hold only revoked certificates.
+// Revoked reports whether p showed a revoked certificate less than
+// ShunFor ago, one still on the revocation list held, and no valid one
+// since: the gater refuses it at the door meanwhile. The memory follows
+// the list and the peer's certificates: a peer admitted again (a newer
+// serial, not on the list) gets in once that time has passed and is
+// admitted on its HELLO; a serial that left the list is forgotten.
 func (a *Admission) Revoked(p peer.ID) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.revokedPeers[p]
+	m, ok := a.revokedPeers[p]
+	if !ok {
+		return false
+	}
+	if a.revs == nil || !a.revs.Has(m.serial) || a.cfg.Now().Sub(m.at) > ShunFor {
+		delete(a.revokedPeers, p)
+		return false
+	}
+	return true
 }
 
 // AdoptRevocations installs revocation list b if it is valid and newer

@@ -371,15 +371,17 @@ func (g *gated) Close() error {
 }
 
 // Gater returns a's connection gater: it refuses, at dial and after the
-// security handshake, peers known to hold only revoked certificates.
-// Everyone else gets in and must show a certificate (HELLO).
+// security handshake, peers that showed a revoked certificate in the last
+// ShunFor (see Revoked). Everyone else gets in and must show a
+// certificate (HELLO).
 func (a *Admission) Gater() *Gater { return &Gater{a: a} }
 
 // Gater is a libp2p ConnectionGater backed by an Admission.
 type Gater struct{ a *Admission }
 
-// InterceptPeerDial refuses to dial revoked peers, and peers disconnected
-// for showing no valid certificate less than ShunFor ago.
+// InterceptPeerDial refuses to dial peers that showed a revoked
+// certificate (Revoked), or were disconnected for showing no valid
+// certificate, less than ShunFor ago.
 func (g *Gater) InterceptPeerDial(p peer.ID) bool { return !g.a.Revoked(p) && !g.a.Shunned(p) }
 
 func (g *Gater) InterceptAddrDial(peer.ID, ma.Multiaddr) bool { return true }

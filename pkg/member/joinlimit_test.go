@@ -117,3 +117,39 @@ func TestCheckJoin(t *testing.T) {
 		t.Errorf("a revoked certificate's renewal: %v", err)
 	}
 }
+
+// The memory of revoked peers follows the list: a serial the list no
+// longer names is forgotten, and a valid certificate shown clears it.
+func TestRevokedFollowsTheList(t *testing.T) {
+	k, _ := grid.NewKey()
+	now := time.Unix(1_800_000_000, 0)
+	a, err := New(Config{Now: func() time.Time { return now }}, Material{GridKey: k.Public()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPeer(t)
+	issue := func(serial uint64) []byte {
+		b, _ := k.Issue(grid.Cert{Peer: p, Role: grid.RoleReader, NotBefore: now.Unix() - 60, NotAfter: now.Unix() + 3600, Serial: serial})
+		return b
+	}
+	l1, _ := k.SignRevocations(grid.Revocations{Seq: 1, Serials: []uint64{3}})
+	if _, err := a.AdoptRevocations(l1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.admit(p, issue(3)); !errors.Is(err, grid.ErrRevoked) || !a.Revoked(p) {
+		t.Fatalf("a revoked certificate: %v, revoked %v", err, a.Revoked(p))
+	}
+	l2, _ := k.SignRevocations(grid.Revocations{Seq: 2, Serials: []uint64{4}})
+	if _, err := a.AdoptRevocations(l2); err != nil {
+		t.Fatal(err)
+	}
+	if a.Revoked(p) {
+		t.Fatal("still revoked after a list without its serial")
+	}
+	if err := a.admit(p, issue(4)); !errors.Is(err, grid.ErrRevoked) || !a.Revoked(p) {
+		t.Fatalf("serial 4: %v", err)
+	}
+	if err := a.admit(p, issue(5)); err != nil || a.Revoked(p) {
+		t.Fatalf("a newer serial not on the list: %v, revoked %v", err, a.Revoked(p))
+	}
+}

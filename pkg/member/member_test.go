@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,5 +401,49 @@ func TestRenewDue(t *testing.T) {
 		if got := member.RenewDue(c, time.Unix(tc.at, 0)); got != tc.want {
 			t.Errorf("RenewDue at %d = %v", tc.at, got)
 		}
+	}
+}
+
+// TestRevokedAdmittedAgain: a node that saw a peer's certificate revoked
+// refuses it at the door for ShunFor, then lets it show a newer one (not on
+// the list) and admits it, without a restart.
+func TestRevokedAdmittedAgain(t *testing.T) {
+	g := newGrid(t)
+	var skew atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	head := start(t, "tcp", member.Config{Now: clock}, g.member(t, grid.RoleHead))
+	worker := start(t, "tcp", member.Config{}, g.member(t, grid.RoleWorker))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := read(ctx, worker.h, head.h); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := worker.adm.Cert()
+	l, _ := g.key.SignRevocations(grid.Revocations{Seq: 1, Serials: []uint64{c.Serial}})
+	if _, err := head.adm.AdoptRevocations(l); err != nil {
+		t.Fatal(err)
+	}
+	for head.h.Network().Connectedness(worker.h.ID()) == network.Connected {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !head.adm.Revoked(worker.h.ID()) {
+		t.Fatal("the head does not know the worker revoked")
+	}
+	// Admitted again: a new serial, not on the list.
+	now := time.Now()
+	if err := worker.adm.SetMaterial(member.Material{GridKey: g.key.Public(), Cert: g.cert(t, worker.h.ID(), grid.RoleReader, now.Add(-time.Minute), now.Add(time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	// Within ShunFor of its revoked certificate, the door stays shut.
+	if got, err := read(ctx, worker.h, head.h); err == nil || len(got) != 0 {
+		t.Fatalf("read %d bytes at once after the revocation: %v", len(got), err)
+	}
+	skew.Store(int64(member.ShunFor + time.Second))
+	got, err := read(ctx, worker.h, head.h)
+	if err != nil || string(got) != string(secret) {
+		t.Fatalf("the worker admitted again read %q, %v", got, err)
+	}
+	if head.adm.Revoked(worker.h.ID()) || !head.adm.Admitted(worker.h.ID()) {
+		t.Fatal("the head still holds the worker revoked")
 	}
 }
