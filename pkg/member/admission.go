@@ -125,6 +125,11 @@ type peerState struct {
 	admitted bool
 	ready    chan struct{} // closed when admitted
 	err      error         // why the last certificate was refused
+	// heard is closed once this node's HELLO to the peer was answered
+	// (or failed): from then on the peer has admitted this node, if it
+	// will, and gives its streams a member's limits.
+	heard     chan struct{}
+	heardDone bool
 }
 
 // New returns an Admission with m's material (a zero Material: open).
@@ -332,10 +337,49 @@ func (a *Admission) admitLocked(p peer.ID, st *peerState, b []byte) error {
 func (a *Admission) state(p peer.ID) *peerState {
 	st := a.peers[p]
 	if st == nil {
-		st = &peerState{ready: make(chan struct{})}
+		st = &peerState{ready: make(chan struct{}), heard: make(chan struct{})}
 		a.peers[p] = st
 	}
 	return st
+}
+
+// expect notes a new connection of p's (this node's HELLO is on its way).
+func (a *Admission) expect(p peer.ID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.state(p)
+}
+
+// heardFrom records that p answered this node's HELLO (or that sending it
+// failed), if p is still known (see forget).
+func (a *Admission) heardFrom(p peer.ID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if st := a.peers[p]; st != nil && !st.heardDone {
+		st.heardDone = true
+		close(st.heard)
+	}
+}
+
+// waitHeard waits, at most the timeout, until p answered this node's
+// HELLO: a stream opened before then could reach p while it has not yet
+// admitted this node, and be refused for the small limits of a peer not
+// admitted (pkg/peerhost). Nothing to wait for when open.
+func (a *Admission) waitHeard(ctxDone <-chan struct{}, p peer.ID) {
+	a.mu.Lock()
+	st := a.peers[p]
+	open := a.pub == nil
+	a.mu.Unlock()
+	if open || st == nil {
+		return
+	}
+	t := time.NewTimer(a.cfg.Timeout)
+	defer t.Stop()
+	select {
+	case <-st.heard:
+	case <-t.C:
+	case <-ctxDone:
+	}
 }
 
 // admitted reports whether p is admitted now, re-checking its certificate's
@@ -377,6 +421,19 @@ func (a *Admission) markRevoked(p peer.ID, serial uint64, now time.Time) {
 		}
 	}
 	a.revokedPeers[p] = revokedMark{serial: serial, at: now}
+}
+
+// Member reports whether p is admitted now (always, when open), without
+// side effects: cheap enough for the resource manager to ask on every
+// reservation (pkg/peerhost).
+func (a *Admission) Member(p peer.ID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pub == nil {
+		return true
+	}
+	st := a.peers[p]
+	return st != nil && st.admitted && st.cert.Check(p, a.cfg.Now(), a.revs) == nil
 }
 
 // Admitted reports whether p is an admitted member now (always, when

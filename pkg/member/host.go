@@ -134,6 +134,7 @@ func (at *attachment) connected(_ network.Network, c network.Conn) {
 		return
 	}
 	p := c.RemotePeer()
+	at.a.expect(p)
 	go at.sendHello(p)
 	at.deadline(c)
 }
@@ -210,6 +211,7 @@ func (at *attachment) helloAllBut(skip []peer.ID) {
 // the certificate. A peer that does not speak it (a libp2p node that is
 // not omst) just fails the stream.
 func (at *attachment) sendHello(p peer.ID) {
+	defer at.a.heardFrom(p)
 	ctx, cancel := context.WithTimeout(at.ctx, at.a.cfg.Timeout)
 	defer cancel()
 	ns, err := at.inner.Network().NewStream(network.WithNoDial(ctx, "hello"), p)
@@ -332,7 +334,9 @@ func (g *gated) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool,
 }
 
 // NewStream opens a stream once p is admitted (connecting first if
-// needed): a peer that is not a member is asked nothing, not even a name.
+// needed), and p has answered this node's HELLO: a peer that is not a
+// member is asked nothing, not even a name, and a member is not sent
+// streams before it has admitted this node.
 func (g *gated) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
 	if why := g.at.a.openRefusal(p); why != "" {
 		return nil, fmt.Errorf("%s: %w", why, ErrNotMember)
@@ -349,6 +353,7 @@ func (g *gated) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (
 			return nil, err
 		}
 	}
+	g.at.a.waitHeard(ctx.Done(), p)
 	s, err := g.Host.NewStream(ctx, p, pids...)
 	if err != nil {
 		return nil, g.at.a.explain(p, err)

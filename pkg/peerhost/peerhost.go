@@ -5,9 +5,10 @@
 // while leaving omst's transfer protocols unlimited (see Limits).
 //
 // New is the one place where connections are admitted: with
-// Options.Admission, the host refuses revoked peers at the door, and
-// serves and asks only peers that showed a valid membership certificate
-// (pkg/member), on TCP and QUIC alike.
+// Options.Admission, the host refuses revoked peers at the door, serves
+// and asks only peers that showed a valid membership certificate
+// (pkg/member), on TCP and QUIC alike, and gives a peer not admitted yet
+// a few streams and little memory (UnadmittedLimits).
 package peerhost
 
 import (
@@ -21,6 +22,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
@@ -99,6 +101,96 @@ const (
 	PeerInboundStreams = 4096
 )
 
+// Limits of a peer that is not (yet) an admitted member, with
+// Options.Admission (see UnadmittedLimits).
+const (
+	// UnadmittedConnsInbound bounds its connections to this node.
+	UnadmittedConnsInbound = 4
+	// UnadmittedStreamsInbound bounds the streams it may have open to
+	// this node: what a peer on its way in needs (identify, its HELLO, a
+	// join), with room for the streams a member opens in the moment
+	// before this node has read its HELLO.
+	UnadmittedStreamsInbound = 8
+	// UnadmittedStreams bounds its streams both ways (this node's HELLO
+	// and identify to it among them).
+	UnadmittedStreams = 2 * UnadmittedStreamsInbound
+	// UnadmittedMemory bounds the memory reserved in its scope. yamux
+	// reserves 256 KiB per stream as its SYN arrives, before the stream is
+	// counted (and refused beyond the bounds above, which releases it),
+	// and closes the whole connection when a reservation fails: this is
+	// 64 streams' worth, so that a burst of a member's streams in the
+	// moment before its HELLO is read is refused stream by stream, while
+	// a flood of more closes an outsider's connection. What an admitted
+	// stream may buffer is its window (StreamWindow).
+	UnadmittedMemory = 64 * 256 << 10
+)
+
+// UnadmittedLimits returns the per-peer limits of a peer that is not an
+// admitted member: a few streams and little memory. Once admitted it
+// gets the members' (Limits' PeerDefault).
+func UnadmittedLimits() rcmgr.BaseLimit {
+	return rcmgr.BaseLimit{
+		Streams:         UnadmittedStreams,
+		StreamsInbound:  UnadmittedStreamsInbound,
+		StreamsOutbound: UnadmittedStreams,
+		Conns:           UnadmittedConnsInbound + 4,
+		ConnsInbound:    UnadmittedConnsInbound,
+		ConnsOutbound:   4,
+		FD:              UnadmittedConnsInbound + 4,
+		Memory:          UnadmittedMemory,
+	}
+}
+
+// admissionLimiter is a fixed limiter whose per-peer limits depend on the
+// peer's admission, asked on every reservation: a peer's scope has
+// UnadmittedLimits until the peer is admitted, the members' then, and the
+// small ones again if it stops being a member. (The resource manager keeps
+// the Limit a peer's scope was made with; this one looks the peer up each
+// time.)
+type admissionLimiter struct {
+	rcmgr.Limiter
+	member   func(peer.ID) bool
+	outsider rcmgr.BaseLimit
+}
+
+// NewLimiter returns the resource manager's limiter: Limits, with the
+// per-peer limits of a peer for which member reports false at
+// UnadmittedLimits. member is asked on every reservation in the peer's
+// scope: it must be cheap and must not call into the host.
+func NewLimiter(member func(peer.ID) bool) rcmgr.Limiter {
+	return &admissionLimiter{Limiter: rcmgr.NewFixedLimiter(Limits()), member: member, outsider: UnadmittedLimits()}
+}
+
+func (l *admissionLimiter) GetPeerLimits(p peer.ID) rcmgr.Limit {
+	return &peerLimit{p: p, l: l, members: l.Limiter.GetPeerLimits(p)}
+}
+
+// peerLimit is one peer's limits, by its admission now.
+type peerLimit struct {
+	p       peer.ID
+	l       *admissionLimiter
+	members rcmgr.Limit
+}
+
+func (pl *peerLimit) now() rcmgr.Limit {
+	if pl.l.member(pl.p) {
+		return pl.members
+	}
+	return pl.l.outsider
+}
+
+func (pl *peerLimit) GetMemoryLimit() int64 { return pl.now().GetMemoryLimit() }
+
+func (pl *peerLimit) GetStreamLimit(d network.Direction) int { return pl.now().GetStreamLimit(d) }
+
+func (pl *peerLimit) GetStreamTotalLimit() int { return pl.now().GetStreamTotalLimit() }
+
+func (pl *peerLimit) GetConnLimit(d network.Direction) int { return pl.now().GetConnLimit(d) }
+
+func (pl *peerLimit) GetConnTotalLimit() int { return pl.now().GetConnTotalLimit() }
+
+func (pl *peerLimit) GetFDLimit() int { return pl.now().GetFDLimit() }
+
 // Limits is the resource manager configuration of New's host. Everything
 // omst's own protocols (/omst/fetch, /omst/tree, /omst/names) and the
 // system and transient scopes use stays unlimited, as before there were
@@ -171,7 +263,11 @@ func New(opts Options) (host.Host, error) {
 	if err := precheckListen(addrs); err != nil {
 		return nil, err
 	}
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(Limits()))
+	limiter := rcmgr.NewFixedLimiter(Limits())
+	if opts.Admission != nil {
+		limiter = NewLimiter(opts.Admission.Member)
+	}
+	rm, err := rcmgr.NewResourceManager(limiter)
 	if err != nil {
 		return nil, fmt.Errorf("resource manager: %w", err)
 	}
