@@ -60,8 +60,11 @@ func (n *Node) newAdmission(self peer.ID) (*member.Admission, error) {
 }
 
 // installCert keeps the certificate of a `--join omst-cert-...` unless
-// the one kept in HOME/grid is the same or newer (a renewed one: the
-// flag may stay in a service's command line).
+// the one kept in HOME/grid is the same or newer, a higher serial (a
+// renewal of it: the flag may stay in a service's command line). A later
+// `omst grid admit` has a higher serial than every renewal before it, so
+// its certificate replaces the kept one even if it ends sooner (a lesser
+// role, a shorter life): the root renews only a peer's newest.
 func (n *Node) installCert(self peer.ID, text string) error {
 	pub, cert, c, err := grid.ParseCertText(text)
 	if err != nil {
@@ -71,7 +74,7 @@ func (n *Node) installCert(self peer.ID, text string) error {
 		return fmt.Errorf("--join: the certificate is for %s, this node is %s", c.Peer, self)
 	}
 	if cur, err := n.gdir.Material(); err == nil && cur.Cert != nil && cur.Pub.Equal(pub) {
-		if old, err := grid.DecodeCert(cur.Cert, pub); err == nil && old.NotAfter >= c.NotAfter {
+		if old, err := grid.DecodeCert(cur.Cert, pub); err == nil && old.Peer == self && old.Serial >= c.Serial {
 			n.log.Info("--join: this node keeps its newer certificate", "serial", old.Serial)
 			return nil
 		}
