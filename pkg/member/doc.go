@@ -16,10 +16,16 @@
 //     through it waits until the peer it opens to is admitted. A peer
 //     admitted before (a reconnect) costs no wait.
 //   - A connection whose peer has not been admitted within Timeout is
-//     closed, and the gater refuses peers whose certificate was revoked.
+//     closed, and the gater refuses, for ShunFor, peers that showed a
+//     revoked certificate (a newer one, not on the list, admits them
+//     again). A stream to a new member waits until it answered this
+//     node's HELLO (its limits before admission are small: pkg/peerhost).
 //   - /omst/join/1.0.0, the one protocol served to non-members, redeems a
-//     join token (or renews a certificate) at the root, forwarded up the
-//     tree by each member that is not the root.
+//     join token (or renews a member's certificate) at the root,
+//     forwarded up the tree by each member that is not the root. A
+//     request is read and checked before it takes a slot; redemptions and
+//     renewals have slots of their own; a peer that is not a member has
+//     one join stream at a time, and each subject a rate (joinlimit.go).
 //
 // A newer revocation list, learnt from a HELLO or installed locally, is
 // kept, checked against every connected peer (revoked ones are cut off)

@@ -169,13 +169,10 @@ func (at *attachment) deadline(c network.Conn) {
 }
 
 // maxUnadmitted is the longest a connection of a peer that is not admitted
-// stays open: the timeout, then as long as a join of its could take (read,
-// a slot awaited, served: see handleJoin), and the timeout again for the
-// HELLO with its new certificate.
-func (at *attachment) maxUnadmitted() time.Duration {
-	t := at.a.cfg.Timeout
-	return t + at.joinReadTimeout() + at.slotWait() + at.joinServeTimeout() + t
-}
+// stays open, 6 timeouts: more than a join of its takes to be read (half
+// the timeout), wait for a slot (the timeout) and be served (three), with
+// the timeout before and after (its HELLO with the new certificate).
+func (at *attachment) maxUnadmitted() time.Duration { return 6 * at.a.cfg.Timeout }
 
 // helloAll sends this node's HELLO to every connected peer; with
 // deadlines, each connection must also see the peer admitted in time (the
