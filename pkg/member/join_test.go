@@ -99,7 +99,7 @@ func TestSilentJoinStreams(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the streams reach the root's handler
 
 	// A second request of an outsider's, sent in full, is refused at once.
-	o := outsiders0(outs)
+	o := outs[0]
 	if s, err := joinStream(ctx, o, root.h.ID()); err == nil {
 		tok, _ := g.key.NewToken(grid.RoleWorker, []string{"x/"}, time.Now(), time.Hour, time.Hour)
 		text, _ := g.key.Sign(tok)
@@ -132,8 +132,6 @@ func TestSilentJoinStreams(t *testing.T) {
 		}
 	}
 }
-
-func outsiders0(hs []host.Host) host.Host { return hs[0] }
 
 // rootWithLedger starts a root whose issuer is a real ledger (in a fresh
 // home); it returns the node and the ledger.
