@@ -438,3 +438,36 @@ func TestPutFDStreams(t *testing.T) {
 		t.Fatalf("stored %q", b.data)
 	}
 }
+
+// TestGetFileFIFONoReader: a GET_FILE to a FIFO nobody reads waits for a
+// reader only while the request lasts: the client hanging up ends it, and
+// no handler stays blocked (the server's Close, in the cleanup, would
+// report one that does not stop).
+func TestGetFileFIFONoReader(t *testing.T) {
+	m := newMem()
+	m.store("x", bytes.Repeat([]byte("f"), 1<<20), PutOptions{})
+	ts := startServer(t, m, ServerOptions{})
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 { // more than a few threads would be stuck if opens blocked for good
+		r := rawDial(t, ts.path, true)
+		r.send(FrameGetFile, appendGetFileReq(nil, "x", fifo))
+		time.Sleep(20 * time.Millisecond)
+		r.c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ts.srv.mu.Lock()
+		n := len(ts.srv.conns)
+		ts.srv.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still served 5 s after their clients hung up", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
