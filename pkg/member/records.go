@@ -45,8 +45,13 @@ func (a *Admission) Prove(key crypto.PrivKey, r blob.Record) (blob.Record, error
 	if err := self.MayWrite(r.Name); err != nil {
 		return r, err
 	}
+	return prove(key, r, proofDomain, cert)
+}
+
+// prove returns r with a proof over domain: key's signature and cert.
+func prove(key crypto.PrivKey, r blob.Record, domain string, cert []byte) (blob.Record, error) {
 	r = r.Unproved()
-	sig, err := key.Sign(append([]byte(proofDomain), r.Encode()...))
+	sig, err := key.Sign(append([]byte(domain), r.Encode()...))
 	if err != nil {
 		return r, fmt.Errorf("sign record %q: %w", r.Name, err)
 	}
@@ -94,37 +99,49 @@ func (a *Admission) CheckRecord(r blob.Record) error {
 
 // checkProof is CheckRecord's decision, plain code.
 func checkProof(r blob.Record, pub []byte, revs *grid.Revocations, now time.Time) error {
+	c, err := provenCert(r, proofDomain, pub, revs, now)
+	if err != nil {
+		return err
+	}
+	return c.MayWrite(r.Name)
+}
+
+// provenCert checks r's proof, made over domain: the origin's signature,
+// and its certificate, of this grid (pub), for that origin, valid at r's
+// time and not revoked (revs); r not dated after now (beyond the skew).
+// It returns the certificate; what it allows is the caller's to check.
+func provenCert(r blob.Record, domain string, pub []byte, revs *grid.Revocations, now time.Time) (grid.Cert, error) {
 	if len(r.Proof) == 0 {
-		return errors.New("unsigned (this grid requires its origin's signature and certificate)")
+		return grid.Cert{}, errors.New("unsigned (this grid requires its origin's signature and certificate)")
 	}
 	rd := reader{b: r.Proof}
 	rd.version()
 	sig := rd.bytes16(1024, "signature")
 	cert := rd.bytes16(blob.MaxProofLen, "certificate")
 	if err := rd.done("proof"); err != nil {
-		return err
+		return grid.Cert{}, err
 	}
 	origin, err := peer.Decode(r.Origin)
 	if err != nil {
-		return wire.Malformed("origin %q: %v", r.Origin, err)
+		return grid.Cert{}, wire.Malformed("origin %q: %v", r.Origin, err)
 	}
 	key, err := origin.ExtractPublicKey()
 	if err != nil {
-		return fmt.Errorf("origin %s: no public key in its ID: %w", origin, err)
+		return grid.Cert{}, fmt.Errorf("origin %s: no public key in its ID: %w", origin, err)
 	}
-	ok, err := key.Verify(append([]byte(proofDomain), r.Unproved().Encode()...), sig)
+	ok, err := key.Verify(append([]byte(domain), r.Unproved().Encode()...), sig)
 	if err != nil || !ok {
-		return errors.New("not signed by its origin")
+		return grid.Cert{}, errors.New("not signed by its origin")
 	}
 	c, err := grid.DecodeCert(cert, pub)
 	if err != nil {
-		return err
+		return grid.Cert{}, err
 	}
 	if r.When().After(now.Add(grid.ClockSkew)) {
-		return fmt.Errorf("dated %s, in the future", r.When().UTC().Format(time.RFC3339))
+		return grid.Cert{}, fmt.Errorf("dated %s, in the future", r.When().UTC().Format(time.RFC3339))
 	}
 	if err := c.Check(origin, r.When(), revs); err != nil {
-		return err
+		return grid.Cert{}, err
 	}
-	return c.MayWrite(r.Name)
+	return c, nil
 }
