@@ -21,9 +21,10 @@
 //   - Name records (PutName, RemoveName, Name) are stored under
 //     NameKey(name), signed with the key of the record's origin; every
 //     node's validator rejects (and counts) a value that does not verify,
-//     and of valid ones the newest wins (blob.Record.Newer). Only this
-//     namespace is accepted. Names whose origin is this node (Config.Names)
-//     are republished with the provider records.
+//     and of valid ones the newest record wins (blob.Record.Newer) unless
+//     a newer removal by its origin, or by a client, withdraws it
+//     (selectName). Only this namespace is accepted. Names whose origin is
+//     this node (Config.Names) are republished with the provider records.
 package dht
 
 import (
@@ -82,6 +83,16 @@ type Config struct {
 	// for the validator to: a closed grid checks its origin's proof
 	// (pkg/member). Refusals count as rejected.
 	CheckRecord func(blob.Record) error
+	// CheckRemoval, when set, must accept a removal for the validator to,
+	// and says whether its remover has the client role (whose removal
+	// withdraws a record of any origin; anyone else's only its own): a
+	// closed grid checks the remover's proof (pkg/member). Unset (an open
+	// grid): every removal signed by its Origin is accepted, none is a
+	// client's. Refusals count as rejected.
+	CheckRemoval func(blob.Record) (byClient bool, err error)
+	// Now is the validator's clock (a removal dated more than ClockSkew
+	// after it is refused); time.Now when nil.
+	Now func() time.Time
 	// ReprovideEvery (default DefaultReprovideEvery) and RecordAge
 	// (default DefaultRecordAge).
 	ReprovideEvery time.Duration
@@ -129,6 +140,9 @@ func New(cfg Config) (*DHT, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &DHT{cfg: cfg, log: cfg.Logger.With("component", "dht"), cancel: cancel, provided: map[cid.Cid]struct{}{}}
 	// Server mode from the start unless cfg.Client (in a closed network
@@ -156,7 +170,8 @@ func New(cfg Config) (*DHT, error) {
 		kad.BootstrapPeers(cfg.Bootstrap...),
 		kad.MaxRecordAge(cfg.RecordAge),
 		// Only omst's name records: no public-key or IPNS values.
-		kad.Validator(record.NamespacedValidator{NameNamespace: nameValidator{rejected: &d.rejected, check: cfg.CheckRecord}}),
+		kad.Validator(record.NamespacedValidator{NameNamespace: nameValidator{
+			rejected: &d.rejected, check: cfg.CheckRecord, checkRemoval: cfg.CheckRemoval, now: cfg.Now}}),
 	)
 	if err != nil {
 		cancel()
@@ -214,10 +229,12 @@ func (d *DHT) PutName(ctx context.Context, r blob.Record) error {
 	return d.putSigned(ctx, r, SignRecord)
 }
 
-// RemoveName stores the removal of r's name (r: the record removed, its
-// Time the removal's), signed with this node's key: r's origin must be this
-// node. A removal newer than every record of the name makes Name report it
-// missing.
+// RemoveName stores the removal of r's name, signed with this node's key:
+// r is the record removed with its Time the removal's, its Origin this
+// node, and, in a closed grid, its Proof this node's removal proof
+// (pkg/member, ProveRemoval). Name reports the name missing once the
+// removal withdraws its newest record: a removal withdraws only records of
+// its remover's, or, made by a client, of any origin (selectName).
 func (d *DHT) RemoveName(ctx context.Context, r blob.Record) error {
 	return d.putSigned(ctx, r, SignRemoval)
 }
@@ -259,7 +276,7 @@ func (d *DHT) Name(ctx context.Context, name string) (blob.Record, error) {
 		return blob.Record{}, fmt.Errorf("dht: name %q: %w", name, err)
 	}
 	if removed {
-		return blob.Record{}, fmt.Errorf("dht: name %q: removed by its origin at %s: %w", name, r.When().UTC().Format(time.RFC3339), blob.ErrNotFound)
+		return blob.Record{}, fmt.Errorf("dht: name %q: removed by %s at %s: %w", name, r.Origin, r.When().UTC().Format(time.RFC3339), blob.ErrNotFound)
 	}
 	return r, nil
 }

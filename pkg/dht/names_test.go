@@ -216,7 +216,7 @@ func (acceptAll) Validate(string, []byte) error        { return nil }
 func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
 
 // The validator applies Config.CheckRecord to records (a closed grid's
-// proof check), not to removals, and counts its refusals.
+// proof check), Config.CheckRemoval to removals, and counts its refusals.
 func TestNameValidatorCheck(t *testing.T) {
 	v := nameValidator{rejected: new(atomic.Uint64), check: func(r blob.Record) error {
 		if r.Proof == nil {
@@ -237,6 +237,10 @@ func TestNameValidatorCheck(t *testing.T) {
 	}
 	rm, _ := SignRemoval(k, rec(t, "n", a, 3))
 	if err := v.Validate(NameKey("n"), rm); err != nil {
-		t.Fatalf("a removal signed by its origin: %v", err)
+		t.Fatalf("a removal signed by its origin, no removal check: %v", err)
+	}
+	v.checkRemoval = func(r blob.Record) (bool, error) { return false, errors.New("no removals here") }
+	if err := v.Validate(NameKey("n"), rm); err == nil || v.rejected.Load() != 2 {
+		t.Fatalf("a removal the removal check refuses: %v (rejected %d)", err, v.rejected.Load())
 	}
 }

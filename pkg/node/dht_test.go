@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -15,6 +16,9 @@ import (
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/dht"
+	"github.com/omst-project/omst/pkg/grid"
+	"github.com/omst-project/omst/pkg/gridstore"
+	"github.com/omst-project/omst/pkg/peerhost"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
 
@@ -428,4 +432,85 @@ func TestAnnounceOnce(t *testing.T) {
 	io.Copy(io.Discard, rc)
 	rc.Close()
 	provided(headA, 1)
+}
+
+// A closed flat cluster: a worker's `rm` of a name it put withdraws it
+// from the DHT (its removal carries its removal proof, which every node
+// requires), as in an open one.
+func TestClosedClusterRemoval(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	idOf := func(home string) peer.ID {
+		k, err := peerhost.LoadOrCreateKey(filepath.Join(home, "identity.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := peer.IDFromPrivateKey(k)
+		return id
+	}
+	rootHome := t.TempDir()
+	gd := gridstore.Open(rootHome)
+	if _, _, err := gd.Init(idOf(rootHome), time.Now(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	start := func(home, join string, boot ...string) *Node {
+		n, err := Start(ctx, Config{Home: home, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Site: "x", Bootstrap: boot, Join: join})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	admitted := func(role grid.Role, prefixes ...string) (home, cert string) {
+		home = t.TempDir()
+		cert, err := gd.Admit(idOf(home), role, prefixes, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return home, cert
+	}
+	root := start(rootHome, "")
+	aHome, aCert := admitted(grid.RoleWorker, "flat/")
+	a := start(aHome, aCert, root.Addrs()[0])
+	bHome, bCert := admitted(grid.RoleReader)
+	b := start(bHome, bCert, root.Addrs()[0])
+
+	found := func(n *Node, name string) {
+		t.Helper()
+		for {
+			_, err := n.Stat(ctx, name)
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s not found: %v", name, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	_, id := putBlob(t, ctx, a, "flat/closed", bytes.Repeat([]byte("closed "), 10_000))
+	putBlob(t, ctx, a, "flat/kept", []byte("kept"))
+	waitProvider(t, b, id, a.ID())
+	found(b, "flat/closed")
+	if err := a.Remove(ctx, "flat/closed"); err != nil {
+		t.Fatal(err)
+	}
+	// A node that never saw the name, once it finds another name of a's
+	// through the DHT, no longer finds the removed one.
+	cHome, cCert := admitted(grid.RoleReader)
+	c := start(cHome, cCert, b.Addrs()[0])
+	found(c, "flat/kept")
+	for {
+		_, err := c.Stat(ctx, "flat/closed")
+		if errors.Is(err, blob.ErrNotFound) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("a name removed by its origin is still found: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st := statusOf(t, root); st.DHTRecordsRejected != 0 {
+		t.Fatalf("the root rejected %d records, want none", st.DHTRecordsRejected)
+	}
 }

@@ -262,7 +262,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			bootstrap = append(append(bootstrap, *parent), fallbacks...)
 		}
 		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Names: n.ownNames,
-			CheckRecord: n.adm.CheckRecord, Logger: cfg.Logger, Client: parent != nil}); err != nil {
+			CheckRecord: n.adm.CheckRecord, CheckRemoval: n.adm.CheckRemoval, Logger: cfg.Logger, Client: parent != nil}); err != nil {
 			return nil, err
 		}
 	}
@@ -591,8 +591,7 @@ func (n *Node) Remove(ctx context.Context, name string) error {
 		n.removed[name] = at
 		n.removedMu.Unlock()
 		if rec.Origin == n.host.ID().String() {
-			rec.Time = at
-			n.queueProvide(provideItem{id: rec.ID, rec: &rec, removal: true})
+			n.withdrawName(rec, at)
 		}
 	}
 	return nil

@@ -55,6 +55,23 @@ func (n *Node) announceDone(id cid.Cid, ok bool) {
 // DHT (no-op without a DHT; never blocks).
 func (n *Node) publishName(r blob.Record) { n.queueProvide(provideItem{id: r.ID, rec: &r}) }
 
+// withdrawName queues the removal from the DHT of rec, a record this node
+// put, removed here at time at (Unix nanoseconds): signed and, in a closed
+// grid, proved as this node's removal (member.ProveRemoval), which every
+// node's validator requires. A removal this node's certificate no longer
+// allows (the name outside its rights now) is not sent: the record then
+// expires from the DHT unless another node republishes it.
+func (n *Node) withdrawName(rec blob.Record, at int64) {
+	rm := rec.Unproved()
+	rm.Time = at
+	rm, err := n.adm.ProveRemoval(n.host.Peerstore().PrivKey(n.host.ID()), rm)
+	if err != nil {
+		n.log.Warn("name removed here, not withdrawn from the DHT", "name", rec.Name, "err", err)
+		return
+	}
+	n.queueProvide(provideItem{id: rm.ID, rec: &rm, removal: true})
+}
+
 // provideItem is a blob to announce (or, with rec, a name record to put;
 // with removal too, its removal) and the attempts made so far.
 type provideItem struct {
