@@ -25,6 +25,9 @@
 //     a newer removal by its origin, or by a client, withdraws it
 //     (selectName). Only this namespace is accepted. Names whose origin is
 //     this node (Config.Names) are republished with the provider records.
+//   - What other nodes make this node keep (their name and provider
+//     records) stays within Config.Limits (StoreLimits): records past a
+//     bound are refused; this node's own never are.
 package dht
 
 import (
@@ -90,6 +93,9 @@ type Config struct {
 	// grid): every removal signed by its Origin is accepted, none is a
 	// client's. Refusals count as rejected.
 	CheckRemoval func(blob.Record) (byClient bool, err error)
+	// Limits bound the records other nodes can make this node keep
+	// (zero fields: the defaults).
+	Limits StoreLimits
 	// Now is the validator's clock (a removal dated more than ClockSkew
 	// after it is refused); time.Now when nil.
 	Now func() time.Time
@@ -118,6 +124,7 @@ type DHT struct {
 	provided map[cid.Cid]struct{} // blobs passed to Provide (when Held is nil)
 
 	rejected atomic.Uint64 // name records that failed validation
+	store    *boundedStore // what kad stores, within cfg.Limits
 
 	reach  event.Emitter // EvtLocalReachabilityChanged: how SetServer tells kad
 	server atomic.Int32  // 0 unknown, 1 server, 2 client (as last set)
@@ -144,7 +151,8 @@ func New(cfg Config) (*DHT, error) {
 		cfg.Now = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &DHT{cfg: cfg, log: cfg.Logger.With("component", "dht"), cancel: cancel, provided: map[cid.Cid]struct{}{}}
+	d := &DHT{cfg: cfg, log: cfg.Logger.With("component", "dht"), cancel: cancel, provided: map[cid.Cid]struct{}{},
+		store: newBoundedStore(cfg.Host.ID(), cfg.Limits)}
 	// Server mode from the start unless cfg.Client (in a closed network
 	// kad's automatic mode would stay a client), switched by SetServer.
 	reach, err := cfg.Host.EventBus().Emitter(new(event.EvtLocalReachabilityChanged), eventbus.Stateful)
@@ -169,6 +177,9 @@ func New(cfg Config) (*DHT, error) {
 		kad.ProtocolPrefix(Prefix),
 		kad.BootstrapPeers(cfg.Bootstrap...),
 		kad.MaxRecordAge(cfg.RecordAge),
+		// In memory, within cfg.Limits: a member putting millions of
+		// names or provider records is refused past its share.
+		kad.Datastore(d.store),
 		// Only omst's name records: no public-key or IPNS values.
 		kad.Validator(record.NamespacedValidator{NameNamespace: nameValidator{
 			rejected: &d.rejected, check: cfg.CheckRecord, checkRemoval: cfg.CheckRemoval, now: cfg.Now}}),
@@ -285,6 +296,10 @@ func (d *DHT) Name(ctx context.Context, name string) (blob.Record, error) {
 // (forged, unsigned, malformed, or under another name's key), whoever sent
 // them.
 func (d *DHT) RecordsRejected() uint64 { return d.rejected.Load() }
+
+// StoreStats reports what this node's DHT keeps for other nodes and how
+// many records it refused for a bound (Config.Limits).
+func (d *DHT) StoreStats() StoreStats { return d.store.stats() }
 
 // RoutingTableSize is the number of peers in the routing table.
 func (d *DHT) RoutingTableSize() int { return d.kad.RoutingTable().Size() }
