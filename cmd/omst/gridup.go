@@ -212,7 +212,8 @@ func gridUpCmd(g *globals) *cobra.Command {
 			"HOME/grid/grid.key) every host without a certificate gets a join token issued on the root.\n" +
 			"Prints a line per host: host, role, site, copied|up-to-date, started|restarted|running, peer ID.\n" +
 			"A host that fails is reported with ssh's error and its subtree skipped; the exit status is 1\n" +
-			"if any host failed. Run it again at any time: it changes nothing on hosts that are up and\n" +
+			"if any host failed. It refuses a DIR (or a directory above it) that another user owns or may\n" +
+			"write. Run it again at any time: it changes nothing on hosts that are up and\n" +
 			"current and starts what is missing. See docs/operations.md.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -669,7 +670,10 @@ func gridDownCmd(g *globals) *cobra.Command {
 			"(SIGTERM to the pid in HOME/lock, SIGKILL if it has not exited after --timeout). With --purge,\n" +
 			"also remove DIR/bin/omst and DIR/home (cache, identity, configuration, log), then DIR if nothing\n" +
 			"else is in it; the root of a closed grid keeps HOME/grid (the grid key) and HOME/identity.key.\n" +
-			"Run it again at any time. Exits 1 if a host could not be reached or its daemon not stopped.",
+			"--purge refuses a DIR that is /, the ssh user's home directory or above it, has a .. component,\n" +
+			"or was not made by grid up (no DIR/" + gridops.GridMarker + "); like grid up, down refuses a DIR another\n" +
+			"user owns or may write. Run it again at any time. Exits 1 if a host could not be reached, was\n" +
+			"refused, or its daemon not stopped.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			top, s, err := sf.load(args[0])
@@ -678,6 +682,15 @@ func gridDownCmd(g *globals) *cobra.Command {
 			}
 			if timeout <= 0 {
 				return usageError{fmt.Errorf("--timeout %s: want a positive duration", timeout)}
+			}
+			if purge {
+				// Before anything runs anywhere; each host checks again on
+				// its resolved path.
+				for _, h := range top.Hosts {
+					if err := gridops.CheckPurgeDir(h.Dir); err != nil {
+						return fmt.Errorf("--purge refused for %s (line %d): %w", h.Host, h.Line, err)
+					}
+				}
 			}
 			r := &gridRunner{ssh: s, top: top, cols: gridops.NewColumns(top), out: cmd.OutOrStdout()}
 			phases := gridops.Phases(top)

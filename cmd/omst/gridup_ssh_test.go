@@ -510,7 +510,7 @@ func TestGridUpSSH(t *testing.T) {
 		})
 		if h.Role == wanemu.RoleRoot {
 			for _, f := range files {
-				if !regexp.MustCompile(`^home/(identity\.key|grid/[^/]+)$`).MatchString(f) {
+				if !regexp.MustCompile(`^(home/(identity\.key|grid/[^/]+)|\.omst-grid-up)$`).MatchString(f) {
 					t.Errorf("root: %s left after the purge", f)
 				}
 			}

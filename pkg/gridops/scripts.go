@@ -2,7 +2,10 @@ package gridops
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,12 +35,55 @@ const Marker = "@@omst "
 // configEOF ends the here-document that carries a configuration file.
 const configEOF = "@@OMST-CONFIG-EOF@@"
 
-// prelude sets D, B and H (the host's directory, binary and home) and
-// defines lockpid (the pid in HOME/lock), isdaemon PID (a live, not
+// GridMarker is the file grid up leaves in DIR (the copy and the apply
+// write it): `grid down --purge` removes a DIR only if it holds one, or,
+// for a DIR an older grid up made, both bin/omst and home/config.toml.
+const GridMarker = ".omst-grid-up"
+
+// dirCheck defines, on one line (CopyCommand's line takes it too), the
+// shell functions that keep grid up and down out of directories other
+// users control:
+//
+//   - refuse MSG: "omst: MSG" on standard error; returns 1.
+//   - dirok PATH own|up: PATH is a directory (not a symlink); "own" (DIR,
+//     DIR/bin, DIR/home): owned by the ssh user and writable by no one
+//     else (neither group nor other write); "up" (every directory above
+//     DIR): owned by the ssh user or root, and not writable by others
+//     unless sticky (as /tmp).
+//   - dirsafe: DIR, its bin and home, and every directory above DIR are
+//     dirok (of a DIR not made yet, every existing directory above it);
+//     then D, B and H name DIR's physical path (symlinks resolved, so
+//     that a link swapped later does not move the rest of the script).
+//
+// Modes and owners come from `ls -ldn` (POSIX): its first fields are the
+// mode and the numeric owner, whatever the name.
+const dirCheck = `refuse() { echo "omst: $*" >&2; return 1; }; ` +
+	`dirok() { set -- "$1" "$2" $(ls -ldn "$1" 2>/dev/null); ` +
+	`[ $# -ge 5 ] || { refuse "cannot read $1"; return 1; }; ` +
+	`case "$3" in d*) ;; *) refuse "$1 is not a directory"; return 1 ;; esac; ` +
+	`if [ "$2" = own ]; then ` +
+	`[ "$5" = "$U" ] || { refuse "$1 is owned by uid $5, not by the ssh user (uid $U): refusing to use it"; return 1; }; ` +
+	`case "$3" in ?????w*|????????w*) refuse "$1 is writable by other users ($3): refusing to use it (chmod go-w $1)"; return 1 ;; esac; ` +
+	`else ` +
+	`[ "$5" = "$U" ] || [ "$5" = 0 ] || { refuse "$1, above the omst directory, is owned by uid $5, neither root nor the ssh user (uid $U): refusing to use it"; return 1; }; ` +
+	`case "$3" in ?????????[tT]*) ;; ?????w*|????????w*) refuse "$1, above the omst directory, is writable by other users and not sticky ($3): refusing to use it"; return 1 ;; esac; ` +
+	`fi; }; ` +
+	`dirsafe() { U=$(id -u) || return 1; dp=$D; ` +
+	`while [ ! -e "$dp" ] && [ ! -L "$dp" ]; do dp=$(dirname "$dp"); done; ` +
+	`DR=$(cd "$dp" 2>/dev/null && pwd -P) || { refuse "cannot enter $dp"; return 1; }; ` +
+	`if [ "$dp" = "$D" ]; then dirok "$DR" own || return 1; ` +
+	`for dd in "${DR%/}/bin" "${DR%/}/home"; do if [ -e "$dd" ] || [ -L "$dd" ]; then dirok "$dd" own || return 1; fi; done; ` +
+	`else dirok "$DR" up || return 1; fi; ` +
+	`dq=$DR; while [ "$dq" != / ]; do dq=${dq%/*}; [ -n "$dq" ] || dq=/; dirok "$dq" up || return 1; done; ` +
+	`if [ "$dp" = "$D" ]; then D=$DR; B=$D/bin/omst; H=$D/home; fi; }; `
+
+// prelude sets D, B and H (the host's directory, binary and home) and O
+// (DIR as configured), defines dirCheck's functions, lockpid (the pid in HOME/lock), isdaemon PID (a live, not
 // zombie, omst daemon: its command line has omst and daemon) and stopd T
 // (SIGTERM to the home's daemon, SIGKILL after T seconds).
 func prelude(h *topology.Host) string {
-	return fmt.Sprintf(`D=%s; B=%s; H=%s
+	return fmt.Sprintf(`D=%s; B=%s; H=%s; O=$D
+%s
 lockpid() {
   p=$(cat "$H/lock" 2>/dev/null) || p=
   case "$p" in ''|*[!0-9]*) p= ;; esac
@@ -85,14 +131,16 @@ binhash() {
   s=$(sha256sum "$B" 2>/dev/null || shasum -a 256 "$B" 2>/dev/null || openssl dgst -sha256 -r "$B" 2>/dev/null) || s=
   echo "%sbinary ${s%%%% *}"
 }
-`, Quote(h.Dir), Quote(h.Bin()), Quote(h.Home()), Marker, Marker, Marker, Marker, Marker, Marker, Marker)
+`, Quote(h.Dir), Quote(h.Bin()), Quote(h.Home()), dirCheck, Marker, Marker, Marker, Marker, Marker, Marker, Marker)
 }
 
 // ProbeScript looks at host h without changing anything: the platform, the
 // binary's hash, the configuration, membership files, the daemon's pid and
-// its status.
+// its status. It refuses (on standard error, exit status 1) a DIR that
+// another user controls (dirCheck) before it reads or runs anything there.
 func ProbeScript(h *topology.Host) string {
-	return prelude(h) + `echo "` + Marker + `uname $(uname -s) $(uname -m)"
+	return prelude(h) + `dirsafe || exit 1
+echo "` + Marker + `uname $(uname -s) $(uname -m)"
 [ -f "$B" ] && binhash
 [ -f "$H/grid/member.cert" ] && echo "` + Marker + `cert"
 [ -f "$H/grid/grid.key" ] && echo "` + Marker + `gridkey"
@@ -106,26 +154,33 @@ echo "` + Marker + `end"
 `
 }
 
+// markerLine writes GridMarker into DIR unless it is there.
+const markerLine = `[ -f "$D/` + GridMarker + `" ] || echo "omst grid up installed omst here; grid down --purge removes it" > "$D/` + GridMarker + `" || exit 1; `
+
 // CopyCommand is the remote command (one line, for any login shell) that
 // installs the binary arriving on its standard input as DIR/bin/omst
 // (through a temporary file and a rename, so that a running daemon keeps
-// its own) and reports its hash.
+// its own), leaves GridMarker in DIR, and reports the binary's hash. It
+// refuses a DIR that another user controls (dirCheck), checked once DIR
+// and DIR/bin exist.
 func CopyCommand(h *topology.Host) string {
-	line := fmt.Sprintf(`D=%s; B=%s; mkdir -p "$D/bin" || exit 1; t="$D/bin/.omst.new.$$"; `+
-		`{ cat > "$t" && chmod 755 "$t" && mv -f "$t" "$B"; } || { rm -f "$t"; exit 1; }; `+
-		`s=$(sha256sum "$B" 2>/dev/null || shasum -a 256 "$B" 2>/dev/null || openssl dgst -sha256 -r "$B" 2>/dev/null) || s=; `+
-		`echo "%sbinary ${s%%%% *}"; echo "%send"`, Quote(h.Dir), Quote(h.Bin()), Marker, Marker)
+	line := fmt.Sprintf(`D=%s; B=%s; H=%s; `, Quote(h.Dir), Quote(h.Bin()), Quote(h.Home())) + dirCheck +
+		`umask 022; mkdir -p "$D/bin" || exit 1; dirsafe || exit 1; ` + markerLine + `t="$D/bin/.omst.new.$$"; ` +
+		`{ cat > "$t" && chmod 755 "$t" && mv -f "$t" "$B"; } || { rm -f "$t"; exit 1; }; ` +
+		`s=$(sha256sum "$B" 2>/dev/null || shasum -a 256 "$B" 2>/dev/null || openssl dgst -sha256 -r "$B" 2>/dev/null) || s=; ` +
+		`echo "` + Marker + `binary ${s%% *}"; echo "` + Marker + `end"`
 	return "sh -c " + Quote(line)
 }
 
 // ApplyScript does what a says on host h: writes config as
 // HOME/config.toml, stops the daemon (SIGKILL after stopWait), starts it
 // detached (waiting at most startWait for it to answer), and prints its
-// status.
+// status. It refuses a DIR that another user controls (dirCheck), checked
+// once DIR and HOME exist, and leaves GridMarker in DIR.
 func ApplyScript(h *topology.Host, a Action, config string, stopWait, startWait time.Duration) string {
 	var b strings.Builder
 	b.WriteString(prelude(h))
-	b.WriteString("mkdir -p \"$H\" && chmod 700 \"$H\" || exit 1\n")
+	b.WriteString("umask 022; mkdir -p \"$H\" || exit 1\ndirsafe || exit 1\nchmod 700 \"$H\" || exit 1\n" + markerLine + "\n")
 	if a.WriteConfig {
 		if !strings.HasSuffix(config, "\n") {
 			config += "\n"
@@ -143,13 +198,56 @@ func ApplyScript(h *topology.Host, a Action, config string, stopWait, startWait 
 	return b.String()
 }
 
+// purgeCheck defines purgeok, run after dirsafe (D is then DIR's physical
+// path): DIR (as configured: O) has no ".." component, and, if it exists,
+// is neither / nor the ssh user's home directory nor above it, and looks
+// like a directory grid up made (GridMarker in it, or both bin/omst and
+// home/config.toml, as an older grid up left them).
+const purgeCheck = `purgeok() {
+  case "/$O/" in */../*) refuse "dir $O has a .. component: refusing to purge it"; return 1 ;; esac
+  [ -d "$D" ] || return 0
+  [ "$D" != / ] || { refuse "dir $O is /: refusing to purge it"; return 1; }
+  hp=$(cd "$HOME" 2>/dev/null && pwd -P) || hp=
+  case "$hp/" in "$D"/*) refuse "dir $O is $D, the ssh user's home directory ($hp) or above it: refusing to purge it"; return 1 ;; esac
+  [ -f "$D/` + GridMarker + `" ] && return 0
+  [ -f "$B" ] && [ -f "$H/config.toml" ] && return 0
+  refuse "dir $O ($D) does not look like a directory omst grid up made (no ` + GridMarker + `, no bin/omst with home/config.toml): refusing to purge it"
+}
+`
+
+// CheckPurgeDir refuses, before anything runs, a DIR that `grid down
+// --purge` must never remove from: empty, /, "." (the ssh user's home
+// directory itself), or with a ".." component. The remote script checks
+// again, on the resolved path (purgeCheck).
+func CheckPurgeDir(dir string) error {
+	clean := path.Clean(dir)
+	switch {
+	case dir == "":
+		return errors.New("dir is empty")
+	case clean == "/":
+		return fmt.Errorf("dir %q is /", dir)
+	case clean == ".":
+		return fmt.Errorf("dir %q is the ssh user's home directory itself", dir)
+	case slices.Contains(strings.Split(dir, "/"), ".."):
+		return fmt.Errorf("dir %q has a .. component", dir)
+	}
+	return nil
+}
+
 // DownScript stops host h's daemon (SIGKILL after stopWait) and, with
-// purge, removes what omst put in DIR: the binary and the home, then DIR
-// itself if nothing else is left in it. A home holding the grid key (the
-// root of a closed grid) keeps it and its identity: HOME/grid and
-// HOME/identity.key stay, so that the grid outlives a purge.
+// purge, removes what omst put in DIR: the binary, the home and
+// GridMarker, then DIR itself if nothing else is left in it. A home
+// holding the grid key (the root of a closed grid) keeps it and its
+// identity: HOME/grid and HOME/identity.key stay (and the marker), so that
+// the grid outlives a purge. It refuses, before it stops anything, a DIR
+// another user controls (dirCheck) and, with purge, a DIR purgeCheck
+// refuses.
 func DownScript(h *topology.Host, purge bool, stopWait time.Duration) string {
-	s := prelude(h) + fmt.Sprintf("stopd %d || exit 1\n", seconds(stopWait))
+	s := prelude(h) + "dirsafe || exit 1\n"
+	if purge {
+		s += purgeCheck + "purgeok || exit 1\n"
+	}
+	s += fmt.Sprintf("stopd %d || exit 1\n", seconds(stopWait))
 	if purge {
 		s += `if [ -d "$D" ]; then
   rm -f "$B" "$D/bin/.omst.new."*; rmdir "$D/bin" 2>/dev/null
@@ -159,7 +257,7 @@ func DownScript(h *topology.Host, purge bool, stopWait time.Duration) string {
     done
     echo "` + Marker + `purge kept-grid"
   else
-    rm -rf "$H"; rmdir "$D" 2>/dev/null
+    rm -rf "$H"; rm -f "$D/` + GridMarker + `"; rmdir "$D" 2>/dev/null
     if [ -d "$D" ]; then echo "` + Marker + `purge left"; else echo "` + Marker + `purge removed"; fi
   fi
 else

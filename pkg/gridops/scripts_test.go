@@ -239,7 +239,7 @@ func TestScripts(t *testing.T) {
 		}
 		return nil
 	})
-	if w := []string{"home/grid/grid.key", "home/grid/member.cert", "home/identity.key", "mine"}; !slices.Equal(left, w) {
+	if w := []string{GridMarker, "home/grid/grid.key", "home/grid/member.cert", "home/identity.key", "mine"}; !slices.Equal(left, w) {
 		t.Fatalf("left after a root's purge: %v, want %v", left, w)
 	}
 
