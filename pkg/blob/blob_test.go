@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -235,5 +236,69 @@ func TestParseID(t *testing.T) {
 		if _, ok := ParseID(s); ok {
 			t.Errorf("ParseID(%q) took it for a blob ID", s)
 		}
+	}
+}
+
+// zeros reads as an endless stream of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// The chunk count is bounded by the chunk size (issue 24): a blob in
+// chunks smaller than 1 MiB has at most 65,536 of them, any blob at most
+// 4,194,304; a split over the bound stops as soon as it passes it, with
+// an error that says which chunk size would do; a manifest over the bound
+// does not decode.
+func TestChunkBounds(t *testing.T) {
+	for _, tc := range []struct {
+		size uint64
+		cs   int
+		want string // "" = within the bounds
+	}{
+		{256 << 20, MinChunkSize, ""},
+		{256<<20 + 1, MinChunkSize, "use a chunk size of 1 MiB or more"},
+		{64 << 30, MinChunkSize, "use a chunk size of 1 MiB or more"},
+		{4 << 30, 64 << 10, ""},
+		{4<<30 + 1, 64 << 10, "exceeds 4 GiB (65536 chunks)"},
+		{4 << 40, DefaultChunkSize, ""},
+		{4<<40 + 1, DefaultChunkSize, "use a chunk size of 2 MiB or more"},
+		{6 << 40, 512 << 10, "use a chunk size of 2 MiB or more"},
+		{256 << 40, MaxChunkSize, ""},
+		{256<<40 + 1, MaxChunkSize, "no blob may exceed 256 TiB"},
+	} {
+		err := CheckSize(tc.size, tc.cs)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%d bytes in chunks of %d: %v", tc.size, tc.cs, err)
+		case tc.want != "" && (!errors.Is(err, ErrTooBig) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%d bytes in chunks of %d: %v, want ErrTooBig saying %q", tc.size, tc.cs, err, tc.want)
+		}
+	}
+	if MaxChunksFor(BigChunkSize-1) != MaxSmallChunks || MaxChunksFor(BigChunkSize) != MaxChunks ||
+		EncodedManifestLen(MaxSmallChunks) != 2<<20+24 || MaxManifestLen != 128<<20+24 {
+		t.Fatal("bounds")
+	}
+
+	// A stream of zeros in 4 KiB chunks: refused once past 256 MiB.
+	chunks := 0
+	_, err := Split(io.LimitReader(zeros{}, 64<<30), MinChunkSize, func(int, Hash, []byte) error { chunks++; return nil })
+	if !errors.Is(err, ErrTooBig) || !strings.Contains(err.Error(), "1 MiB or more") || chunks != MaxSmallChunks {
+		t.Fatalf("split of 64 GiB of zeros in 4 KiB chunks: %d chunks emitted, %v", chunks, err)
+	}
+	// Exactly at the bound: fine.
+	m, err := Split(io.LimitReader(zeros{}, MaxSmallChunks*MinChunkSize), MinChunkSize, func(int, Hash, []byte) error { return nil })
+	if err != nil || len(m.Chunks) != MaxSmallChunks {
+		t.Fatalf("split at the bound: %v", err)
+	}
+	if _, err := DecodeManifest(m.Encode()); err != nil {
+		t.Fatalf("a manifest at the bound: %v", err)
+	}
+	// One chunk more does not decode, nor check.
+	big := &Manifest{Size: m.Size + 1, ChunkSize: MinChunkSize, Chunks: append(slices.Clone(m.Chunks), m.Chunks[0])}
+	if err := big.Check(); !errors.Is(err, ErrBadManifest) {
+		t.Fatalf("check of %d small chunks: %v", len(big.Chunks), err)
+	}
+	if _, err := DecodeManifest(big.Encode()); !errors.Is(err, ErrBadManifest) || !strings.Contains(err.Error(), "65537 chunks of 4096 bytes") {
+		t.Fatalf("decode of %d small chunks: %v", len(big.Chunks), err)
 	}
 }

@@ -41,7 +41,9 @@ func FillChunk(r io.Reader, buf []byte) (int, error) {
 
 // Split reads r to its end in chunks of chunkSize bytes, hashes each, and
 // calls emit(i, hash, bytes) in order; bytes is reused after emit returns.
-// It returns the manifest of everything read.
+// It returns the manifest of everything read. An input longer than
+// MaxSizeFor(chunkSize) fails with an error wrapping ErrTooBig as soon as
+// its read passes the bound.
 //
 // Only io.EOF itself, returned by r, ends the input (see FillChunk). Any
 // other error from r (io.ErrUnexpectedEOF and wrapped io.EOF included)
@@ -52,6 +54,7 @@ func Split(r io.Reader, chunkSize int, emit func(i int, h Hash, chunk []byte) er
 		return nil, err
 	}
 	m := &Manifest{ChunkSize: uint32(chunkSize)}
+	maxChunks := MaxChunksFor(chunkSize)
 	buf := make([]byte, chunkSize)
 	for i := 0; ; i++ {
 		n, err := FillChunk(r, buf)
@@ -59,8 +62,8 @@ func Split(r io.Reader, chunkSize int, emit func(i int, h Hash, chunk []byte) er
 			return nil, fmt.Errorf("split: read chunk %d: %w", i, err)
 		}
 		if n > 0 {
-			if len(m.Chunks) >= MaxChunks {
-				return nil, fmt.Errorf("split: blob exceeds %d chunks", MaxChunks)
+			if len(m.Chunks) >= maxChunks {
+				return nil, fmt.Errorf("split: %w", TooBig(0, chunkSize))
 			}
 			h := HashChunk(buf[:n])
 			if eerr := emit(i, h, buf[:n]); eerr != nil {

@@ -9,4 +9,9 @@
 // is CIDv1(raw, blake3-256(manifest bytes)). Anyone holding a blob ID can
 // therefore verify a manifest, and anyone holding a manifest can verify every
 // chunk, before storing or forwarding it.
+//
+// Bounds (manifest.go): a blob has at most MaxChunks chunks (4,194,304, a
+// manifest of 128 MiB: 4 TiB in 1 MiB chunks), and at most MaxSmallChunks
+// (65,536, a manifest of 2 MiB) when its chunks are smaller than 1 MiB
+// (MaxChunksFor, CheckSize; ErrTooBig).
 package blob

@@ -24,6 +24,9 @@ var (
 	// wrap it may wrap ErrNotFound too (a peer's answer); ErrUnavailable
 	// takes precedence.
 	ErrUnavailable = errors.New("blob data unavailable")
+	// ErrTooBig: a blob exceeds the chunk count its chunk size allows
+	// (CheckSize, MaxChunksFor); a bigger chunk size may do.
+	ErrTooBig = errors.New("blob too big for its chunk size")
 	// ErrForbidden: this node's grid role or name prefixes do not allow
 	// the operation (pkg/grid's ErrNotAllowed wraps it).
 	ErrForbidden = errors.New("forbidden")

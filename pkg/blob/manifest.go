@@ -14,9 +14,103 @@ const (
 	DefaultChunkSize = 1 << 20 // 1 MiB
 	MinChunkSize     = 4 << 10 // 4 KiB
 	MaxChunkSize     = 64 << 20
-	// MaxChunks bounds a manifest (with 1 MiB chunks: 16 TiB).
-	MaxChunks = 1 << 24
 )
+
+// Bounds on a blob's chunk count, and so on its manifest (32 bytes a
+// chunk), which every node that fetches the blob holds in memory and a
+// head fetches for every blob its workers put. They are sized from real
+// use, blobs of up to a few TiB cut in the default 1 MiB chunks:
+//
+//   - a blob has at most MaxChunks chunks (4,194,304: a manifest of at
+//     most 128 MiB): 4 TiB in 1 MiB chunks, 256 TiB in 64 MiB ones;
+//   - a blob cut in chunks smaller than BigChunkSize (1 MiB) has at most
+//     MaxSmallChunks (65,536: a manifest of at most 2 MiB): 256 MiB in
+//     4 KiB chunks, 4 GiB in 64 KiB ones, 32 GiB in 512 KiB ones.
+//
+// So a manifest of more than 2 MiB always stands for at least 32768 times
+// its size in blob bytes: no one can make a node hold millions of chunk
+// hashes for a blob of a few GiB (a 64 GiB stream of zeros in 4 KiB
+// chunks, one distinct chunk, was a manifest of 512 MiB). A bigger blob
+// needs bigger chunks: CheckSize says which.
+const (
+	MaxChunks      = 1 << 22
+	MaxSmallChunks = 1 << 16
+	BigChunkSize   = 1 << 20
+	// MaxManifestLen is the longest encoded manifest (MaxChunks chunks).
+	MaxManifestLen = manifestHeaderLen + HashSize*MaxChunks
+)
+
+// MaxChunksFor returns the most chunks a blob cut in chunks of cs bytes
+// may have: MaxChunks for chunks of at least BigChunkSize, else
+// MaxSmallChunks.
+func MaxChunksFor(cs int) int {
+	if cs >= BigChunkSize {
+		return MaxChunks
+	}
+	return MaxSmallChunks
+}
+
+// MaxSizeFor returns the largest blob that chunks of cs bytes may cut
+// (MaxChunksFor(cs) chunks of cs bytes).
+func MaxSizeFor(cs int) uint64 { return uint64(MaxChunksFor(cs)) * uint64(cs) }
+
+// CheckSize returns an error wrapping ErrTooBig, naming the bound and the
+// chunk size that would do, if a blob of size bytes cut in chunks of cs
+// bytes (a valid chunk size) would exceed MaxChunksFor(cs) chunks.
+func CheckSize(size uint64, cs int) error {
+	if size <= MaxSizeFor(cs) {
+		return nil
+	}
+	return TooBig(size, cs)
+}
+
+// TooBig returns CheckSize's error for a blob of size bytes in chunks of cs;
+// size 0 stands for a stream known only to exceed the bound.
+func TooBig(size uint64, cs int) error {
+	what := "a blob of " + sizeText(size)
+	if size == 0 {
+		what = "a blob"
+	}
+	var hint string
+	switch need := minChunkSizeFor(size); {
+	case cs < BigChunkSize && (size == 0 || size <= MaxSizeFor(BigChunkSize)):
+		hint = fmt.Sprintf("chunks smaller than %s are for blobs of at most %d chunks: use a chunk size of %s or more",
+			sizeText(BigChunkSize), MaxSmallChunks, sizeText(BigChunkSize))
+	case size == 0:
+		hint = "use a bigger chunk size"
+	case need > 0:
+		hint = fmt.Sprintf("use a chunk size of %s or more", sizeText(uint64(need)))
+	default:
+		hint = fmt.Sprintf("no blob may exceed %s (%d chunks of %s)", sizeText(MaxSizeFor(MaxChunkSize)), MaxChunks, sizeText(MaxChunkSize))
+	}
+	return fmt.Errorf("%w: %s in chunks of %s exceeds %s (%d chunks): %s", ErrTooBig,
+		what, sizeText(uint64(cs)), sizeText(MaxSizeFor(cs)), MaxChunksFor(cs), hint)
+}
+
+// minChunkSizeFor returns the smallest power-of-two chunk size of at least
+// BigChunkSize whose bound admits size bytes, or 0 if none does.
+func minChunkSizeFor(size uint64) int {
+	for cs := BigChunkSize; cs <= MaxChunkSize; cs *= 2 {
+		if size <= MaxSizeFor(cs) {
+			return cs
+		}
+	}
+	return 0
+}
+
+// sizeText writes n bytes in binary units when it is a whole number of
+// them, else in bytes.
+func sizeText(n uint64) string {
+	for _, u := range []struct {
+		v    uint64
+		name string
+	}{{1 << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if n >= u.v && n%u.v == 0 {
+			return fmt.Sprintf("%d %s", n/u.v, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
 
 // manifest wire format, version 1 (all integers big-endian):
 //
@@ -77,8 +171,8 @@ func (m *Manifest) Check() error {
 		return fmt.Errorf("%w: %v", ErrBadManifest, err)
 	}
 	n := NumChunks(m.Size, m.ChunkSize)
-	if n > MaxChunks {
-		return fmt.Errorf("%w: %d chunks exceed the limit %d", ErrBadManifest, n, MaxChunks)
+	if n > MaxChunksFor(int(m.ChunkSize)) {
+		return fmt.Errorf("%w: %d chunks of %d bytes exceed the limit %d", ErrBadManifest, n, m.ChunkSize, MaxChunksFor(int(m.ChunkSize)))
 	}
 	if n != len(m.Chunks) {
 		return fmt.Errorf("%w: size %d with chunk size %d needs %d chunks, manifest lists %d",
@@ -128,8 +222,11 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if uint64(len(b)-manifestHeaderLen) != uint64(n)*HashSize {
 		return nil, fmt.Errorf("%w: header says %d chunks, body holds %d bytes", ErrBadManifest, n, len(b)-manifestHeaderLen)
 	}
-	if n > MaxChunks {
-		return nil, fmt.Errorf("%w: %d chunks exceed the limit %d", ErrBadManifest, n, MaxChunks)
+	if err := ValidateChunkSize(int(m.ChunkSize)); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadManifest, err)
+	}
+	if max := MaxChunksFor(int(m.ChunkSize)); n > uint32(max) {
+		return nil, fmt.Errorf("%w: %d chunks of %d bytes exceed the limit %d", ErrBadManifest, n, m.ChunkSize, max)
 	}
 	m.Chunks = make([]Hash, n)
 	for i := range m.Chunks {

@@ -52,6 +52,12 @@ const (
 // this call wrote that nobody else has used meanwhile. Chunks written so far
 // are protected from eviction while the ingest runs. ctx is checked between
 // chunks; a blocked r.Read is not interrupted.
+//
+// A blob may not exceed the chunk count its chunk size allows
+// (blob.CheckSize): an input that knows its size (a regular file's
+// stablefile.Reader) is checked before anything is read, a stream as soon
+// as it passes the bound; either fails with an error wrapping
+// blob.ErrTooBig that names the chunk size that would do.
 func (s *Store) Ingest(ctx context.Context, name string, r io.Reader, chunkSize int, origin string) (blob.Record, error) {
 	return s.IngestWith(ctx, name, r, chunkSize, origin, IngestOptions{})
 }
@@ -64,6 +70,13 @@ func (s *Store) IngestWith(ctx context.Context, name string, r io.Reader, chunkS
 	}
 	if err := blob.ValidateChunkSize(chunkSize); err != nil {
 		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
+	}
+	if sr, ok := r.(interface{ Size() (int64, bool) }); ok {
+		if n, known := sr.Size(); known && n >= 0 {
+			if err := blob.CheckSize(uint64(n), chunkSize); err != nil {
+				return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
+			}
+		}
 	}
 	ig := &ingestRun{s: s, held: make(map[blob.Hash]struct{}), opts: opts, quotaLeft: -1}
 	if opts.Quota > 0 && opts.HasUser {
@@ -218,6 +231,7 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 	}
 
 	m := &blob.Manifest{ChunkSize: uint32(chunkSize)}
+	maxChunks := blob.MaxChunksFor(chunkSize)
 	var rerr error
 	for i := 0; ; i++ {
 		var buf []byte
@@ -242,9 +256,9 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 			break
 		}
 		if n > 0 {
-			if len(m.Chunks) >= blob.MaxChunks {
+			if len(m.Chunks) >= maxChunks {
 				free <- buf
-				rerr = fmt.Errorf("blob exceeds %d chunks", blob.MaxChunks)
+				rerr = blob.TooBig(0, chunkSize)
 				break
 			}
 			if ig.quotaLeft >= 0 && m.Size+uint64(n) > uint64(ig.quotaLeft) {

@@ -541,3 +541,65 @@ func TestIngestFileChanged(t *testing.T) {
 		}
 	}
 }
+
+// zeroReader reads as an endless stream of zero bytes.
+type zeroReader struct{ read int64 }
+
+func (z *zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	z.read += int64(len(p))
+	return len(p), nil
+}
+
+// A put beyond the chunk bounds (blob.CheckSize) fails at the putter's own
+// store with blob.ErrTooBig (issue 24: a worker's 64 GiB of zeros in 4 KiB
+// chunks made its head replicate a manifest of 16 million chunks): a
+// regular file before a byte is read, a stream once it passes the bound;
+// neither leaves a name or a pin.
+func TestIngestTooManyChunks(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), 1<<30)
+	path := filepath.Join(t.TempDir(), "sparse")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 30); err != nil { // sparse: no disk used
+		t.Skipf("no sparse file here: %v", err)
+	}
+	f.Close()
+	start := time.Now()
+	_, err = s.IngestFile(ctx, "zeros/file", path, blob.MinChunkSize, "me")
+	if !errors.Is(err, blob.ErrTooBig) || !strings.Contains(err.Error(), "use a chunk size of 1 MiB or more") || !strings.Contains(err.Error(), `"zeros/file"`) {
+		t.Fatalf("64 GiB file in 4 KiB chunks: %v", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("the refusal took %v: the file was read", el)
+	}
+	// The same file in 1 MiB chunks is within the bounds: not refused up
+	// front (the ingest is cut short here by a cancelled context).
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.IngestFile(cctx, "zeros/file", path, blob.DefaultChunkSize, "me"); errors.Is(err, blob.ErrTooBig) {
+		t.Fatalf("64 GiB in 1 MiB chunks refused: %v", err)
+	}
+
+	z := &zeroReader{}
+	_, err = s.Ingest(ctx, "zeros/stream", io.LimitReader(z, 64<<30), blob.MinChunkSize, "me")
+	if !errors.Is(err, blob.ErrTooBig) || !strings.Contains(err.Error(), "65536 chunks") {
+		t.Fatalf("a 64 GiB stream in 4 KiB chunks: %v", err)
+	}
+	if z.read > 257<<20 {
+		t.Fatalf("read %d bytes of the stream before refusing it", z.read)
+	}
+	for _, name := range []string{"zeros/file", "zeros/stream"} {
+		if _, err := s.Record(name); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("%s: a refused put left a record: %v", name, err)
+		}
+	}
+	// (The zero chunk, which the stream's run wrote and then met again,
+	// may stay as an orphan: evicted first.)
+	if u := s.Usage(); u.PinnedBytes != 0 || u.UsedBytes != u.OrphanedBytes || u.UsedBytes > blob.MinChunkSize {
+		t.Fatalf("a refused put left chunks: %+v", u)
+	}
+}

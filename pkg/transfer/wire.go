@@ -47,8 +47,9 @@ const (
 // Limits enforced by the decoders.
 const (
 	maxErrorMsg = 1024
-	// maxManifestBytes is the largest encoded manifest (blob.MaxChunks chunks).
-	maxManifestBytes = 24 + blob.HashSize*blob.MaxChunks
+	// maxManifestBytes is the largest encoded manifest (blob.MaxChunks
+	// chunks: 128 MiB).
+	maxManifestBytes = blob.MaxManifestLen
 	replyHeaderLen   = 4 + 1 + 4                        // tag, status, length
 	reqHeaderLen     = 1 + 4 + 2                        // type, tag, CID length
 	chunkReqLen      = reqHeaderLen + 4 + blob.HashSize // GET and REPORT, without the CID bytes
