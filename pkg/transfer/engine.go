@@ -118,7 +118,11 @@ type Config struct {
 	// its siblings); more are refused (reset), and a sibling refused so
 	// asks the relay instead. 0 means no bound.
 	MaxUploadStreams int
-	Logger           *slog.Logger
+	// ReplicateQueue bounds the Replicate calls that wait, per origin (a
+	// child), while one of its blobs is being copied; past it a record is
+	// not copied (default DefaultReplicateQueue).
+	ReplicateQueue int
+	Logger         *slog.Logger
 }
 
 // Engine moves blob bytes between nodes: it serves the fetch protocol and
@@ -141,6 +145,7 @@ type Engine struct {
 	inflight map[blob.Hash]*chunkCall
 	peers    map[peer.ID]*fetchPeer
 	replicas map[cid.Cid]*backgroundFetch // blobs being fetched with no reader (Replicate, Preheat)
+	repl     map[string]*replQueue        // Replicate's queues, by origin (replicate.go)
 	active   map[*blobFetch]struct{}      // blob fetches under way (Transfers)
 	whole    map[cid.Cid]*wholeBlobCall   // store-and-forward fetches in flight
 	started  bool
@@ -159,6 +164,8 @@ type Engine struct {
 	upLimit      *rate.Limiter // nil without MaxUploadRate
 	otherStreams atomic.Int64  // fetch streams served to peers of KindOther
 
+	replWaiting     atomic.Int64  // records waiting in the Replicate queues
+	replDropped     atomic.Uint64 // records Replicate did not copy (a full queue)
 	bytesServed     atomic.Uint64
 	bytesFetched    atomic.Uint64
 	bytesIn         [numKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
@@ -203,6 +210,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.SiblingTimeout <= 0 {
 		cfg.SiblingTimeout = DefaultSiblingTimeout
 	}
+	if cfg.ReplicateQueue <= 0 {
+		cfg.ReplicateQueue = DefaultReplicateQueue
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -216,6 +226,7 @@ func New(cfg Config) (*Engine, error) {
 		inflight:  map[blob.Hash]*chunkCall{},
 		peers:     map[peer.ID]*fetchPeer{},
 		replicas:  map[cid.Cid]*backgroundFetch{},
+		repl:      map[string]*replQueue{},
 		active:    map[*blobFetch]struct{}{},
 		whole:     map[cid.Cid]*wholeBlobCall{},
 		peerFails: map[peer.ID]uint64{},
@@ -329,6 +340,11 @@ type Status struct {
 	// CorruptReports counts peers' reports that a chunk this node sent them
 	// did not match its hash.
 	CorruptReports uint64
+	// ReplicationsWaiting counts children's puts waiting to be copied
+	// (Replicate); ReplicationsDropped those not copied because their
+	// origin had Config.ReplicateQueue waiting already.
+	ReplicationsWaiting int64
+	ReplicationsDropped uint64
 }
 
 // Status returns a snapshot.
@@ -349,6 +365,9 @@ func (e *Engine) Status() Status {
 		PeerErrors:      e.peerErrors.Load(),
 		CorruptReceived: e.corruptReceived.Load(),
 		CorruptReports:  e.reportsReceived.Load(),
+
+		ReplicationsWaiting: e.replWaiting.Load(),
+		ReplicationsDropped: e.replDropped.Load(),
 	}
 	for k := range SourceKind(numKinds) {
 		st.BytesIn[k.String()] = e.bytesIn[k].Load()

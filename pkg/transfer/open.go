@@ -348,12 +348,6 @@ func (e *Engine) fetchAll(ctx context.Context, r blob.Record, w Want) error {
 	return nil
 }
 
-// Replicate fetches r's blob into the store in the background, at most one
-// fetch at a time per blob (a relay does so for a blob put by its child,
-// so that a result is durable once the head node holds a copy). Failures
-// are logged.
-func (e *Engine) Replicate(r blob.Record) { e.background(r) }
-
 // Preheat fetches r's blob into the store in the background (sharing a
 // fetch of it already under way, as Replicate) and waits until it is done
 // or ctx ends; the fetch goes on after ctx ends.
