@@ -118,6 +118,13 @@ type Config struct {
 	// its siblings); more are refused (reset), and a sibling refused so
 	// asks the relay instead. 0 means no bound.
 	MaxUploadStreams int
+	// PeerReplyBytes bounds the reply bytes this node holds for one peer
+	// at once, over all its fetch streams (server.go; default
+	// DefaultPeerReplyBytes).
+	PeerReplyBytes int64
+	// WriteStall ends a fetch stream whose peer has taken no reply bytes
+	// for this long (default DefaultWriteStall, at most RequestTimeout).
+	WriteStall time.Duration
 	// ReplicateQueue bounds the Replicate calls that wait, per origin (a
 	// child), while one of its blobs is being copied; past it a record is
 	// not copied (default DefaultReplicateQueue).
@@ -164,6 +171,10 @@ type Engine struct {
 	upLimit      *rate.Limiter // nil without MaxUploadRate
 	otherStreams atomic.Int64  // fetch streams served to peers of KindOther
 
+	budgetMu sync.Mutex
+	budgets  map[peer.ID]*peerBudget // reply bytes each peer's fetch streams may hold (server.go)
+
+	replyHeld       atomic.Int64  // reply bytes held for peers now
 	replWaiting     atomic.Int64  // records waiting in the Replicate queues
 	replDropped     atomic.Uint64 // records Replicate did not copy (a full queue)
 	bytesServed     atomic.Uint64
@@ -210,6 +221,12 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.SiblingTimeout <= 0 {
 		cfg.SiblingTimeout = DefaultSiblingTimeout
 	}
+	if cfg.PeerReplyBytes <= 0 {
+		cfg.PeerReplyBytes = DefaultPeerReplyBytes
+	}
+	if cfg.WriteStall <= 0 {
+		cfg.WriteStall = DefaultWriteStall
+	}
 	if cfg.ReplicateQueue <= 0 {
 		cfg.ReplicateQueue = DefaultReplicateQueue
 	}
@@ -227,6 +244,7 @@ func New(cfg Config) (*Engine, error) {
 		peers:     map[peer.ID]*fetchPeer{},
 		replicas:  map[cid.Cid]*backgroundFetch{},
 		repl:      map[string]*replQueue{},
+		budgets:   map[peer.ID]*peerBudget{},
 		active:    map[*blobFetch]struct{}{},
 		whole:     map[cid.Cid]*wholeBlobCall{},
 		peerFails: map[peer.ID]uint64{},
@@ -340,6 +358,9 @@ type Status struct {
 	// CorruptReports counts peers' reports that a chunk this node sent them
 	// did not match its hash.
 	CorruptReports uint64
+	// ReplyBytesHeld is the reply bytes held for peers now: replies being
+	// made or waiting to be written (Config.PeerReplyBytes per peer).
+	ReplyBytesHeld int64
 	// ReplicationsWaiting counts children's puts waiting to be copied
 	// (Replicate); ReplicationsDropped those not copied because their
 	// origin had Config.ReplicateQueue waiting already.
@@ -366,6 +387,7 @@ func (e *Engine) Status() Status {
 		CorruptReceived: e.corruptReceived.Load(),
 		CorruptReports:  e.reportsReceived.Load(),
 
+		ReplyBytesHeld:      e.replyHeld.Load(),
 		ReplicationsWaiting: e.replWaiting.Load(),
 		ReplicationsDropped: e.replDropped.Load(),
 	}

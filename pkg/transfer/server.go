@@ -11,6 +11,7 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
@@ -21,12 +22,103 @@ import (
 // maxQueuedPerStream bounds the requests a server resolves at once per stream.
 const maxQueuedPerStream = 64
 
+// What a peer can make this node hold. Every request a server resolves
+// holds, from before its reply is made until the reply is written, the
+// reply's size in bytes (a chunk's length from its blob's manifest, a
+// manifest's length; Config.PeerReplyBytes/2 when it cannot tell) of its
+// peer's budget: Config.PeerReplyBytes over all the peer's fetch streams
+// (at least one request proceeds, however big). A request that finds the
+// budget spent waits before anything is read for it, and so does the
+// reading of its stream. A reply write that makes no progress for
+// Config.WriteStall (each piece of at most writePiece bytes gets that
+// long) ends the stream and frees what it held. So a peer that asks and
+// never reads holds at most PeerReplyBytes (two chunks when chunks are
+// bigger than half of it) for at most WriteStall after its last byte went
+// out, however many streams it opens (it used to be 64 chunks per stream
+// for 30 s, the request timeout). A peer that reads is not slowed: a blob
+// fetch keeps Config.Window chunks in flight (16 MiB in 1 MiB chunks),
+// well within its budget.
+const (
+	// DefaultPeerReplyBytes is Config.PeerReplyBytes's default.
+	DefaultPeerReplyBytes = 64 << 20
+	// DefaultWriteStall is Config.WriteStall's default.
+	DefaultWriteStall = 10 * time.Second
+	// writePiece is the most a reply write sends under one deadline.
+	writePiece = 256 << 10
+)
+
 type fetchSlot struct {
 	tag    uint32
 	chunk  bool       // a reply to GET or GET_DIRECT
 	asker  SourceKind // what the asker is to this node, for Status.BytesOut
 	status byte
 	body   []byte
+	weight int64 // of the peer's budget, held until the reply is written
+}
+
+// peerBudget is the reply bytes one peer's fetch streams may hold.
+type peerBudget struct {
+	sem     *semaphore.Weighted
+	streams int // fetch streams of the peer being served (under Engine.budgetMu)
+}
+
+// budgetFor returns p's budget, counting one more stream of p; the caller
+// calls dropBudget when the stream ends.
+func (e *Engine) budgetFor(p peer.ID) *peerBudget {
+	e.budgetMu.Lock()
+	defer e.budgetMu.Unlock()
+	b := e.budgets[p]
+	if b == nil {
+		b = &peerBudget{sem: semaphore.NewWeighted(e.cfg.PeerReplyBytes)}
+		e.budgets[p] = b
+	}
+	b.streams++
+	return b
+}
+
+// dropBudget forgets p's budget when its last stream has ended.
+func (e *Engine) dropBudget(p peer.ID, b *peerBudget) {
+	e.budgetMu.Lock()
+	defer e.budgetMu.Unlock()
+	if b.streams--; b.streams == 0 && e.budgets[p] == b {
+		delete(e.budgets, p)
+	}
+}
+
+// replyWeight is the share of its peer's budget request q holds: its
+// reply's size (replySize) clipped to half the budget, at least 1.
+func (e *Engine) replyWeight(q fetchRequest) int64 {
+	return min(max(replySize(q.Type, q.Index, q.Hash, e.manifestHeld(q.ID), e.cfg.PeerReplyBytes/2), 1), e.cfg.PeerReplyBytes/2)
+}
+
+// manifestHeld returns the manifest of id from the store, or nil.
+func (e *Engine) manifestHeld(id cid.Cid) *blob.Manifest {
+	m, err := e.store.Manifest(id)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// replySize estimates the size of the reply to a request of type typ
+// (for chunk index with hash h, when typ asks for a chunk) given the
+// manifest of its blob as this node holds it (nil: not held): a chunk's
+// length if m lists h at index, a manifest's encoded length, 1 byte for a
+// REPORT's; unknown otherwise.
+func replySize(typ byte, index uint32, h blob.Hash, m *blob.Manifest, unknown int64) int64 {
+	switch typ {
+	case msgReport:
+		return 1
+	case msgManifest:
+		if m != nil {
+			return int64(blob.EncodedManifestLen(len(m.Chunks)))
+		}
+		return unknown
+	}
+	if m != nil && int(index) < len(m.Chunks) && m.Chunks[index] == h {
+		return int64(m.ChunkLen(int(index)))
+	}
+	return unknown
 }
 
 // handleFetch serves one stream of tagged requests: requests are resolved
@@ -46,6 +138,8 @@ func (e *Engine) handleFetch(s network.Stream) {
 		}
 		defer e.otherStreams.Add(-1)
 	}
+	budget := e.budgetFor(p)
+	defer e.dropBudget(p, budget)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
@@ -55,7 +149,7 @@ func (e *Engine) handleFetch(s network.Stream) {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		e.writeReplies(ctx, cancel, s, ready, room)
+		e.writeReplies(ctx, cancel, s, ready, room, budget)
 	}()
 	var serving sync.WaitGroup
 	br := bufio.NewReaderSize(s, 16<<10)
@@ -74,7 +168,12 @@ func (e *Engine) handleFetch(s network.Stream) {
 		if err != nil {
 			break
 		}
-		sl := &fetchSlot{tag: q.Tag, asker: askerKind(rel, q)}
+		w := e.replyWeight(q)
+		if err = budget.sem.Acquire(ctx, w); err != nil {
+			break
+		}
+		e.replyHeld.Add(w)
+		sl := &fetchSlot{tag: q.Tag, asker: askerKind(rel, q), weight: w}
 		serving.Go(func() {
 			switch q.Type {
 			case msgReport:
@@ -113,14 +212,16 @@ func askerKind(rel SourceKind, q fetchRequest) SourceKind {
 }
 
 // writeReplies writes the replies of one stream as they become ready,
-// freeing a request token (room) for each.
-func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, ready chan *fetchSlot, room chan struct{}) {
+// freeing a request token (room) and the reply's share of its peer's
+// budget for each.
+func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, ready chan *fetchSlot, room chan struct{}, budget *peerBudget) {
 	bw := bufio.NewWriterSize(s, 64<<10)
 	var hdr []byte
 	failed := false
 	for sl := range ready {
 		if !failed && ctx.Err() == nil && sl.status == statusOK && e.upLimit != nil {
 			// Flush what is buffered first: the wait must not hold it back.
+			_ = s.SetWriteDeadline(time.Now().Add(e.writeStall()))
 			if bw.Flush() != nil || e.waitUpload(ctx, len(sl.body)) != nil {
 				failed = true
 				cancel()
@@ -128,14 +229,7 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 		}
 		if !failed && ctx.Err() == nil {
 			hdr = appendFetchReplyHeader(hdr[:0], sl.tag, sl.status, len(sl.body))
-			_ = s.SetWriteDeadline(time.Now().Add(e.cfg.RequestTimeout))
-			_, err := bw.Write(hdr)
-			if err == nil {
-				_, err = bw.Write(sl.body)
-			}
-			if err == nil && len(ready) == 0 {
-				err = bw.Flush()
-			}
+			err := e.writeReply(s, bw, hdr, sl.body, len(ready) == 0)
 			if err != nil {
 				failed = true
 				cancel()
@@ -146,14 +240,48 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 				}
 			}
 		}
+		if sl.weight > 0 {
+			budget.sem.Release(sl.weight)
+			e.replyHeld.Add(-sl.weight)
+		}
+		sl.body = nil
 		select {
 		case <-room:
 		default: // the error reply after a malformed request holds no token
 		}
 	}
 	if !failed {
+		_ = s.SetWriteDeadline(time.Now().Add(e.writeStall()))
 		_ = bw.Flush()
 	}
+}
+
+// writeStall is how long a reply write may make no progress:
+// Config.WriteStall, at most RequestTimeout.
+func (e *Engine) writeStall() time.Duration { return min(e.cfg.WriteStall, e.cfg.RequestTimeout) }
+
+// writeReply writes a reply's header and body through bw, each piece of
+// at most writePiece bytes within writeStall of the last (a peer that
+// stops reading ends the stream then), and flushes bw if flush.
+func (e *Engine) writeReply(s network.Stream, bw *bufio.Writer, hdr, body []byte, flush bool) error {
+	stall := e.writeStall()
+	_ = s.SetWriteDeadline(time.Now().Add(stall))
+	if _, err := bw.Write(hdr); err != nil {
+		return err
+	}
+	for len(body) > 0 {
+		n := min(len(body), writePiece)
+		if _, err := bw.Write(body[:n]); err != nil {
+			return err
+		}
+		if body = body[n:]; len(body) > 0 || flush {
+			_ = s.SetWriteDeadline(time.Now().Add(stall))
+		}
+	}
+	if flush {
+		return bw.Flush()
+	}
+	return nil
 }
 
 // waitUpload waits until MaxUploadRate allows n more bytes out.
