@@ -191,6 +191,10 @@ func (a *Admission) CertBytes() []byte {
 	return a.cert
 }
 
+// PeerCert returns the certificate peer p was admitted with, and whether
+// p is admitted now (false on an open Admission: no one shows one).
+func (a *Admission) PeerCert(p peer.ID) (grid.Cert, bool) { return a.certOf(p) }
+
 // certOf returns p's admitted certificate.
 func (a *Admission) certOf(p peer.ID) (grid.Cert, bool) {
 	a.mu.Lock()

@@ -272,6 +272,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		OnPreheat:      func(ctx context.Context, r blob.Record) error { return n.engine.Preheat(ctx, r) },
 		Pusher:         (*pusher)(n),
 		CheckRecord:    n.adm.CheckRecord,
+		Members:        n.adm, // in a closed grid: which peers may be children, which records route (tree/roles.go)
 		Host:           n.host,
 		Store:          n.store,
 		Parent:         parent,

@@ -7,7 +7,9 @@
 //
 // Two protocols, specified byte by byte in docs/protocol.md:
 //
-//	/omst/tree/1.0.0   child -> parent session: HELLO, WELCOME, PING/PONG
+//	/omst/tree/1.1.0   child -> parent session: HELLO, WELCOME or
+//	                   REFUSED, PING/PONG (1.0.0, without REFUSED, is
+//	                   served too)
 //	/omst/names/1.2.0  LOOKUP (the reply carries the manifest when small),
 //	                   LOOKUP_GET (the same, followed across sites by the
 //	                   blob's first chunks: PUSH, CHUNK), ANNOUNCE,
@@ -16,9 +18,10 @@
 //
 // Files: tree.go (Config, Tree, Status), keeper.go (the parent session and
 // the child registry), parentchoice.go (the keeper's decisions as plain
-// code), names.go (Lookup, Announce), push.go (chunks pushed with a
-// LOOKUP_GET's answer), sources.go (the transfer.Provider), wire.go
-// (encoders and decoders).
+// code), roles.go (who may be a child in a closed grid: plain code),
+// names.go (Lookup, Announce),
+// push.go (chunks pushed with a LOOKUP_GET's answer), sources.go (the
+// transfer.Provider), wire.go (encoders and decoders).
 //
 // Invariants:
 //
@@ -30,6 +33,9 @@
 //     kept by the Store beside the record) is local routing state: it never
 //     crosses the wire and is set only for the live child that announced
 //     the record. Only live children may ANNOUNCE.
+//   - In a closed grid a peer is a child only if its certificate's role
+//     and claimed site allow it where this node stands (MayAdopt),
+//     checked at its HELLO and again at every PING.
 //   - Every record that originated in a node's subtree (put there, or
 //     announced by a child) is re-announced to the parent each time the
 //     parent session is (re)established, so a parent restart loses nothing.

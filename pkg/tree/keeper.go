@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	ma "github.com/multiformats/go-multiaddr"
 
@@ -36,7 +38,7 @@ func (t *Tree) keepParent() {
 	var fails failLog // keeperlog.go
 	for t.ctx.Err() == nil {
 		t.cur.Store(int32(pc.Current()))
-		up, err := t.parentSession(pc.ProbeEvery())
+		up, err := t.parentSession(pc.ProbeEvery(), pc.Probe())
 		t.setConnected(false)
 		if t.ctx.Err() != nil {
 			return
@@ -45,6 +47,8 @@ func (t *Tree) keepParent() {
 		var a KeeperAction
 		if back, ok := errors.AsType[backToPreferred](err); ok {
 			a = pc.EarlierReachable(back.index)
+		} else if errors.Is(err, ErrRefused) {
+			a = pc.SessionRefused(rand.Float64())
 		} else {
 			a = pc.SessionEnded(up, rand.Float64())
 		}
@@ -82,10 +86,11 @@ func (t *Tree) setConnected(up bool) {
 }
 
 // parentSession runs one session with the current parent: HELLO, WELCOME,
-// re-announce, keepalive; on a fallback it probes the earlier parents every
-// probeEvery (0: never). It returns how long the session was up (0 if it
-// never came up) and why it ended.
-func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
+// re-announce, keepalive; on a fallback it probes the earlier parents of
+// probe every probeEvery (0: never). It returns how long the session was
+// up (0 if it never came up) and why it ended: an error wrapping
+// ErrRefused if the parent refused this node as its child.
+func (t *Tree) parentSession(probeEvery time.Duration, probe []int) (time.Duration, error) {
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
 	var upSince time.Time // set once WELCOME arrived
@@ -102,7 +107,7 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 		return ended(err)
 	}
 	sctx, scancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
-	s, err := t.h.NewStream(sctx, parent, ProtoTree)
+	s, err := t.h.NewStream(sctx, parent, ProtoTree, ProtoTree10)
 	scancel()
 	if err != nil {
 		return ended(fmt.Errorf("open tree stream to %s: %w", t.Describe(parent), err))
@@ -126,6 +131,9 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 	if err != nil {
 		return ended(fmt.Errorf("welcome from %s: %w", t.Describe(parent), err))
 	}
+	if typ == msgRefused {
+		return ended(fmt.Errorf("%s: %w: %s", t.Describe(parent), ErrRefused, decodeRefused(payload)))
+	}
 	if typ != msgWelcome {
 		return ended(fmt.Errorf("welcome from %s: %w", t.Describe(parent), malformed("got type 0x%02x", typ)))
 	}
@@ -148,9 +156,13 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 	go func() {
 		for {
 			_ = s.SetReadDeadline(time.Now().Add(3 * t.cfg.Keepalive))
-			typ, _, err := readFrame(br)
+			typ, payload, err := readFrame(br)
 			if err != nil {
 				readErr <- err
+				return
+			}
+			if typ == msgRefused {
+				readErr <- fmt.Errorf("%w: %s", ErrRefused, decodeRefused(payload))
 				return
 			}
 			if typ != msgPong {
@@ -180,8 +192,7 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 		case <-probeTick:
 			if !probing {
 				probing = true
-				cur := int(t.cur.Load())
-				t.wg.Go(func() { probed <- t.firstReachable(ctx, cur) })
+				t.wg.Go(func() { probed <- t.firstReachable(ctx, probe) })
 			}
 		case i := <-probed:
 			probing = false
@@ -198,10 +209,10 @@ func (t *Tree) parentSession(probeEvery time.Duration) (time.Duration, error) {
 	}
 }
 
-// firstReachable returns the index of the first of parents[:n] that a
+// firstReachable returns the first index of probe whose parent a
 // connection can be made to now, or -1.
-func (t *Tree) firstReachable(ctx context.Context, n int) int {
-	for i := range n {
+func (t *Tree) firstReachable(ctx context.Context, probe []int) int {
+	for _, i := range probe {
 		if ctx.Err() != nil {
 			return -1
 		}
@@ -235,6 +246,11 @@ func (t *Tree) handleTree(s network.Stream) {
 		t.notePeerError(p, "tree hello", err)
 		return
 	}
+	role, err := t.checkChild(p, h.Site)
+	if err != nil {
+		t.refuse(s, p, h.Site, err)
+		return
+	}
 	var maddrs []ma.Multiaddr
 	for _, a := range h.Addrs {
 		if m, err := ma.NewMultiaddr(a); err == nil {
@@ -248,7 +264,7 @@ func (t *Tree) handleTree(s network.Stream) {
 		t.mu.Unlock()
 		return
 	}
-	t.children[p] = &childInfo{site: h.Site, addrs: h.Addrs, maddrs: maddrs, session: session, connected: true}
+	t.children[p] = &childInfo{site: h.Site, group: t.groupOf(role, h.Site), role: role, addrs: h.Addrs, maddrs: maddrs, session: session, connected: true}
 	t.mu.Unlock()
 	t.h.ConnManager().Protect(p, protectTag)
 	defer func() {
@@ -280,8 +296,35 @@ func (t *Tree) handleTree(s network.Stream) {
 			t.notePeerError(p, "tree stream", malformed("unexpected tree message 0x%02x", typ))
 			return
 		}
+		// Its certificate may have changed (renewed with another role) or
+		// lapsed since the HELLO.
+		if now, err := t.checkChild(p, h.Site); err != nil || now != role {
+			if err == nil {
+				err = fmt.Errorf("%w: its role changed from %s to %s: it must say HELLO again", ErrRefused, role, now)
+			}
+			t.refuse(s, p, h.Site, err)
+			return
+		}
 		if _, err := s.Write(appendFrame(nil, msgPong, payload)); err != nil {
 			return
 		}
+	}
+}
+
+// refuse ends a tree stream from p, which claimed site, that may not be a
+// child here (why): with a REFUSED saying why on tree 1.1.0 (a 1.0.0 child
+// just sees the stream reset).
+func (t *Tree) refuse(s network.Stream, p peer.ID, site string, why error) {
+	t.refusals.Add(1)
+	t.log.Warn("refusing a child", "peer", p, "site", site, "err", why)
+	if s.Protocol() != ProtoTree {
+		return
+	}
+	_ = s.SetWriteDeadline(time.Now().Add(t.cfg.Keepalive))
+	if _, err := s.Write(refusedFrame(why)); err == nil {
+		_ = s.CloseWrite()
+		// Give the REFUSED time to go out before the deferred reset.
+		_ = s.SetReadDeadline(time.Now().Add(t.cfg.Keepalive))
+		_, _ = io.Copy(io.Discard, io.LimitReader(s, 64<<10))
 	}
 }

@@ -19,6 +19,8 @@ import (
 //	ended up=D jitter=F                  SessionEnded
 //	earlier I                            EarlierReachable
 //	probe                                ProbeEvery
+//	refused jitter=F                     SessionRefused
+//	candidates                           Probe
 func TestParentChoiceScripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/keeper/*.txt")
 	if err != nil || len(files) == 0 {
@@ -71,6 +73,10 @@ func runKeeperScript(t *testing.T, path string) {
 			got = pc.EarlierReachable(args.int(t, "i")).String()
 		case "probe":
 			got = "every " + pc.ProbeEvery().String()
+		case "refused":
+			got = pc.SessionRefused(args.float(t, "jitter")).String()
+		case "candidates":
+			got = fmt.Sprint(pc.Probe())
 		default:
 			t.Fatalf("%s:%d: unknown command %q", path, line, cmd)
 		}

@@ -34,7 +34,9 @@ func (t *Tree) Relation(p peer.ID) transfer.SourceKind {
 	return transfer.KindOther
 }
 
-// Group returns the site and addresses of p if p is a connected child.
+// Group returns the group and addresses of p if p is a connected child:
+// the site it claimed, but for a worker under the root (a fallback) the
+// fallback workers of that site (FallbackGroup), apart from its head.
 func (t *Tree) Group(p peer.ID) (string, []ma.Multiaddr, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -42,7 +44,7 @@ func (t *Tree) Group(p peer.ID) (string, []ma.Multiaddr, bool) {
 	if !ok || !c.connected {
 		return "", nil, false
 	}
-	return c.site, c.maddrs, true
+	return c.group, c.maddrs, true
 }
 
 // Sources returns where to fetch blob id from, best first (SourcesFor):

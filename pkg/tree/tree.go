@@ -18,6 +18,7 @@ import (
 
 	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/grid"
 )
 
 // Store is what the tree needs from the local store (pkg/cache.Store
@@ -57,9 +58,13 @@ type Config struct {
 	// node is given (a child's ANNOUNCE, a parent's FOUND or PREHEAT)
 	// before it is stored or forwarded (pkg/member: the origin's proof).
 	CheckRecord func(blob.Record) error
-	Host        host.Host      // a libp2p host built by the caller
-	Store       Store          // the local store
-	Parent      *peer.AddrInfo // nil for the root
+	// Members, when set and closed, decides by the peers' certificates
+	// which peers may be children (MayAdopt): see roles.go. nil, or an
+	// open grid: any peer (an open daemon).
+	Members Members
+	Host    host.Host      // a libp2p host built by the caller
+	Store   Store          // the local store
+	Parent  *peer.AddrInfo // nil for the root
 	// Fallbacks are further parents, tried in order when the current
 	// parent cannot be reached (e.g. the root, for a worker whose head
 	// node dies). They are also sources of last resort.
@@ -118,10 +123,13 @@ type Tree struct {
 	closed     bool
 
 	peerErrors atomic.Uint64
+	refusals   atomic.Uint64 // HELLOs refused (MayAdopt), and sessions ended by a recheck
 }
 
 type childInfo struct {
-	site      string
+	site      string         // as the child claimed it
+	group     string         // its group for the sibling exchange (groupOf)
+	role      grid.Role      // its certificate's role (0: an open grid)
 	addrs     []string       // as the child sent them
 	maddrs    []ma.Multiaddr // those that parse
 	session   uint64         // distinguishes reconnects
@@ -203,6 +211,7 @@ func (t *Tree) Start(ctx context.Context) error {
 		t.log.Warn("routes at start", "err", err)
 	}
 	t.h.SetStreamHandler(ProtoTree, t.handleTree)
+	t.h.SetStreamHandler(ProtoTree10, t.handleTree)
 	t.h.SetStreamHandler(ProtoNames, t.handleNames)
 	t.h.SetStreamHandler(ProtoNames11, t.handleNames)
 	for _, p := range t.parents {
@@ -228,6 +237,7 @@ func (t *Tree) Close() error {
 	t.closed = true
 	t.mu.Unlock()
 	t.h.RemoveStreamHandler(ProtoTree)
+	t.h.RemoveStreamHandler(ProtoTree10)
 	t.h.RemoveStreamHandler(ProtoNames)
 	t.h.RemoveStreamHandler(ProtoNames11)
 	t.cancel()
@@ -271,6 +281,9 @@ type Status struct {
 	// peer: malformed messages, a record for another name, a HELLO that
 	// does not decode (the transfer engine counts its own).
 	PeerErrors uint64
+	// ChildrenRefused counts peers this node refused as children (their
+	// certificate's role or claimed site does not allow it: MayAdopt).
+	ChildrenRefused uint64
 }
 
 // Status returns a snapshot.
@@ -280,6 +293,8 @@ func (t *Tree) Status() Status {
 		ParentAddr: t.parentAddr(),
 		Site:       t.cfg.Site,
 		PeerErrors: t.peerErrors.Load(),
+
+		ChildrenRefused: t.refusals.Load(),
 	}
 	t.mu.Lock()
 	st.ParentConnected = t.connected

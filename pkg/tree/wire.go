@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -14,11 +15,15 @@ import (
 )
 
 // Protocol IDs. docs/protocol.md specifies every message byte by byte.
+// tree 1.1.0: REFUSED (a parent's answer to a HELLO it does not accept).
+// A node serves both; a child asks with 1.1.0, and a parent resets a
+// 1.0.0 stream it refuses.
 // names 1.1.0: MANIFEST moved to the fetch protocol (pkg/transfer).
 // names 1.2.0: LOOKUP_GET, PUSH, CHUNK. A node serves both; it asks with
 // 1.2.0 and, when a peer speaks only 1.1.0, sends a LOOKUP_GET as a LOOKUP.
 const (
-	ProtoTree    protocol.ID = "/omst/tree/1.0.0"
+	ProtoTree    protocol.ID = "/omst/tree/1.1.0"
+	ProtoTree10  protocol.ID = "/omst/tree/1.0.0"
 	ProtoNames   protocol.ID = "/omst/names/1.2.0"
 	ProtoNames11 protocol.ID = "/omst/names/1.1.0"
 )
@@ -38,12 +43,16 @@ const (
 	frameHeaderLen    = 5
 )
 
-// Message types of /omst/tree/1.0.0.
+// Message types of /omst/tree/1.1.0 (1.0.0: without REFUSED).
 const (
 	msgHello   byte = 0x01 // child -> parent
 	msgWelcome byte = 0x02 // parent -> child
 	msgPing    byte = 0x03 // child -> parent
 	msgPong    byte = 0x04 // parent -> child
+	// msgRefused (tree 1.1.0), parent -> child, instead of WELCOME or a
+	// PONG: the parent does not take this node as its child (MayAdopt);
+	// a UTF-8 message says why. The parent then closes the stream.
+	msgRefused byte = 0x05
 )
 
 // Message types of /omst/names/1.2.0 (0x12 MANIFEST and 0x93 MANIFEST_OK
@@ -83,6 +92,8 @@ func frameLimit(typ byte) int {
 		return 2 + maxSite
 	case msgPing, msgPong:
 		return 8
+	case msgRefused:
+		return maxErrorMsg
 	case msgLookup:
 		return blob.MaxNameLen
 	case msgLookupGet:
@@ -152,7 +163,7 @@ func decodeFrame(b []byte) (typ byte, payload []byte, err error) {
 	return typ, payload, nil
 }
 
-// ---- /omst/tree/1.0.0 ----
+// ---- /omst/tree/1.1.0 ----
 
 // hello is the first message a child sends its parent.
 type hello struct {
@@ -209,6 +220,14 @@ func decodeWelcome(b []byte) (string, error) {
 	}
 	return site, nil
 }
+
+// refusedFrame encodes a REFUSED: err's message, cut to maxErrorMsg bytes.
+func refusedFrame(err error) []byte {
+	return appendFrame(nil, msgRefused, []byte(wire.TruncUTF8(err.Error(), maxErrorMsg)))
+}
+
+// decodeRefused parses a REFUSED payload (its message, made valid UTF-8).
+func decodeRefused(b []byte) string { return strings.ToValidUTF8(string(b), "?") }
 
 func appendString16(b []byte, s string) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))

@@ -1,0 +1,222 @@
+package tree
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/grid"
+	"github.com/omst-project/omst/pkg/member"
+)
+
+func TestMayAdopt(t *testing.T) {
+	root := Position{Root: true, Role: grid.RoleClient, Site: "master"}
+	headA := Position{Role: grid.RoleHead, Site: "a"}
+	for _, tc := range []struct {
+		pos  Position
+		role grid.Role
+		site string
+		want string // "" = accepted
+	}{
+		{root, grid.RoleHead, "a", ""},
+		{root, grid.RoleHead, "master", ""},
+		{root, grid.RoleWorker, "a", ""}, // a fallback worker (grouped apart: FallbackGroup)
+		{root, grid.RoleClient, "", ""},
+		{root, grid.RoleReader, "a", "role reader"},
+		{headA, grid.RoleWorker, "a", ""},
+		{headA, grid.RoleClient, "a", ""},
+		{headA, grid.RoleWorker, "b", `a worker of site "b" under the head of site "a"`},
+		{headA, grid.RoleWorker, "", `a worker of site "" under the head of site "a"`},
+		{headA, grid.RoleHead, "a", "a head's parent is the root"},
+		{headA, grid.RoleReader, "a", "role reader"},
+		{Position{Role: grid.RoleWorker, Site: "a"}, grid.RoleWorker, "a", "this node is a worker with a parent"},
+		{Position{Role: grid.RoleClient, Site: "a"}, grid.RoleWorker, "a", "this node is a client with a parent"},
+		{Position{Root: true}, grid.RoleHead, "a", "no membership certificate"},
+		{root, grid.Role(9), "a", "role role(9)"},
+	} {
+		err := MayAdopt(tc.pos, tc.role, tc.site)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v takes a %s of %q: %v", tc.pos, tc.role, tc.site, err)
+		case tc.want != "" && (!errors.Is(err, ErrRefused) || !errors.Is(err, blob.ErrForbidden) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v takes a %s of %q: %v, want a refusal saying %q", tc.pos, tc.role, tc.site, err, tc.want)
+		}
+	}
+}
+
+// testGrid issues certificates for tree nodes on member-wrapped hosts.
+type testGrid struct {
+	key    grid.Key
+	serial uint64
+}
+
+func newTestGrid(t testing.TB) *testGrid {
+	k, err := grid.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testGrid{key: k}
+}
+
+// gridNode is a tree node of a closed grid.
+type gridNode struct {
+	*testNode
+	adm *member.Admission
+}
+
+// node starts a tree node of role (with prefixes) claiming site under
+// parent (nil: the root), admitted by certificate, checking record proofs
+// and, with its Members, its children's roles.
+func (g *testGrid) node(t testing.TB, parent *gridNode, role grid.Role, site string, prefixes ...string) *gridNode {
+	t.Helper()
+	h := newTestHost(t)
+	now := time.Now()
+	g.serial++
+	cert, err := g.key.Issue(grid.Cert{Peer: h.ID(), Role: role, Prefixes: prefixes, NotBefore: now.Add(-time.Minute).Unix(), NotAfter: now.Add(time.Hour).Unix(), Serial: g.serial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := member.New(member.Config{Logger: slog.New(slog.DiscardHandler)}, member.Material{GridKey: g.key.Public(), Cert: cert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := member.Wrap(h, adm)
+	t.Cleanup(func() { wh.Close() })
+	var p *testNode
+	if parent != nil {
+		p = parent.testNode
+	}
+	n := newNodeOn(t, wh, p, site, nil, func(c *nodeCfg) {
+		c.Members = adm
+		c.CheckRecord = adm.CheckRecord
+	})
+	return &gridNode{testNode: n, adm: adm}
+}
+
+// signedPut stores data under name on n as a local put does, with n's
+// proof, and announces it; it returns the record.
+func signedPut(t testing.TB, n *gridNode, name string, data []byte) blob.Record {
+	t.Helper()
+	r := signed(t, n, name, data)
+	if _, err := n.mem.PutRecord(r); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.tree.Announce(ctx, r); err != nil {
+		t.Fatalf("announce %q: %v", name, err)
+	}
+	return r
+}
+
+// signed stores data's blob on n and returns a record of it under name,
+// with n's proof (n is its origin).
+func signed(t testing.TB, n *gridNode, name string, data []byte) blob.Record {
+	t.Helper()
+	m, err := blob.Split(bytes.NewReader(data), blob.MinChunkSize, func(_ int, h blob.Hash, c []byte) error {
+		return n.mem.PutChunk(h, bytes.Clone(c))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := n.mem.PutManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := blob.Record{Name: name, ID: id, Size: m.Size, Time: time.Now().UnixNano(), Origin: n.h.ID().String()}
+	r, err = n.adm.Prove(n.h.Peerstore().PrivKey(n.h.ID()), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// In a closed grid a node takes as children only peers whose certificate
+// allows it where it stands (issue 24: any member became a child of any
+// node, with any site): a worker of another site, a reader and a head are
+// refused by a head, with a REFUSED that says why; the root takes heads,
+// and takes a worker (a fallback) without letting it stand in the place
+// of the head of the site it claims.
+func TestTreeRolesClosedGrid(t *testing.T) {
+	g := newTestGrid(t)
+	root := g.node(t, nil, grid.RoleClient, "master")
+	headA := g.node(t, root, grid.RoleHead, "a", "results/a/")
+	w1 := g.node(t, headA, grid.RoleWorker, "a", "results/a/w1/")
+	waitConnected(t, headA.testNode, w1.testNode)
+
+	wB := g.node(t, headA, grid.RoleWorker, "b", "results/b/wb/")
+	reader := g.node(t, headA, grid.RoleReader, "a")
+	hh := g.node(t, headA, grid.RoleHead, "a2", "results/a2/")
+	waitFor(t, "the head refuses three children", 10*time.Second, func() bool { return headA.tree.Status().ChildrenRefused >= 3 })
+	for name, n := range map[string]*gridNode{"a worker of site b": wB, "a reader": reader, "a head": hh} {
+		if n.tree.Status().ParentConnected {
+			t.Errorf("%s became a child of the head of site a", name)
+		}
+		if headA.tree.Relation(n.h.ID()).String() == "child" {
+			t.Errorf("the head lists %s as its child", name)
+		}
+	}
+	if st := headA.tree.Status(); len(st.Children) != 1 || st.Children[0].ID != w1.h.ID() {
+		t.Fatalf("the head's children: %+v", st.Children)
+	}
+
+	// The refusal says why (tree 1.1.0 REFUSED).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := reader.h.NewStream(ctx, headA.h.ID(), ProtoTree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write(appendFrame(nil, msgHello, encodeHello(hello{Site: "a"})))
+	typ, payload, err := readFrame(bufio.NewReader(s))
+	if err != nil || typ != msgRefused || !strings.Contains(decodeRefused(payload), "role reader") {
+		t.Fatalf("answer to a reader's HELLO: type 0x%02x %q %v", typ, payload, err)
+	}
+	s.Reset()
+
+	// A reader still resolves names through the head it may not be a
+	// child of.
+	r := signedPut(t, w1, "results/a/w1/out", randBlob(10_000, 3))
+	if got, err := reader.tree.Lookup(ctx, r.Name); err != nil || !got.ID.Equals(r.ID) {
+		t.Fatalf("a reader's lookup through the head: %v", err)
+	}
+
+	// Under the root, a worker is a fallback child: grouped with the
+	// workers of the site it claims, not with that site's head.
+	wRoot := g.node(t, root, grid.RoleWorker, "a", "results/a/w3/")
+	waitConnected(t, wRoot.testNode)
+	gw, _, ok1 := root.tree.Group(wRoot.h.ID())
+	gh, _, ok2 := root.tree.Group(headA.h.ID())
+	if !ok1 || !ok2 || gh != "a" || gw == gh || gw != FallbackGroup("a") {
+		t.Fatalf("groups at the root: worker %q (%v), head %q (%v)", gw, ok1, gh, ok2)
+	}
+}
+
+// A child that speaks only tree 1.0.0 (before REFUSED) is still served.
+func TestTree10Served(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	c := newTestHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx, *root.info()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.NewStream(ctx, root.h.ID(), ProtoTree10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Reset()
+	s.Write(appendFrame(nil, msgHello, encodeHello(hello{Site: "a"})))
+	typ, payload, err := readFrame(bufio.NewReader(s))
+	if err != nil || typ != msgWelcome {
+		t.Fatalf("answer to a 1.0.0 HELLO: type 0x%02x %q %v", typ, payload, err)
+	}
+	waitFor(t, "the 1.0.0 child is listed", 5*time.Second, func() bool { return root.tree.Relation(c.ID()).String() == "child" })
+}
