@@ -18,8 +18,8 @@
 //
 // Files: tree.go (Config, Tree, Status), keeper.go (the parent session and
 // the child registry), parentchoice.go (the keeper's decisions as plain
-// code), roles.go (who may be a child in a closed grid: plain code),
-// names.go (Lookup, Announce),
+// code), roles.go (who may be a child, which records a child's ANNOUNCE
+// routes, in a closed grid: plain code), names.go (Lookup, Announce),
 // push.go (chunks pushed with a LOOKUP_GET's answer), sources.go (the
 // transfer.Provider), wire.go (encoders and decoders).
 //
@@ -32,7 +32,8 @@
 //     one it holds. The child a current record came up through (its route,
 //     kept by the Store beside the record) is local routing state: it never
 //     crosses the wire and is set only for the live child that announced
-//     the record. Only live children may ANNOUNCE.
+//     the record, and in a closed grid only if that child put it or may
+//     write its name (MayRoute). Only live children may ANNOUNCE.
 //   - In a closed grid a peer is a child only if its certificate's role
 //     and claimed site allow it where this node stands (MayAdopt),
 //     checked at its HELLO and again at every PING.

@@ -352,11 +352,22 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 		t.log.Warn("refused a record announced by a child", "child", p, "err", err)
 		return errorFrame(fmt.Errorf("announce to %s: %w", t.self, err))
 	}
-	changed, err := t.store.PutRecordFrom(r, p.String())
+	// The record moves routing (its route, the blob's first source) only
+	// if the child answers for it (MayRoute); else it is kept, if newer,
+	// as one from nowhere in particular.
+	route := p.String()
+	if err := t.mayRoute(p, r); err != nil {
+		t.unrouted.Add(1)
+		t.log.Warn("record announced by a child that neither put it nor may write its name: kept without a route", "child", p, "name", r.Name, "origin", r.Origin, "err", err)
+		route = ""
+	}
+	changed, err := t.store.PutRecordFrom(r, route)
 	if err != nil {
 		return errorFrame(fmt.Errorf("announce %q: %w", r.Name, err))
 	}
-	t.learnVia(r.ID, p)
+	if route != "" {
+		t.learnVia(r.ID, p)
+	}
 	t.learnOrigin(r)
 	if changed {
 		t.log.Info("record announced by child", "name", r.Name, "id", r.ID, "child", p)
@@ -367,7 +378,7 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 		fctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout/2)
 		_ = t.announceUp(fctx, r)
 		cancel()
-		if t.cfg.OnChildPut != nil && len(t.parents) > 0 && r.Origin == p.String() {
+		if t.cfg.OnChildPut != nil && len(t.parents) > 0 && r.Origin == p.String() && route != "" {
 			t.goTracked(func() { t.cfg.OnChildPut(r) })
 		}
 	}

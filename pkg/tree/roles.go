@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -16,8 +17,9 @@ import (
 // serves it past the upload caps that apply to other peers, and takes its
 // ANNOUNCEs, which decide where the parent fetches a blob from first and
 // where a name is re-announced from. So a node accepts as children only
-// peers whose certificate's role allows it where it stands (MayAdopt).
-// Certificates carry no site: a site is the word of the node
+// peers whose certificate's role allows it where it stands (MayAdopt), and
+// an ANNOUNCE moves routing only for records the child may answer for
+// (MayRoute). Certificates carry no site: a site is the word of the node
 // that claims it, checked against the parent's own site where the parent
 // can (a head takes workers of its own site only); under the root a head
 // claims any site, and a worker (a fallback, its head down) too, but the
@@ -35,7 +37,7 @@ var ErrRefused = fmt.Errorf("refused as a child (%w)", blob.ErrForbidden)
 // concurrent use.
 type Members interface {
 	// Open reports whether the grid is open (no grid material): then
-	// every peer may be a child.
+	// every peer may be a child and route any record.
 	Open() bool
 	// Cert returns this node's own certificate, and whether it has one.
 	Cert() (grid.Cert, bool)
@@ -82,6 +84,26 @@ func MayAdopt(pos Position, role grid.Role, site string) error {
 	return nil
 }
 
+// MayRoute decides whether a record r that child (the holder of the
+// certificate) announced moves routing at its parent: the record's route
+// (the child it came up through, where the parent fetches its blob from
+// first and re-announces it from). It does if the child put the record
+// (its origin), or if the child's certificate allows writing r's name:
+// then the child answers for that name anyway (a head for its workers'
+// names under its prefixes, a client for every name). Any other record,
+// validly signed by another member, is still stored if it is newer, but
+// with no route: a member cannot make itself the first source of a blob
+// it did not put, or draw a name's traffic through itself.
+func MayRoute(child grid.Cert, r blob.Record) error {
+	if r.Origin == child.Peer.String() {
+		return nil
+	}
+	if err := child.MayWrite(r.Name); err != nil {
+		return fmt.Errorf("record of %q put by %s, announced by %s, which neither put it nor may write its name: %w", r.Name, r.Origin, child.Peer, err)
+	}
+	return nil
+}
+
 // position returns where this node stands now, and whether its grid is
 // closed (false: everything is allowed).
 func (t *Tree) position() (Position, bool) {
@@ -121,4 +143,23 @@ func (t *Tree) groupOf(role grid.Role, site string) string {
 		return FallbackGroup(site)
 	}
 	return site
+}
+
+// errNoRoute wraps MayRoute's refusals.
+var errNoRoute = errors.New("no route")
+
+// mayRoute applies MayRoute to a record child p announced (nil in an open
+// grid).
+func (t *Tree) mayRoute(p peer.ID, r blob.Record) error {
+	if _, closed := t.position(); !closed {
+		return nil
+	}
+	c, ok := t.cfg.Members.PeerCert(p)
+	if !ok {
+		return fmt.Errorf("%w: %s is not an admitted member", errNoRoute, p)
+	}
+	if err := MayRoute(c, r); err != nil {
+		return fmt.Errorf("%w: %w", errNoRoute, err)
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/grid"
@@ -47,6 +48,34 @@ func TestMayAdopt(t *testing.T) {
 			t.Errorf("%+v takes a %s of %q: %v", tc.pos, tc.role, tc.site, err)
 		case tc.want != "" && (!errors.Is(err, ErrRefused) || !errors.Is(err, blob.ErrForbidden) || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%+v takes a %s of %q: %v, want a refusal saying %q", tc.pos, tc.role, tc.site, err, tc.want)
+		}
+	}
+}
+
+func TestMayRoute(t *testing.T) {
+	w1, w2, h := peer.ID("w1"), peer.ID("w2"), peer.ID("h")
+	head := grid.Cert{Peer: h, Role: grid.RoleHead, Prefixes: []string{"results/a/"}}
+	worker := grid.Cert{Peer: w1, Role: grid.RoleWorker, Prefixes: []string{"results/a/w1/"}}
+	client := grid.Cert{Peer: "c", Role: grid.RoleClient}
+	reader := grid.Cert{Peer: "r", Role: grid.RoleReader}
+	rec := func(name string, origin peer.ID) blob.Record { return blob.Record{Name: name, Origin: origin.String()} }
+	for _, tc := range []struct {
+		child grid.Cert
+		r     blob.Record
+		ok    bool
+	}{
+		{worker, rec("results/a/w1/x", w1), true},
+		{worker, rec("results/a/w2/x", w2), false}, // a sibling's record
+		{worker, rec("shared/x", "c"), false},      // the master's record
+		{head, rec("results/a/w1/x", w1), true},    // its worker's
+		{head, rec("results/b/w9/x", "w9"), false}, // another site's
+		{head, rec("results/a/x", h), true},
+		{client, rec("anything", w2), true},
+		{reader, rec("results/a/w1/x", w1), false},
+		{reader, rec("x", "r"), true}, // its own (a reader's put is refused by its proof anyway)
+	} {
+		if err := MayRoute(tc.child, tc.r); (err == nil) != tc.ok {
+			t.Errorf("%s announcing %q of %s: %v, want ok %v", tc.child.Role, tc.r.Name, tc.r.Origin, err, tc.ok)
 		}
 	}
 }
@@ -196,6 +225,70 @@ func TestTreeRolesClosedGrid(t *testing.T) {
 	gh, _, ok2 := root.tree.Group(headA.h.ID())
 	if !ok1 || !ok2 || gh != "a" || gw == gh || gw != FallbackGroup("a") {
 		t.Fatalf("groups at the root: worker %q (%v), head %q (%v)", gw, ok1, gh, ok2)
+	}
+}
+
+// An ANNOUNCE moves routing only for the records the child put, or whose
+// names it may write (a head, for its workers): issue 24, where any child
+// became the first source of any blob it announced. A record of another
+// member is kept (it is newer) but routes nowhere.
+func TestAnnounceRoutesOnlyOwnSubtree(t *testing.T) {
+	g := newTestGrid(t)
+	root := g.node(t, nil, grid.RoleClient, "master")
+	headA := g.node(t, root, grid.RoleHead, "a", "results/a/")
+	headB := g.node(t, root, grid.RoleHead, "b", "results/b/")
+	w1 := g.node(t, headA, grid.RoleWorker, "a", "results/a/w1/")
+	w2 := g.node(t, headA, grid.RoleWorker, "a", "results/a/w2/")
+	wB := g.node(t, headB, grid.RoleWorker, "b", "results/b/wb/")
+	waitConnected(t, headA.testNode, headB.testNode, w1.testNode, w2.testNode, wB.testNode)
+
+	// A worker's own put: routed at its head through it, at the root
+	// through its head.
+	r1 := signedPut(t, w1, "results/a/w1/out", randBlob(10_000, 1))
+	if routes, _ := headA.mem.Routes(); routes[r1.Name] != w1.h.ID().String() {
+		t.Fatalf("head's route of its worker's put: %q", routes[r1.Name])
+	}
+	if routes, _ := root.mem.Routes(); routes[r1.Name] != headA.h.ID().String() {
+		t.Fatalf("root's route of a put of site a: %q", routes[r1.Name])
+	}
+
+	// w2 announces records it did not put: one of another site's worker,
+	// one of its sibling (newer than the head's), one of the master.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	foreign := signed(t, wB, "results/b/wb/out", randBlob(10_000, 2))
+	sibling := signed(t, w1, "results/a/w1/out", randBlob(10_000, 3))
+	master := signed(t, root, "shared/input", randBlob(10_000, 4))
+	for _, r := range []blob.Record{foreign, sibling, master} {
+		if err := w2.tree.Announce(ctx, r); err != nil {
+			t.Fatalf("announce %q: %v", r.Name, err)
+		}
+		got, err := headA.mem.Record(r.Name)
+		if err != nil || !got.ID.Equals(r.ID) {
+			t.Fatalf("%s: the head did not keep a newer, valid record: %v", r.Name, err)
+		}
+		if routes, _ := headA.mem.Routes(); routes[r.Name] != "" {
+			t.Errorf("%s (put by %s) routes through %s at the head", r.Name, r.Origin, routes[r.Name])
+		}
+		for _, src := range headA.tree.Sources(r.ID, "") {
+			if src.ID == w2.h.ID() {
+				t.Errorf("%s: the head fetches its blob from w2, which did not put it: %v", r.Name, headA.tree.Sources(r.ID, ""))
+			}
+		}
+	}
+	if n := headA.tree.Status().Unrouted; n != 3 {
+		t.Fatalf("Unrouted = %d, want 3", n)
+	}
+	// Forwarded on, the records route nowhere at the root either (the
+	// head may not write another site's or the master's names); the
+	// sibling's, whose name the head may write, routes through the head.
+	waitFor(t, "the root has the forwarded records", 5*time.Second, func() bool {
+		_, err := root.mem.Record(foreign.Name)
+		return err == nil
+	})
+	routes, _ := root.mem.Routes()
+	if routes[foreign.Name] != "" || routes[master.Name] != "" || routes[sibling.Name] != headA.h.ID().String() {
+		t.Fatalf("root's routes: foreign %q, master %q, sibling %q", routes[foreign.Name], routes[master.Name], routes[sibling.Name])
 	}
 }
 

@@ -59,8 +59,9 @@ type Config struct {
 	// before it is stored or forwarded (pkg/member: the origin's proof).
 	CheckRecord func(blob.Record) error
 	// Members, when set and closed, decides by the peers' certificates
-	// which peers may be children (MayAdopt): see roles.go. nil, or an
-	// open grid: any peer (an open daemon).
+	// which peers may be children (MayAdopt) and which records a child's
+	// ANNOUNCE moves routing for (MayRoute): see roles.go. nil, or an
+	// open grid: any peer, any record (an open daemon).
 	Members Members
 	Host    host.Host      // a libp2p host built by the caller
 	Store   Store          // the local store
@@ -124,6 +125,7 @@ type Tree struct {
 
 	peerErrors atomic.Uint64
 	refusals   atomic.Uint64 // HELLOs refused (MayAdopt), and sessions ended by a recheck
+	unrouted   atomic.Uint64 // announced records stored without a route (MayRoute)
 }
 
 type childInfo struct {
@@ -284,6 +286,10 @@ type Status struct {
 	// ChildrenRefused counts peers this node refused as children (their
 	// certificate's role or claimed site does not allow it: MayAdopt).
 	ChildrenRefused uint64
+	// Unrouted counts records children announced that this node stored
+	// without a route, because the child neither put them nor may write
+	// their names (MayRoute).
+	Unrouted uint64
 }
 
 // Status returns a snapshot.
@@ -295,6 +301,7 @@ func (t *Tree) Status() Status {
 		PeerErrors: t.peerErrors.Load(),
 
 		ChildrenRefused: t.refusals.Load(),
+		Unrouted:        t.unrouted.Load(),
 	}
 	t.mu.Lock()
 	st.ParentConnected = t.connected
