@@ -274,6 +274,9 @@ var (
 	mRedirTaken    = desc("omst_redirects_taken_total", "Redirects to a sibling this node followed.")
 	mSibFail       = desc("omst_sibling_failures_total", "Redirects whose sibling could not deliver (the chunk then came from the relay).")
 	mUpRefused     = desc("omst_uploads_refused_total", "Fetch streams refused for --max-upload-streams.")
+	mReplyHeld     = desc("omst_fetch_reply_bytes_held", "Fetch reply bytes held for peers now (being made or waiting to be written; at most 64 MiB per peer).")
+	mReplWaiting   = desc("omst_replications_waiting", "Children's puts waiting to be copied here (one child's at a time, 64 waiting per child).")
+	mReplDropped   = desc("omst_replications_dropped_total", "Children's puts not copied because 64 of that child's were waiting already.")
 	mHedges        = desc("omst_hedges_total", "Sibling requests slow enough to be asked of the relay too.")
 	mHedgesDecl    = desc("omst_hedges_declined_total", "Children's hedges this relay declined (it had just sent the chunk into the site).")
 	mPushSent      = desc("omst_push_sent_bytes_total", "Chunk bytes pushed with answers to lookups of children in other sites.")
@@ -294,6 +297,8 @@ var (
 	mParentConnected = desc("omst_tree_parent_connected", "1 while the tree session with a parent is up, else 0 (absent on the root).")
 	mChildren        = desc("omst_tree_children", "Children this node knows in the tree.")
 	mChildrenConn    = desc("omst_tree_children_connected", "Children whose tree session with this node is up.")
+	mChildRefused    = desc("omst_tree_children_refused_total", "Peers refused as children: their certificate's role or claimed site does not allow it (closed grid).")
+	mUnrouted        = desc("omst_tree_records_unrouted_total", "Records children announced that they neither put nor may write, kept without a route (closed grid).")
 
 	mDHTPeers    = desc("omst_dht_routing_table_peers", "Peers in the DHT routing table (absent with --no-dht).")
 	mDHTServer   = desc("omst_dht_server", "1 while this node answers DHT queries (server mode), else 0.")
@@ -314,8 +319,9 @@ var (
 var allDescs = []*prometheus.Desc{
 	mInfo, mChunkReceived, mChunkSent, mReceived, mSent, mTransfers, mCorrupt, mCorruptRep, mPeerErrors,
 	mRedirSent, mRedirTaken, mSibFail, mUpRefused, mHedges, mHedgesDecl, mPushSent, mPushRecv,
+	mReplyHeld, mReplWaiting, mReplDropped,
 	mCacheUsed, mCacheCap, mCachePinned, mCacheOrphaned, mCacheChunks, mEvictions, mEvictedBytes, mDamaged, mPins, mNames,
-	mPeers, mParentConnected, mChildren, mChildrenConn,
+	mPeers, mParentConnected, mChildren, mChildrenConn, mChildRefused, mUnrouted,
 	mDHTPeers, mDHTServer, mDHTProvided, mDHTNames, mDHTRejected,
 	mOpen, mAdmitted, mRefused, mUnshown, mDenied, mRecRejected, mJoins, mCertExpiresAt,
 }
@@ -368,6 +374,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(mHedgesDecl, es.HedgesDeclined)
 	counter(mPushSent, es.PushSent)
 	counter(mPushRecv, es.PushReceived)
+	gauge(mReplyHeld, float64(es.ReplyBytesHeld))
+	gauge(mReplWaiting, float64(es.ReplicationsWaiting))
+	counter(mReplDropped, es.ReplicationsDropped)
 
 	u := n.store.Usage()
 	gauge(mCacheUsed, float64(u.UsedBytes))
@@ -401,6 +410,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(mChildren, float64(len(ts.Children)))
 	gauge(mChildrenConn, float64(conn))
+	counter(mChildRefused, ts.ChildrenRefused)
+	counter(mUnrouted, ts.Unrouted)
 
 	if n.dht != nil {
 		gauge(mDHTPeers, float64(n.dht.RoutingTableSize()))
