@@ -2,7 +2,9 @@ package tree
 
 import (
 	"bytes"
+	"errors"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -11,6 +13,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(appendFrame(nil, msgLookup, []byte("a/b")))
 	f.Add(appendFrame(nil, msgAck, nil))
 	f.Add([]byte{msgFound, 0xff, 0xff, 0xff, 0xff})
+	f.Add(refusedFrame(errors.New("refused as a child: role reader")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		typ, p, err := decodeFrame(b)
 		if err != nil {
@@ -32,6 +35,16 @@ func FuzzDecodeHello(f *testing.F) {
 		}
 		if len(h.Site) > maxSite || len(h.Addrs) > maxAddrs || !bytes.Equal(encodeHello(h), b) {
 			t.Fatal("hello not canonical or over its limits")
+		}
+	})
+}
+
+func FuzzDecodeRefused(f *testing.F) {
+	f.Add([]byte("refused as a child: a worker of site \"b\""))
+	f.Add([]byte{0xff, 'a'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if s := decodeRefused(b); !utf8.ValidString(s) {
+			t.Fatalf("REFUSED message %q is not valid UTF-8", s)
 		}
 	})
 }
