@@ -298,12 +298,18 @@ func (t *Tree) handleTree(s network.Stream) {
 		}
 		// Its certificate may have changed (renewed with another role) or
 		// lapsed since the HELLO.
-		if now, err := t.checkChild(p, h.Site); err != nil || now != role {
-			if err == nil {
-				err = fmt.Errorf("%w: its role changed from %s to %s: it must say HELLO again", ErrRefused, role, now)
-			}
+		now, err := t.checkChild(p, h.Site)
+		if err != nil {
 			t.refuse(s, p, h.Site, err)
 			return
+		}
+		if now != role { // still allowed, in another role
+			role = now
+			t.mu.Lock()
+			if c := t.children[p]; c != nil && c.session == session {
+				c.role, c.group = role, t.groupOf(role, h.Site)
+			}
+			t.mu.Unlock()
 		}
 		if _, err := s.Write(appendFrame(nil, msgPong, payload)); err != nil {
 			return

@@ -105,13 +105,26 @@ type gridNode struct {
 // and, with its Members, its children's roles.
 func (g *testGrid) node(t testing.TB, parent *gridNode, role grid.Role, site string, prefixes ...string) *gridNode {
 	t.Helper()
-	h := newTestHost(t)
+	return g.nodeWith(t, parent, role, site, prefixes, nil)
+}
+
+// cert issues a certificate of role for p, valid for an hour.
+func (g *testGrid) cert(t testing.TB, p peer.ID, role grid.Role, prefixes []string) []byte {
+	t.Helper()
 	now := time.Now()
 	g.serial++
-	cert, err := g.key.Issue(grid.Cert{Peer: h.ID(), Role: role, Prefixes: prefixes, NotBefore: now.Add(-time.Minute).Unix(), NotAfter: now.Add(time.Hour).Unix(), Serial: g.serial})
+	cert, err := g.key.Issue(grid.Cert{Peer: p, Role: role, Prefixes: prefixes, NotBefore: now.Add(-time.Minute).Unix(), NotAfter: now.Add(time.Hour).Unix(), Serial: g.serial})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cert
+}
+
+// nodeWith is node with a further option (nil: none).
+func (g *testGrid) nodeWith(t testing.TB, parent *gridNode, role grid.Role, site string, prefixes []string, opt nodeOpt) *gridNode {
+	t.Helper()
+	h := newTestHost(t)
+	cert := g.cert(t, h.ID(), role, prefixes)
 	adm, err := member.New(member.Config{Logger: slog.New(slog.DiscardHandler)}, member.Material{GridKey: g.key.Public(), Cert: cert})
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +138,9 @@ func (g *testGrid) node(t testing.TB, parent *gridNode, role grid.Role, site str
 	n := newNodeOn(t, wh, p, site, nil, func(c *nodeCfg) {
 		c.Members = adm
 		c.CheckRecord = adm.CheckRecord
+		if opt != nil {
+			opt(c)
+		}
 	})
 	return &gridNode{testNode: n, adm: adm}
 }
@@ -312,4 +328,28 @@ func TestTree10Served(t *testing.T) {
 		t.Fatalf("answer to a 1.0.0 HELLO: type 0x%02x %q %v", typ, payload, err)
 	}
 	waitFor(t, "the 1.0.0 child is listed", 5*time.Second, func() bool { return root.tree.Relation(c.ID()).String() == "child" })
+}
+
+// A child whose certificate no longer allows it (a new one, as a reader)
+// loses its session at its next PING, with a REFUSED, and is not taken
+// back.
+func TestChildDowngradedMidSession(t *testing.T) {
+	g := newTestGrid(t)
+	fast := func(c *nodeCfg) { c.Keepalive = 200 * time.Millisecond }
+	root := g.nodeWith(t, nil, grid.RoleClient, "master", nil, fast)
+	headA := g.nodeWith(t, root, grid.RoleHead, "a", []string{"results/a/"}, fast)
+	w := g.nodeWith(t, headA, grid.RoleWorker, "a", []string{"results/a/w/"}, fast)
+	waitConnected(t, headA.testNode, w.testNode)
+
+	cert := g.cert(t, w.h.ID(), grid.RoleReader, nil)
+	if err := w.adm.SetMaterial(member.Material{GridKey: g.key.Public(), Cert: cert}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the head ends the downgraded child's session", 10*time.Second, func() bool {
+		return !w.tree.Status().ParentConnected && headA.tree.Status().ChildrenRefused > 0
+	})
+	time.Sleep(time.Second) // its keeper waits a minute before it asks again
+	if w.tree.Status().ParentConnected || headA.tree.isChild(w.h.ID()) {
+		t.Fatal("a reader is a child again")
+	}
 }
