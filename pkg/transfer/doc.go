@@ -18,8 +18,9 @@
 // distribute.go (the relay's pure decisions: send a chunk to a child or
 // redirect it to a sibling),
 // coalesce.go (one upstream fetch per chunk hash), client.go (pipelined
-// streams to a peer), server.go (the handler), manifest.go, open.go (Open,
-// Fetch, Replicate), wire.go (encoders and decoders).
+// streams to a peer), server.go (the handler, the per-peer reply budget),
+// manifest.go, open.go (Open, Fetch, Preheat), replicate.go (Replicate's
+// per-child queues), wire.go (encoders and decoders).
 //
 // Invariants:
 //
@@ -57,6 +58,11 @@
 //     Redirects never cross sites.
 //   - Uploads obey MaxUploadRate (all peers together) and MaxUploadStreams
 //     (streams of peers that are neither children nor parents).
+//   - What a peer makes this node hold is bounded: at most PeerReplyBytes
+//     of replies (being made or waiting to be written) over all its fetch
+//     streams, a stream whose peer takes no reply bytes for WriteStall is
+//     ended (server.go), and a child's puts are copied one at a time with
+//     at most ReplicateQueue more waiting (replicate.go).
 //   - Transfers lists every blob fetch under way and what each peer
 //     delivered to it.
 //   - Decoders are pure, check every length against an explicit limit
