@@ -124,7 +124,8 @@ var (
 // CodeOf maps an error to the code sent for it: an *Error keeps its code;
 // the blob sentinels map to their codes (blob.ErrBadManifest to CORRUPT);
 // context.DeadlineExceeded to TIMEOUT; context.Canceled and ErrAborted to
-// ABORTED; ENOSPC/EDQUOT to NO_SPACE; malformed frames to BAD_REQUEST; other
+// ABORTED; ENOSPC/EDQUOT to NO_SPACE; malformed frames and blobs too big for
+// their chunk size (blob.ErrTooBig) to BAD_REQUEST; other
 // file system and stream errors (ErrUploadIncomplete included) to IO;
 // anything else to INTERNAL. CodeOf(nil) is 0.
 func CodeOf(err error) Code {
@@ -154,7 +155,7 @@ func CodeOf(err error) Code {
 		return CodeTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, ErrAborted):
 		return CodeAborted
-	case errors.Is(err, errMalformed):
+	case errors.Is(err, errMalformed), errors.Is(err, blob.ErrTooBig):
 		return CodeBadRequest
 	}
 	var pe *fs.PathError

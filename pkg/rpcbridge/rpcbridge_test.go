@@ -347,6 +347,7 @@ func TestErrorMapping(t *testing.T) {
 		{blob.ErrUnreachable, CodeUnreachable},
 		{blob.ErrCorrupt, CodeCorrupt},
 		{blob.ErrBadManifest, CodeCorrupt},
+		{blob.ErrTooBig, CodeBadRequest},
 		{blob.ErrSizeMismatch, CodeSizeMismatch},
 		{blob.ErrUnavailable, CodeUnavailable},
 		{fmt.Errorf("%w: %w", blob.ErrUnavailable, blob.ErrNotFound), CodeUnavailable},
