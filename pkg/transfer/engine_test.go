@@ -246,7 +246,13 @@ func TestBytesOutBySiblingRequest(t *testing.T) {
 			s.h.RemoveStreamHandler(ProtoFetch)
 		}
 		read(s, tc.kind)
+		// The server counts a reply once it is written, which may be
+		// after the reader has it: wait (bounded) for the count.
 		out := s.eng.Status().BytesOut
+		for deadline := time.Now().Add(5 * time.Second); out[tc.counts] < n && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			out = s.eng.Status().BytesOut
+		}
 		for k, v := range out {
 			want := uint64(0)
 			if k == tc.counts {
