@@ -47,6 +47,8 @@ class FrameType(enum.IntEnum):
     REMOVE = 0x16
     STATUS = 0x17
     GET_FD = 0x18
+    PUT_FD = 0x1B
+    GET_TO_FD = 0x1C
     DATA = 0x20
     ABORT = 0x21
     END = 0x22
@@ -59,7 +61,7 @@ class FrameType(enum.IntEnum):
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
-_REQUEST_TYPES = frozenset(range(0x10, 0x19))
+_REQUEST_TYPES = frozenset(range(0x10, 0x1D))
 
 
 def type_name(ftype: int) -> str:
@@ -229,8 +231,15 @@ def encode_put_file(name: bytes, chunk_size: int, path: bytes) -> bytes:
     return encode_frame(FrameType.PUT_FILE, _str(name) + _U32.pack(chunk_size) + _str(path))
 
 
+def encode_put_fd(name: bytes, chunk_size: int) -> bytes:
+    """PUT_FD (version 5): str name, u32 chunk_size, a PUT's body. The frame
+    must be sent with one descriptor (SCM_RIGHTS on its first byte)."""
+    return encode_frame(FrameType.PUT_FD, _str(name) + _U32.pack(chunk_size))
+
+
 def encode_name_request(ftype: int, name: bytes) -> bytes:
-    """GET, STAT, REMOVE, GET_FD (str name) or LIST (str prefix)."""
+    """GET, STAT, REMOVE, GET_FD, GET_TO_FD (str name) or LIST (str prefix).
+    GET_TO_FD must be sent with one descriptor (SCM_RIGHTS on its first byte)."""
     return encode_frame(ftype, _str(name))
 
 
@@ -256,9 +265,9 @@ def encode_data(payload: bytes) -> bytes:
     return data_header(len(payload)) + bytes(payload)
 
 
-def decode_put(body: bytes) -> Tuple[str, int]:
-    """Decode a PUT body: (name, chunk_size)."""
-    r = _Reader(body, "PUT")
+def decode_put(body: bytes, what: str = "PUT") -> Tuple[str, int]:
+    """Decode a PUT or PUT_FD body: (name, chunk_size)."""
+    r = _Reader(body, what)
     name, cs = r.text("name"), r.u32("chunk size")
     r.end()
     return name, cs
@@ -273,7 +282,7 @@ def decode_put_file(body: bytes) -> Tuple[str, int, bytes]:
 
 
 def decode_name_request(body: bytes, what: str = "request") -> str:
-    """Decode a GET, STAT, REMOVE, GET_FD or LIST body: the name (prefix)."""
+    """Decode a GET, STAT, REMOVE, GET_FD, GET_TO_FD or LIST body: the name (prefix)."""
     r = _Reader(body, what)
     name = r.text("name")
     r.end()
