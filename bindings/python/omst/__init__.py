@@ -37,6 +37,7 @@ from .errors import (
     SizeMismatch,
     Timeout,
     Unavailable,
+    UnsafePath,
     Unreachable,
     UnsupportedVersion,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "InvalidName",
     "BadRequest",
     "OmstIOError",
+    "UnsafePath",
     "NoSpace",
     "Unreachable",
     "Corrupt",

@@ -13,7 +13,7 @@ with their class, code and message).
 
 from __future__ import annotations
 
-from typing import Dict, Tuple, Type
+from typing import Any, Dict, Tuple, Type
 
 __all__ = [
     "OmstError",
@@ -21,6 +21,7 @@ __all__ = [
     "InvalidName",
     "BadRequest",
     "OmstIOError",
+    "UnsafePath",
     "NoSpace",
     "Unreachable",
     "Corrupt",
@@ -122,10 +123,35 @@ class BadRequest(OmstError, ValueError):
 
 
 class OmstIOError(OmstError):
-    """A file system or stream IO error in the daemon (code 4); also raised
-    by put when the file object it reads changes meanwhile."""
+    """A file system or stream IO error (code 4): in the daemon, or in the
+    client, which opens and creates the files of put_file and get_file
+    itself and raises this when it cannot (the message names the path); also
+    raised by put when the file object it reads changes meanwhile.
+
+    Attributes:
+        errno: the error number of the failed system call when the client
+            saw it (e.g. ``errno.ENOENT``, ``errno.EACCES``), else 0.
+    """
 
     default_code = IO
+
+    def __init__(self, message: str, code: int | None = None, errno: int = 0) -> None:
+        super().__init__(message, code)
+        self.errno = errno
+
+    def __reduce__(self) -> Tuple[Type["OmstError"], Tuple[Any, ...]]:
+        return (type(self), (self.message, self.code, self.errno))
+
+
+class UnsafePath(OmstIOError):
+    """put_file or get_file refused a path whose use could be a trap (code 4,
+    errno EACCES): a symbolic link in a sticky world-writable directory
+    (such as /tmp) that neither the caller nor the directory's owner owns,
+    on any component of the path (the rule of Linux's
+    ``fs.protected_symlinks``, applied whatever the host's setting); a FIFO
+    of another user in such a directory as a get's destination (the rule of
+    ``fs.protected_fifos``); or a directory of the path replaced while it
+    was opened (errno 0)."""
 
 
 class NoSpace(OmstError):

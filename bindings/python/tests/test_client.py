@@ -292,6 +292,9 @@ def test_exceptions_pickle() -> None:
     for e in (omst.NotFound("gone", 1), omst.ConnectionLost("cut"), omst.OmstError("odd", 99)):
         e2 = pickle.loads(pickle.dumps(e))
         assert type(e2) is type(e) and e2.code == e.code and str(e2) == str(e)
+    for io in (omst.OmstIOError("open /x: denied", errno=13), omst.UnsafePath("link", errno=13), omst.OmstIOError("d", 4)):
+        io2 = pickle.loads(pickle.dumps(io))
+        assert type(io2) is type(io) and (io2.code, io2.errno, str(io2)) == (4, io.errno, str(io))
 
 
 def test_client_pickles(daemon: object, ns: str) -> None:
