@@ -9,6 +9,8 @@ Quick use::
 
     with omst.Client("/path/to/omst.sock") as c:
         c.stat("shared/init").size
+        c.put_file("big/input", "input.bin")    # opened here, with this process's rights
+        c.get_file("big/input", "copy.bin")     # atomically: temporary file, then rename
 
 The module-level functions use a default :class:`Client` created on first
 use from $OMST_SOCKET / $OMST_HOME (a forked child makes its own). The
@@ -17,7 +19,21 @@ protocol is specified in docs/rpcbridge.md of the omst repository.
 
 from __future__ import annotations
 
-from ._default import default_client, get, get_file, get_into, ls, put, put_file, rm, set_default_client, stat, status
+from ._default import (
+    default_client,
+    get,
+    get_file,
+    get_into,
+    get_to_fd,
+    ls,
+    put,
+    put_fd,
+    put_file,
+    rm,
+    set_default_client,
+    stat,
+    status,
+)
 from .client import DEFAULT_TIMEOUT, Client, default_socket, default_timeout
 from .errors import (
     Aborted,
@@ -59,6 +75,8 @@ __all__ = [
     "get_into",
     "put_file",
     "get_file",
+    "put_fd",
+    "get_to_fd",
     "stat",
     "ls",
     "rm",

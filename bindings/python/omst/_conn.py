@@ -17,7 +17,7 @@ import os
 import select
 import socket
 from collections import deque
-from typing import Deque, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Deque, List, Optional, Sequence, Tuple, Union
 
 from . import _wire
 from ._wire import FrameType
@@ -289,6 +289,39 @@ class Connection:
         except (socket.timeout, OSError) as e:
             raise self._lost("sending", e) from None
 
+    def send_fd(self, frame: bytes, fd: int) -> None:
+        """Write a request frame with the descriptor fd attached (PUT_FD,
+        GET_TO_FD): one sendmsg whose SCM_RIGHTS control message holds fd,
+        so that the descriptor travels with the frame's first byte; any
+        rest of the frame is written after it."""
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
+        try:
+            n = self.sock.sendmsg([frame], rights)
+        except (socket.timeout, OSError) as e:
+            raise self._lost("sending", e) from None
+        self.sent += n
+        if n < len(frame):
+            self.send([memoryview(frame)[n:]])
+
+    def wait_reply(self, progress: Optional[Callable[[], object]], what: str) -> None:
+        """Wait until the reply starts to arrive, for as long as the
+        request makes progress: each time the socket timeout passes without
+        a byte, progress() is called (None: not at all) and the wait goes on
+        only if its value changed since the last call (e.g. the offset of a
+        file the daemon reads, the size of a file it writes); else Timeout
+        is raised. Used for replies that come only when a whole file has
+        been moved."""
+        if progress is None or self.timeout is None or self._start != self._end:
+            return
+        p = select.poll()
+        p.register(self.sock.fileno(), select.POLLIN)
+        last = _progress(progress)
+        while not p.poll(self.timeout * 1000):
+            now = _progress(progress)
+            if now is None or now == last:
+                raise Timeout(f"omst daemon at {self.path}: {what}: no progress for {self.timeout} s")
+            last = now
+
     # --- reading ---------------------------------------------------------------
 
     def _fill(self, need: int) -> None:
@@ -384,3 +417,10 @@ class Connection:
             self.read_into(scratch[:k])
             n -= k
 
+
+def _progress(progress: Callable[[], object]) -> object:
+    """progress(), or None if it failed (no progress to be seen)."""
+    try:
+        return progress()
+    except OSError:
+        return None

@@ -6,7 +6,7 @@ import os
 import threading
 from typing import Any, Dict, List, Optional
 
-from .client import Client
+from .client import Client, FileArg
 from .info import Info
 from .names import NameLike, PathLike
 
@@ -64,6 +64,16 @@ def put_file(name: NameLike, path: PathLike, chunk_size: int = 0) -> str:
 def get_file(name: NameLike, path: PathLike) -> Info:
     """:meth:`Client.get_file` on the default client."""
     return default_client().get_file(name, path)
+
+
+def put_fd(name: NameLike, file: FileArg, chunk_size: int = 0) -> Info:
+    """:meth:`Client.put_fd` on the default client."""
+    return default_client().put_fd(name, file, chunk_size)
+
+
+def get_to_fd(name: NameLike, file: FileArg) -> Info:
+    """:meth:`Client.get_to_fd` on the default client."""
+    return default_client().get_to_fd(name, file)
 
 
 def stat(name: NameLike) -> Info:

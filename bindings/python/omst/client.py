@@ -9,17 +9,27 @@ opens its own connection on first use. After a connection failure the next
 call reconnects; a request is never retried after the daemon may have
 acted on it (except a request whose first write found the connection
 closed by the daemon, e.g. as idle).
+
+Files are opened by the client, with its own rights (omst._localfile), and
+passed to the daemon as descriptors (PUT_FD, GET_TO_FD); the client never
+asks the daemon to open a path (PUT_FILE, GET_FILE), which a daemon of
+another uid refuses anyway.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import fcntl
+import io
 import os
+import select
+import stat
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, TypeVar, Union
 
-from . import _wire
+from . import _localfile, _wire
 from ._conn import Buffer, Connection
 from ._input import put_source
 from ._wire import FrameType
@@ -30,20 +40,27 @@ from .errors import (
     Corrupt,
     InternalError,
     OmstError,
+    OmstIOError,
     ProtocolError,
     SizeMismatch,
+    Timeout,
     error_for_code,
 )
 from .info import Info
-from .names import NameLike, PathLike, absolute_path, validate_chunk_size, validate_name, validate_prefix
+from .names import NameLike, PathLike, validate_chunk_size, validate_name, validate_prefix
 
-__all__ = ["Client", "default_socket", "default_timeout", "PROTOCOL_VERSIONS", "DEFAULT_TIMEOUT"]
+__all__ = ["Client", "FileArg", "default_socket", "default_timeout", "PROTOCOL_VERSIONS", "DEFAULT_TIMEOUT"]
 
 #: Protocol versions offered in HELLO, highest first (docs/rpcbridge.md
-#: section 6.1). Version 2 adds GET_FD, which get and get_into use when the
-#: daemon speaks it. The handshake falls back along this list when the
-#: daemon answers ERROR UNSUPPORTED_VERSION (a daemon that predates version 2).
-PROTOCOL_VERSIONS: Tuple[int, ...] = (2, 1)
+#: section 6.1). The daemon answers the smaller of the offer and its own
+#: highest, and the client uses only what the answer has: version 2 adds
+#: GET_FD, which get_into uses; version 5 adds PUT_FD and GET_TO_FD, which
+#: put_file, get_file, put_fd and get_to_fd use (below 5 they stream the
+#: bytes through PUT and GET instead); versions 3 and 4 add requests this
+#: client does not send. The handshake falls back along this list when the
+#: daemon answers ERROR UNSUPPORTED_VERSION (a daemon that predates
+#: version 2).
+PROTOCOL_VERSIONS: Tuple[int, ...] = (5, 2, 1)
 
 #: Default per-operation socket timeout in seconds (each send or receive
 #: must make progress within it); OMST_TIMEOUT_MS overrides it.
@@ -345,22 +362,248 @@ class Client:
         return self._run(run)
 
     def put_file(self, name: NameLike, path: PathLike, chunk_size: int = 0) -> str:
-        """Have the daemon read the file at path (made absolute here) and
-        store it under name; return the blob ID. The daemon opens the file
-        with its own rights."""
+        """Store the file at path under name and return the blob ID.
+
+        The file is opened here, with this process's rights and nobody
+        else's, and the daemon reads it through the descriptor (PUT_FD,
+        protocol version 5; an older daemon gets the bytes read and
+        streamed by the client, as :meth:`put` streams a file). The path is
+        resolved by the client: a symbolic link is followed only where
+        Linux's ``fs.protected_symlinks = 1`` would follow it (a link of
+        another user in a sticky world-writable directory such as /tmp is
+        not: UnsafePath), whatever the host's setting; a relative path is
+        taken against the working directory, and ``/dev/stdin`` or
+        ``/dev/fd/N`` are this process's files. A directory is refused.
+
+        A regular file is read from its start to the size it has when the
+        daemon starts, and must not change meanwhile (OmstIOError, "file
+        changed while it was read", and nothing is stored). Anything else
+        (a FIFO, whose open waits for a writer at most the client's
+        timeout; a pipe; a device) is read to its end of file. Errors name
+        path (OmstIOError with ``errno`` when the client could not open it).
+        """
         raw = validate_name(name)
         validate_chunk_size(chunk_size)
-        frame = _wire.encode_put_file(raw, chunk_size, absolute_path(path))
-        op = f"put {raw!r} from file"
-        return self._run(lambda c: _wire.decode_info(self._call(c, frame, FrameType.INFO, op))).id
+        op = f"put {_shown(raw)}"
+        fd = _localfile.open_read(path, self.timeout, op=op)
+        try:
+            return self._put_fd(raw, fd, chunk_size, op, os.fsdecode(path)).id
+        finally:
+            os.close(fd)
+
+    def put_fd(self, name: NameLike, file: FileArg, chunk_size: int = 0) -> Info:
+        """Store the contents of file (a descriptor, or an object with
+        ``fileno()`` such as an open file or ``sys.stdin``) under name and
+        return the new blob's Info. The file must be open for reading.
+
+        The daemon reads the file through a copy of the descriptor (PUT_FD,
+        protocol version 5; an older daemon gets the bytes read here and
+        streamed): a regular file from the descriptor's current offset to
+        the size it has when the daemon starts (it must not change
+        meanwhile: OmstIOError, "file changed while it was read", and
+        nothing is stored); anything else (a pipe, a FIFO, a socket, a
+        terminal) as a stream to its end of file. The descriptor's offset
+        moves (the daemon shares it). For a buffered binary file object
+        the descriptor is first set to the object's position, and the
+        object is set to the descriptor's offset afterwards; bytes that a
+        text wrapper (``sys.stdin``) or a buffered stream has already read
+        ahead are not seen by the daemon. file is not closed.
+
+        Raises:
+            BadRequest: the descriptor is not open for reading, is a
+                directory or was opened with O_PATH.
+        """
+        raw = validate_name(name)
+        validate_chunk_size(chunk_size)
+        fd = _descriptor(file, write=False)
+        try:
+            return self._put_fd(raw, fd, chunk_size, f"put {_shown(raw)}", None)
+        finally:
+            _resync(file, fd)
+
+    def _put_fd(self, raw: bytes, fd: int, chunk_size: int, op: str, where: Optional[str]) -> Info:
+        st, _ = _check_descriptor(fd, False, op)
+        frame = _wire.encode_put_fd(raw, chunk_size)
+        # The daemon's reads move the shared offset of a regular file.
+        progress = (lambda: os.lseek(fd, 0, os.SEEK_CUR)) if stat.S_ISREG(st.st_mode) else None
+
+        def run(conn: Connection) -> Info:
+            if conn.version < 5:
+                raise _StreamInstead()
+            conn.begin()
+            conn.send_fd(frame, fd)
+            conn.wait_reply(progress, op)
+            return _wire.decode_info(self._reply(conn, FrameType.INFO, op))
+
+        try:
+            return self._run(run)
+        except _StreamInstead:
+            pass
+        except OmstError as e:
+            if where is not None and e.code:
+                _name_file(e, where)
+            raise
+        # A daemon older than version 5: stream the bytes read here, with
+        # put's checks (a regular file read from its offset to its size,
+        # unchanged), from a descriptor of our own (closed after).
+        f = io.FileIO(os.dup(fd), "rb", closefd=True)
+        f.name = where if where is not None else f"descriptor {fd}"
+        with f:
+            return self.put_info(raw, f, chunk_size)
 
     def get_file(self, name: NameLike, path: PathLike) -> Info:
-        """Have the daemon write the blob to path (made absolute here),
-        atomically (path is unchanged on error); return its Info."""
+        """Write the blob named name to path and return its Info.
+
+        The destination is prepared here, with this process's rights and
+        nobody else's, and the daemon writes into it through a descriptor
+        (GET_TO_FD, protocol version 5; an older daemon sends the bytes,
+        which the client writes): a regular file, or a path where nothing
+        exists yet, is replaced atomically (the bytes go into a new
+        temporary file ``.BASE.omst-RANDOM`` beside it, mode 0644 less the
+        umask, renamed onto path only when every byte is written and
+        verified; on error path is unchanged and the temporary file
+        removed). An existing FIFO or device (``/dev/null``,
+        ``/dev/stdout``) is written in place; a FIFO's open waits for a
+        reader at most the client's timeout. Links are followed as
+        :meth:`put_file` follows them, and a link's target is replaced, not
+        the link; another user's FIFO in a sticky world-writable directory
+        is refused (UnsafePath), and so is a directory. Errors name path.
+        """
         raw = validate_name(name)
-        frame = _wire.encode_get_file(raw, absolute_path(path))
-        op = f"get {raw!r} to file"
-        return self._run(lambda c: _wire.decode_info(self._call(c, frame, FrameType.INFO, op)))
+        op = f"get {_shown(raw)}"
+        dest = _localfile.create(path, self.timeout, op=op)
+        try:
+            info = self._get_to_fd(raw, dest.fd, op, os.fsdecode(path))
+        except BaseException:
+            dest.abort()
+            raise
+        dest.commit()
+        return info
+
+    def get_to_fd(self, name: NameLike, file: FileArg) -> Info:
+        """Write the verified bytes of the blob named name into file (a
+        descriptor, or an object with ``fileno()`` such as an open file or
+        ``sys.stdout``) and return its Info. The file must be open for
+        writing.
+
+        The daemon writes through a copy of the descriptor (GET_TO_FD,
+        protocol version 5; an older daemon sends the bytes and they are
+        written here the same way): a regular file not opened with
+        O_APPEND then holds exactly the blob (written from offset 0 with
+        pwrite, which does not move the descriptor's offset, and cut to
+        the blob's size); anything else (a pipe, a FIFO, a terminal,
+        O_APPEND) receives the bytes in order. A file object is flushed
+        first. If the get fails after it started, a regular file holds an
+        unspecified mix of old and new bytes (:meth:`get_file` writes a
+        temporary file instead). file is not closed.
+
+        Raises:
+            BadRequest: the descriptor is not open for writing, is a
+                directory or was opened with O_PATH.
+        """
+        raw = validate_name(name)
+        fd = _descriptor(file, write=True)
+        try:
+            return self._get_to_fd(raw, fd, f"get {_shown(raw)}", None)
+        finally:
+            _resync(file, fd)
+
+    def _get_to_fd(self, raw: bytes, fd: int, op: str, where: Optional[str]) -> Info:
+        st, flags = _check_descriptor(fd, True, op)
+        regular = stat.S_ISREG(st.st_mode)
+        frame = _wire.encode_name_request(FrameType.GET_TO_FD, raw)
+
+        def progress() -> object:
+            # The daemon's writes grow or touch a regular file.
+            s = os.fstat(fd)
+            return (s.st_size, s.st_mtime_ns)
+
+        def run(conn: Connection) -> Info:
+            if conn.version < 5:
+                raise _StreamInstead()
+            conn.begin()
+            conn.send_fd(frame, fd)
+            ftype, n = conn.read_header()
+            body = conn.read_body(n)
+            if ftype == FrameType.ERROR:
+                conn.finish()
+                raise self._error(body)
+            if ftype != FrameType.INFO:
+                raise ProtocolError(f"{op}: daemon sent {_wire.type_name(ftype)}, expected INFO")
+            info = _wire.decode_info(body)
+            conn.wait_reply(progress if regular else None, op)
+            ftype, n = conn.read_header()
+            body = conn.read_body(n)
+            if ftype == FrameType.END:
+                _wire.decode_empty(body, "END")
+                conn.finish()
+                return dataclasses.replace(info, local=True)
+            if ftype == FrameType.ERROR:
+                conn.finish()
+                raise self._error(body)
+            raise ProtocolError(f"{op}: daemon sent {_wire.type_name(ftype)}, expected END")
+
+        try:
+            return self._run(run)
+        except _StreamInstead:
+            pass
+        except OmstError as e:
+            if where is not None and e.code:
+                _name_file(e, where)
+            raise
+        in_place = regular and not flags & os.O_APPEND
+        return self._run(lambda conn: self._get_stream_to(conn, raw, fd, in_place, op, where))
+
+    def _get_stream_to(
+        self, conn: Connection, raw: bytes, fd: int, in_place: bool, op: str, where: Optional[str]
+    ) -> Info:
+        """GET_TO_FD for a daemon without it: GET, and write the DATA into
+        fd, at their offsets and cut to the blob's size if in_place, else in
+        order. A failed write leaves the reply unread (the connection is
+        dropped, which cancels the request in the daemon)."""
+        conn.begin()
+        conn.send([_wire.encode_name_request(FrameType.GET, raw)])
+        ftype, n = conn.read_header()
+        body = conn.read_body(n)
+        if ftype == FrameType.ERROR:
+            conn.finish()
+            raise self._error(body)
+        if ftype != FrameType.INFO:
+            raise ProtocolError(f"{op}: daemon sent {_wire.type_name(ftype)}, expected INFO")
+        info = _wire.decode_info(body)
+        size = info.size
+        what = where if where is not None else f"descriptor {fd}"
+        buf = memoryview(bytearray(max(1, min(size, _wire.DATA_FRAME_SIZE))))
+        got = 0
+        while True:
+            ftype, n = conn.read_header()
+            if ftype == FrameType.DATA:
+                if got + n > size:
+                    raise ProtocolError(f"{op}: DATA beyond the blob's {size} bytes")
+                while n:
+                    piece = buf[: min(n, len(buf))]
+                    conn.read_into(piece)
+                    _write_all(fd, piece, got if in_place else None, self.timeout, op, what)
+                    got += len(piece)
+                    n -= len(piece)
+            elif ftype == FrameType.END:
+                _wire.decode_empty(conn.read_body(n), "END")
+                conn.finish()
+                if got != size:
+                    raise SizeMismatch(f"{op}: the reply ended after {got} of {size} bytes")
+                break
+            elif ftype == FrameType.ERROR:
+                body = conn.read_body(n)
+                conn.finish()
+                raise self._error(body)
+            else:
+                raise ProtocolError(f"{op}: daemon sent {_wire.type_name(ftype)}, expected DATA or END")
+        if in_place:
+            try:
+                os.ftruncate(fd, size)
+            except OSError as e:
+                raise OmstIOError(f"{op}: cut {what} to {size} bytes: {e.strerror or e}", errno=e.errno or 0) from None
+        return dataclasses.replace(info, local=True)
 
     def stat(self, name: NameLike) -> Info:
         """Return the Info of name. Raises NotFound if there is none."""
@@ -529,6 +772,125 @@ class Client:
             else:
                 want = "FDS or END" if use_fd else "DATA or END"
                 raise ProtocolError(f"get {info.name!r}: daemon sent {_wire.type_name(ftype)}, expected {want}")
+
+
+class _HasFileno(Protocol):
+    def fileno(self) -> int: ...
+
+
+#: What put_fd and get_to_fd take: a descriptor, or an object with fileno().
+FileArg = Union[int, _HasFileno]
+
+
+class _StreamInstead(Exception):
+    """Raised inside a request by a PUT_FD or GET_TO_FD that finds the
+    connection's version below 5: the caller streams the bytes instead."""
+
+
+# How the daemon names a passed file in its messages (it knows no path).
+_CALLER_FILE = "the caller's file"
+
+
+def _shown(raw: bytes) -> str:
+    """A validated name, quoted, for messages."""
+    return repr(raw.decode("utf-8", "replace"))
+
+
+def _name_file(e: OmstError, where: str) -> None:
+    """Make the daemon's error e name the file at where."""
+    if _CALLER_FILE in e.message:
+        msg = e.message.replace(_CALLER_FILE, where)
+    else:
+        msg = f"{e.message} (file {where})"
+    e.message = msg
+    e.args = (msg,)
+
+
+def _descriptor(file: FileArg, write: bool) -> int:
+    """The descriptor of file. A file object is flushed (write) and, if it
+    is a seekable buffered binary file, its descriptor's offset set to the
+    object's position."""
+    if isinstance(file, bool):
+        raise TypeError("file must be a descriptor or an object with fileno(), not bool")
+    if isinstance(file, int):
+        return file
+    fileno = getattr(file, "fileno", None)
+    if fileno is None:
+        raise TypeError(f"file must be a descriptor or an object with fileno(), not {type(file).__name__}")
+    if write:
+        flush = getattr(file, "flush", None)
+        if flush is not None:
+            flush()
+    fd = fileno()
+    if not isinstance(fd, int):
+        raise TypeError(f"{type(file).__name__}.fileno() returned {type(fd).__name__}, not int")
+    if isinstance(file, io.BufferedIOBase) and file.seekable():
+        _seek_buffered(file, file.tell())
+    return fd
+
+
+def _resync(file: FileArg, fd: int) -> None:
+    """After the daemon used fd: set a seekable buffered binary file object
+    to its descriptor's offset (dropping what it had buffered)."""
+    if isinstance(file, io.BufferedIOBase) and not file.closed and file.seekable():
+        try:
+            _seek_buffered(file, os.lseek(fd, 0, os.SEEK_CUR))
+        except OSError:
+            pass
+
+
+def _seek_buffered(f: io.BufferedIOBase, pos: int) -> None:
+    # A seek to the end always reaches the descriptor (a SEEK_SET may stay
+    # within the buffer); the next one then sets the descriptor to pos.
+    f.seek(0, io.SEEK_END)
+    f.seek(pos)
+
+
+def _check_descriptor(fd: int, write: bool, op: str) -> Tuple[os.stat_result, int]:
+    """Check what the daemon checks of a passed descriptor (open for
+    reading or writing, not a directory, not O_PATH); return its stat and
+    status flags.
+
+    Raises:
+        BadRequest: it fails a check, or is not an open descriptor.
+    """
+    try:
+        st = os.fstat(fd)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError as e:
+        raise BadRequest(f"{op}: descriptor {fd}: {e.strerror or e}") from None
+    acc = flags & os.O_ACCMODE
+    if flags & getattr(os, "O_PATH", 0):
+        raise BadRequest(f"{op}: descriptor {fd} was opened with O_PATH: it can be neither read nor written")
+    if stat.S_ISDIR(st.st_mode):
+        raise BadRequest(f"{op}: descriptor {fd} is a directory")
+    if write and acc == os.O_RDONLY:
+        raise BadRequest(f"{op}: descriptor {fd} is not open for writing")
+    if not write and acc == os.O_WRONLY:
+        raise BadRequest(f"{op}: descriptor {fd} is not open for reading")
+    return st, flags
+
+
+def _write_all(fd: int, view: memoryview, offset: Optional[int], timeout: float, op: str, what: str) -> None:
+    """Write view into fd: at offset with pwrite, or (None) with write. A
+    non-blocking descriptor is waited for, at most timeout seconds at a
+    time."""
+    pos = 0
+    while pos < len(view):
+        try:
+            if offset is None:
+                n = os.write(fd, view[pos:])
+            else:
+                n = os.pwrite(fd, view[pos:], offset + pos)
+        except BlockingIOError:
+            p = select.poll()
+            p.register(fd, select.POLLOUT)
+            if not p.poll(timeout * 1000):
+                raise Timeout(f"{op}: write to {what}: not writable for {timeout} s") from None
+            continue
+        except OSError as e:
+            raise OmstIOError(f"{op}: write to {what}: {e.strerror or e}", errno=e.errno or 0) from None
+        pos += n
 
 
 def _pread_full(fd: int, dest: memoryview, offset: int, name: str) -> None:

@@ -214,7 +214,9 @@ class Unavailable(OmstError):
 
 class Forbidden(OmstError):
     """This node's grid role or name prefixes do not allow the operation,
-    e.g. a worker putting a name outside its prefixes (code 14)."""
+    e.g. a worker putting a name outside its prefixes, or the caller's
+    local rights do not: a user other than the daemon's replacing or
+    removing a name it did not put (code 14)."""
 
     default_code = FORBIDDEN
 

@@ -71,8 +71,9 @@ def _omst_bin() -> str:
 class Daemon:
     """A throwaway omst daemon with its own home directory."""
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, *args: str) -> None:
         self.binary = binary
+        self.args = list(args)  # more daemon flags
         self.home = tempfile.mkdtemp(prefix="omstpy")
         self.sock = os.path.join(self.home, "omst.sock")
         self.proc: Optional[subprocess.Popen[bytes]] = None
@@ -80,7 +81,7 @@ class Daemon:
     def start(self, timeout: float = 20.0) -> "Daemon":
         self.log = open(os.path.join(self.home, "daemon.log"), "ab")
         self.proc = subprocess.Popen(
-            [self.binary, "daemon", "--home", self.home, "--listen", "/ip4/127.0.0.1/tcp/0", "--log-level", "warn"],
+            [self.binary, "daemon", "--home", self.home, "--listen", "/ip4/127.0.0.1/tcp/0", "--log-level", "warn", *self.args],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

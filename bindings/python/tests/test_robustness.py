@@ -196,7 +196,7 @@ def test_version_fallback(fake_daemon: Callable[..., FakeDaemon]) -> None:
 def test_hello_answered_with_higher_version(fake_daemon: Callable[..., FakeDaemon]) -> None:
     def handler(c: socket.socket) -> None:
         recv_frame(c)
-        c.sendall(_wire.encode_hello(5))
+        c.sendall(_wire.encode_hello(omst.client.PROTOCOL_VERSIONS[0] + 1))
         recv_frame(c)
 
     with pytest.raises(omst.ProtocolError):
@@ -207,6 +207,7 @@ def test_real_daemon_hello(daemon: Daemon) -> None:
     # Whatever the daemon speaks, the client ends up on a version it offered.
     c = omst.Client(daemon.sock)
     assert c.protocol_version in omst.client.PROTOCOL_VERSIONS
+    assert c.protocol_version == 5, "this checkout's daemon speaks version 5"
     c.close()
     conn = _conn.Connection.open(daemon.sock, 5, (2, 1))
     assert conn.version in (1, 2)

@@ -165,17 +165,6 @@ def test_changed_file_fails(daemon: Daemon, ns: str, tmp_path: "os.PathLike[str]
     c.close()
 
 
-def test_put_file_kinds(plain_client: omst.Client, ns: str, tmp_path: "os.PathLike[str]") -> None:
-    # put_file: the daemon reads regular files (and FIFOs), refuses devices.
-    path = os.path.join(tmp_path, "f")
-    with open(path, "wb") as f:
-        f.write(pattern(MiB, 5))
-    plain_client.put_file(f"{ns}/ok", path)
-    assert plain_client.get(f"{ns}/ok") == pattern(MiB, 5)
-    with pytest.raises(omst.OmstIOError, match="not a regular file or FIFO"):
-        plain_client.put_file(f"{ns}/dev", "/dev/null")
-
-
 class Relay:
     """Passes one client connection to the daemon, but only the client's
     first `limit` bytes; then it stops reading the client (whose writes
