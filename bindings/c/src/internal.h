@@ -79,6 +79,7 @@
 #define w_enc_hello omst__w_enc_hello
 #define w_enc_name_req omst__w_enc_name_req
 #define w_enc_put omst__w_enc_put
+#define w_enc_put_fd omst__w_enc_put_fd
 #define w_enc_put_file omst__w_enc_put_file
 #define w_info_export omst__w_info_export
 #define w_known_type omst__w_known_type
@@ -122,6 +123,8 @@ enum w_type {
 	FT_REMOVE = 0x16,
 	FT_STATUS = 0x17,
 	FT_GET_FD = 0x18,
+	FT_PUT_FD = 0x1B,    /* version 5: carries one descriptor */
+	FT_GET_TO_FD = 0x1C, /* version 5: carries one descriptor */
 	FT_DATA = 0x20,
 	FT_ABORT = 0x21,
 	FT_END = 0x22,
@@ -164,9 +167,11 @@ int w_known_type(uint8_t type);
  * length; the encoders do not validate them. */
 size_t w_enc_hello(uint8_t *out, size_t cap, uint32_t version);
 size_t w_enc_put(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size);
+/* PUT_FD: the body of a PUT (the descriptor is sent beside the frame). */
+size_t w_enc_put_fd(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size);
 size_t w_enc_put_file(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size,
                       const char *path, size_t plen);
-/* GET, STAT, REMOVE, GET_FD (name) and LIST (prefix). */
+/* GET, STAT, REMOVE, GET_FD, GET_TO_FD (name) and LIST (prefix). */
 size_t w_enc_name_req(uint8_t *out, size_t cap, uint8_t type, const char *name, size_t nlen);
 size_t w_enc_get_file(uint8_t *out, size_t cap, const char *name, size_t nlen, const char *path,
                       size_t plen);

@@ -50,7 +50,8 @@ int w_known_type(uint8_t t)
 {
 	switch (t) {
 	case FT_HELLO: case FT_PUT: case FT_PUT_FILE: case FT_GET: case FT_GET_FILE: case FT_STAT:
-	case FT_LIST: case FT_REMOVE: case FT_STATUS: case FT_GET_FD: case FT_DATA: case FT_ABORT:
+	case FT_LIST: case FT_REMOVE: case FT_STATUS: case FT_GET_FD: case FT_PUT_FD: case FT_GET_TO_FD:
+	case FT_DATA: case FT_ABORT:
 	case FT_END: case FT_FDS: case FT_OK: case FT_INFO: case FT_LISTING: case FT_STATUS_JSON:
 	case FT_ERROR:
 		return 1;
@@ -121,12 +122,22 @@ size_t w_enc_hello(uint8_t *out, size_t cap, uint32_t version)
 	return e_end(&e, FT_HELLO);
 }
 
-size_t w_enc_put(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size)
+static size_t enc_put(uint8_t *out, size_t cap, uint8_t type, const char *name, size_t nlen, uint32_t chunk_size)
 {
 	struct enc e = e_begin(out, cap);
 	e_str(&e, name, nlen);
 	e_u32(&e, chunk_size);
-	return e_end(&e, FT_PUT);
+	return e_end(&e, type);
+}
+
+size_t w_enc_put(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size)
+{
+	return enc_put(out, cap, FT_PUT, name, nlen, chunk_size);
+}
+
+size_t w_enc_put_fd(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size)
+{
+	return enc_put(out, cap, FT_PUT_FD, name, nlen, chunk_size);
 }
 
 size_t w_enc_put_file(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size,
@@ -346,11 +357,11 @@ int w_check_body(uint8_t type, const uint8_t *b, size_t n)
 	switch (type) {
 	case FT_HELLO:
 		return w_dec_hello(b, n, magic, &u);
-	case FT_PUT:
+	case FT_PUT: case FT_PUT_FD:
 		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_put(b, n, &s, &u);
 	case FT_PUT_FILE:
 		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_put_file(b, n, &s, &u, &s2);
-	case FT_GET: case FT_STAT: case FT_LIST: case FT_REMOVE: case FT_GET_FD:
+	case FT_GET: case FT_STAT: case FT_LIST: case FT_REMOVE: case FT_GET_FD: case FT_GET_TO_FD:
 		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_name_req(b, n, &s);
 	case FT_GET_FILE:
 		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_get_file(b, n, &s, &s2);

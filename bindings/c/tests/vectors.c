@@ -186,9 +186,11 @@ static size_t encode(const struct vec *v, uint8_t *out, size_t cap)
 		return w_enc_hello(out, cap, field_u32(v, "version"));
 	case FT_PUT:
 		return w_enc_put(out, cap, name, nl, field_u32(v, "chunk_size"));
+	case FT_PUT_FD:
+		return w_enc_put_fd(out, cap, name, nl, field_u32(v, "chunk_size"));
 	case FT_PUT_FILE:
 		return w_enc_put_file(out, cap, name, nl, field_u32(v, "chunk_size"), path, pl);
-	case FT_GET: case FT_STAT: case FT_REMOVE: case FT_GET_FD:
+	case FT_GET: case FT_STAT: case FT_REMOVE: case FT_GET_FD: case FT_GET_TO_FD:
 		return w_enc_name_req(out, cap, (uint8_t)v->type, name, nl);
 	case FT_LIST: {
 		const char *p = field(v, "prefix");
