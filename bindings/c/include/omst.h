@@ -16,6 +16,11 @@
  * the library's message for the calling thread's last failure. A call never
  * reports success for a partial result.
  *
+ * Files (OmstPutFile, OmstGetFile, omst_put_file, omst_get_file) are
+ * opened by the library with the calling process's rights, never the
+ * daemon's, and passed to the daemon as descriptors (omst_put_fd,
+ * omst_get_to_fd).
+ *
  * The default daemon's socket is $OMST_SOCKET, else $OMST_HOME/omst.sock,
  * else ~/.omst/omst.sock.
  */
@@ -29,9 +34,10 @@
 extern "C" {
 #endif
 
-/* Protocol version this library asks for (it also works with version 1
- * daemons, without zero-copy). */
-#define OMST_PROTOCOL_VERSION 2
+/* Protocol version this library asks for. It also works with older
+ * daemons: below version 5 it streams the caller's files itself (PUT and
+ * GET) instead of passing descriptors; below 2, without zero-copy. */
+#define OMST_PROTOCOL_VERSION 5
 
 /* Longest name in bytes (names are UTF-8, '/'-separated, see the docs). */
 #define OMST_NAME_MAX 1024
@@ -43,7 +49,8 @@ enum omst_error {
 	OMST_ENOTFOUND = -1,     /* no such name */
 	OMST_EINVALIDNAME = -2,  /* name breaks the naming rules (or too long) */
 	OMST_EBADREQUEST = -3,   /* the daemon refused the request as malformed */
-	OMST_EIO = -4,           /* file system or stream IO error in the daemon */
+	OMST_EIO = -4,           /* file system or stream IO error: in the daemon, or the
+	                          * library's own on the caller's file (errno is set) */
 	OMST_ENOSPACE = -5,      /* disk or cache full */
 	OMST_EUNREACHABLE = -6,  /* a peer needed for the request cannot be reached */
 	OMST_ECORRUPT = -7,      /* content does not match its hash */
@@ -53,7 +60,8 @@ enum omst_error {
 	OMST_EABORTED = -11,     /* request aborted (daemon shutting down) */
 	OMST_ETIMEDOUT = -12,    /* a deadline expired */
 	OMST_EUNAVAILABLE = -13, /* the name exists but its bytes can be had nowhere */
-	OMST_EFORBIDDEN = -14,   /* this node's grid role or name prefixes do not allow it */
+	OMST_EFORBIDDEN = -14,   /* this node's grid role or name prefixes, or the
+	                          * caller's local rights, do not allow it */
 	OMST_EINVAL = -100,      /* bad argument (NULL pointer, bad flags, ...) */
 	OMST_ENODAEMON = -101,   /* no daemon answers at the socket */
 	OMST_ECONN = -102,       /* connection lost during the call (daemon died) */
@@ -88,12 +96,29 @@ int OmstPutData(const char *name, const void *data, size_t size);
 /* Fill data with the blob named name; fails with OMST_ESIZE, filling
  * nothing that counts, when size is not the blob's size. */
 int OmstGetData(const char *name, void *data, size_t size);
-/* Store the file at path (read by the daemon) under name. A regular file
- * that changes while the daemon reads it fails the put (OMST_EIO), leaving
- * no name; a FIFO is read to its end of file; other file types are
- * refused. */
+/* Store the file at path under name. The library opens path itself, with
+ * the caller's rights (never the daemon's), and passes the descriptor to
+ * the daemon (omst_put_fd). A symbolic link is followed only where Linux's
+ * fs.protected_symlinks = 1 would follow it, whatever the host's setting:
+ * not a link of another user in a sticky world-writable directory such as
+ * /tmp (OMST_EIO, errno EACCES). A regular file that changes while it is
+ * read fails the put (OMST_EIO), leaving no name; anything else (a FIFO,
+ * /dev/stdin) is read to its end of file (opening a FIFO waits for a
+ * writer); a directory is refused. Errors opening path are OMST_EIO with
+ * errno set; messages name path. A relative path is taken against the
+ * working directory. */
 int OmstPutFile(const char *name, const char *path);
-/* Write the blob to path (by the daemon, atomically). */
+/* Write the blob to path, created by the library with the caller's rights
+ * (links followed as OmstPutFile follows them: the target is written, not
+ * the link). A regular file, or a path where nothing exists, is replaced
+ * atomically: the bytes go into a new temporary file beside it
+ * (".BASE.omst-RANDOM" where BASE is path's last component, mode 0644
+ * less the umask), renamed onto path only
+ * once every byte is written and verified; on any failure path is
+ * unchanged and the temporary file removed. An existing FIFO or device
+ * (/dev/null, a terminal) is written in place (opening a FIFO waits for a
+ * reader; a FIFO of another user in a sticky world-writable directory is
+ * refused); a directory is refused. */
 int OmstGetFile(const char *name, const char *path);
 
 /* ---- Handle API ------------------------------------------------------- */
@@ -110,7 +135,8 @@ int omst_connect(const char *socket_path, omst_t **out);
  * been waited for. */
 void omst_close(omst_t *h);
 
-/* Puts are all or nothing, as OmstPutData and OmstPutFile. */
+/* Puts are all or nothing, as OmstPutData and OmstPutFile. Files: see
+ * OmstPutFile and OmstGetFile. */
 int omst_put(omst_t *h, const char *name, const void *data, size_t size, omst_info_t *info);
 /* chunk_size 0: the daemon's default; else 4096 .. 64 MiB. */
 int omst_put_chunked(omst_t *h, const char *name, const void *data, size_t size, uint32_t chunk_size,
@@ -120,6 +146,33 @@ int omst_put_file(omst_t *h, const char *name, const char *path, omst_info_t *in
  * otherwise). info may be NULL. */
 int omst_get(omst_t *h, const char *name, void *buf, size_t size, omst_info_t *info);
 int omst_get_file(omst_t *h, const char *name, const char *path, omst_info_t *info);
+/* Store the contents of the caller's open file fd under name, read by the
+ * daemon through a copy of the descriptor (protocol version 5, PUT_FD): a
+ * regular file from fd's current offset to the size it has now, and it
+ * must not change meanwhile (else OMST_EIO "file changed while it was
+ * read", and no name); anything else (a pipe, a FIFO, a socket, a
+ * terminal) to its end of file. fd must be open for reading, not a
+ * directory (OMST_EINVAL). fd's offset moves; fd stays open. On a daemon
+ * older than version 5 the library reads fd itself and streams the bytes
+ * (PUT), with the same rules. info may be NULL. */
+int omst_put_fd(omst_t *h, const char *name, int fd, omst_info_t *info);
+/* Write the blob named name into the caller's open file fd, through a
+ * copy of the descriptor (protocol version 5, GET_TO_FD): a regular file
+ * not opened with O_APPEND then holds exactly the blob (written from
+ * offset 0, cut to the blob's size); anything else (a pipe, a FIFO, a
+ * terminal, O_APPEND) gets the bytes in order. On failure fd may hold part
+ * of the bytes. fd must be open for writing, not a directory
+ * (OMST_EINVAL); it stays open. On a daemon older than version 5 the
+ * library receives the bytes (GET) and writes them itself, with the same
+ * rules (SIGPIPE is not raised: a reader gone is OMST_EIO).
+ * info may be NULL.
+ *
+ * While the daemon reads or writes fd, the wait for its reply (at most
+ * OMST_TIMEOUT_MS without progress) goes on as long as a regular file's
+ * offset, size or modification time changes; a stream shows no progress
+ * the library can see, and is left to the daemon's own IO timeout, which
+ * ends a stream that stops moving (OMST_ETIMEDOUT). */
+int omst_get_to_fd(omst_t *h, const char *name, int fd, omst_info_t *info);
 int omst_stat(omst_t *h, const char *name, omst_info_t *info);
 /* Forget name on this node and unpin its blob here. */
 int omst_remove(omst_t *h, const char *name);

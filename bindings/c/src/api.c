@@ -14,13 +14,23 @@
  * The process-wide lock g_mu serialises that repair and the creation of
  * the default handle; pthread_atfork keeps g_mu consistent across fork.
  *
- * Versions: connections ask for version 2; if the daemon answers
- * UNSUPPORTED_VERSION the handle retries with version 1 (and keeps asking
- * for 1 from then on).
+ * Versions: connections ask for version 5 (OMST_PROTOCOL_VERSION); if the
+ * daemon answers UNSUPPORTED_VERSION the handle retries with version 1
+ * (and keeps asking for 1 from then on). A daemon answers the smaller of
+ * its version and ours: GET_FD needs 2, PUT_FD and GET_TO_FD 5 (below 5 the
+ * library streams the caller's file itself, through PUT and GET).
+ *
+ * Files: put_file and get_file open the caller's file here, with the
+ * caller's rights (localfile.c), and pass the descriptor (PUT_FD,
+ * GET_TO_FD); the library never asks the daemon to open a path (PUT_FILE,
+ * GET_FILE: the daemon would use its own rights, and serves them only to
+ * its own user).
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,7 +43,7 @@ struct omst {
 	int timeout_ms;
 	pid_t pid;             /* process whose connections these are */
 	pthread_mutex_t mu;    /* guards everything below */
-	uint32_t want_version; /* version to ask for: 2, or 1 after a refusal */
+	uint32_t want_version; /* version to ask for: 5, or 1 after a refusal */
 	struct omst_conn *all; /* every open connection (idle or in use) */
 	struct omst_conn *idle;
 	unsigned nidle;
@@ -217,6 +227,30 @@ void handle_release(omst_t *h, struct omst_conn *c)
 		}                                                                \
 	} while (0)
 
+/* Runs one request that passes the caller's file to the daemon or reads or
+ * writes it here. It is retried on a new connection only if none of the
+ * request was sent (the connection was found closed when writing to it):
+ * once the daemon may have read from or written to the file, the file is
+ * not where it was (a stream's bytes are gone), and a retry would be
+ * wrong. */
+#define WITH_CONN_FD(h, call)                                                    \
+	do {                                                                     \
+		for (int attempt_ = 0;; attempt_++) {                            \
+			struct omst_conn *c;                                     \
+			int e_ = handle_acquire((h), &c);                        \
+			if (e_)                                                  \
+				return attempt_ ? OMST_ECONN : e_;               \
+			int reused_ = c->used;                                   \
+			uint64_t sent_ = c->nsent;                               \
+			e_ = (call);                                             \
+			int retry_ = e_ == OMST_ECONN && reused_ && attempt_ == 0 && \
+			             c->nsent == sent_;                          \
+			handle_release((h), c);                                  \
+			if (!retry_)                                             \
+				return e_;                                       \
+		}                                                                \
+	} while (0)
+
 /* ---- handles ---------------------------------------------------------- */
 
 OMST_EXPORT int omst_connect(const char *socket_path, omst_t **out)
@@ -302,14 +336,87 @@ OMST_EXPORT int omst_put(omst_t *h, const char *name, const void *data, size_t s
 	return omst_put_chunked(h, name, data, size, 0, info);
 }
 
-static int put_file_abs(omst_t *h, const char *name, size_t nlen, const char *path, size_t plen, omst_info_t *info)
+/* Checks a descriptor the caller passes: open, not O_PATH, not a
+ * directory, open for reading (write 0) or writing (write 1). */
+static int check_fd(int fd, int write, const char *op)
 {
-	WITH_CONN(h, op_put_file(c, name, nlen, 0, path, plen, info));
+	if (fd < 0)
+		return omst_fail(OMST_EINVAL, "%s: descriptor %d", op, fd);
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0)
+		return omst_fail(OMST_EINVAL, "%s: descriptor %d: %s", op, fd, strerror(errno));
+	struct stat st;
+	int acc = fl & O_ACCMODE;
+	if ((fl & O_PATH) == O_PATH)
+		return omst_fail(OMST_EINVAL, "%s: descriptor %d was opened with O_PATH: it can be neither read nor written",
+		                 op, fd);
+	if (fstat(fd, &st) != 0)
+		return omst_fail(OMST_EINVAL, "%s: descriptor %d: %s", op, fd, strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		return omst_fail(OMST_EINVAL, "%s: descriptor %d is a directory", op, fd);
+	if (write && acc == O_RDONLY)
+		return omst_fail(OMST_EINVAL, "%s: descriptor %d is not open for writing", op, fd);
+	if (!write && acc == O_WRONLY)
+		return omst_fail(OMST_EINVAL, "%s: descriptor %d is not open for reading", op, fd);
+	return 0;
 }
 
-static int get_file_abs(omst_t *h, const char *name, size_t nlen, const char *path, size_t plen, omst_info_t *info)
+static int put_fd_conn(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info)
 {
-	WITH_CONN(h, op_get_file(c, name, nlen, path, plen, info));
+	if (c->version >= 5)
+		return op_put_fd(c, name, nlen, 0, fd, info);
+	return op_put_stream(c, name, nlen, 0, fd, info);
+}
+
+static int get_to_fd_conn(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info)
+{
+	if (c->version >= 5)
+		return op_get_to_fd(c, name, nlen, fd, info);
+	return op_get_stream(c, name, nlen, fd, info);
+}
+
+static int put_fd_once(omst_t *h, const char *name, size_t nlen, int fd, omst_info_t *info)
+{
+	WITH_CONN_FD(h, put_fd_conn(c, name, nlen, fd, info));
+}
+
+static int get_to_fd_once(omst_t *h, const char *name, size_t nlen, int fd, omst_info_t *info)
+{
+	WITH_CONN_FD(h, get_to_fd_conn(c, name, nlen, fd, info));
+}
+
+/* Puts path in front of the thread's message (the daemon does not know
+ * the path of a file it was passed). errno is kept. */
+static int with_path(int e, const char *path)
+{
+	int err = errno;
+	char msg[4608];
+	snprintf(msg, sizeof msg, "%s: %s", path, omst_errmsg());
+	omst_fail_msg(e, msg, strlen(msg));
+	errno = err;
+	return e;
+}
+
+OMST_EXPORT int omst_put_fd(omst_t *h, const char *name, int fd, omst_info_t *info)
+{
+	size_t nlen;
+	omst_info_t tmp;
+	CHECK_HANDLE(h);
+	int e = omst_check_name(name, &nlen);
+	if (e || (e = check_fd(fd, 0, "put_fd")) != 0)
+		return e;
+	return put_fd_once(h, name, nlen, fd, info ? info : &tmp);
+}
+
+OMST_EXPORT int omst_get_to_fd(omst_t *h, const char *name, int fd, omst_info_t *info)
+{
+	size_t nlen;
+	omst_info_t tmp;
+	CHECK_HANDLE(h);
+	int e = omst_check_name(name, &nlen);
+	if (e || (e = check_fd(fd, 1, "get_to_fd")) != 0)
+		return e;
+	return get_to_fd_once(h, name, nlen, fd, info ? info : &tmp);
 }
 
 OMST_EXPORT int omst_put_file(omst_t *h, const char *name, const char *path, omst_info_t *info)
@@ -317,11 +424,18 @@ OMST_EXPORT int omst_put_file(omst_t *h, const char *name, const char *path, oms
 	size_t nlen, plen;
 	char *abs;
 	omst_info_t tmp;
+	int fd;
 	CHECK_HANDLE(h);
 	int e = omst_check_name(name, &nlen);
 	if (e || (e = omst_abs_path(path, &abs, &plen)) != 0)
 		return e;
-	e = put_file_abs(h, name, nlen, abs, plen, info ? info : &tmp);
+	if ((e = lf_open_read(abs, &fd)) == 0) {
+		if ((e = put_fd_once(h, name, nlen, fd, info ? info : &tmp)) != 0)
+			with_path(e, abs);
+		int err = errno;
+		close(fd);
+		errno = err;
+	}
 	free(abs);
 	return e;
 }
@@ -331,11 +445,19 @@ OMST_EXPORT int omst_get_file(omst_t *h, const char *name, const char *path, oms
 	size_t nlen, plen;
 	char *abs;
 	omst_info_t tmp;
+	struct lf_dest d;
 	CHECK_HANDLE(h);
 	int e = omst_check_name(name, &nlen);
 	if (e || (e = omst_abs_path(path, &abs, &plen)) != 0)
 		return e;
-	e = get_file_abs(h, name, nlen, abs, plen, info ? info : &tmp);
+	if ((e = lf_create(abs, &d)) == 0) {
+		if ((e = get_to_fd_once(h, name, nlen, d.fd, info ? info : &tmp)) != 0) {
+			with_path(e, abs);
+			lf_abort(&d);
+		} else {
+			e = lf_commit(&d, abs);
+		}
+	}
 	free(abs);
 	return e;
 }

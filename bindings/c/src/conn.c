@@ -5,8 +5,11 @@
  * Every read is a recvmsg with room for descriptors (docs section 6.9):
  * descriptors that arrive with the bytes go into a FIFO that GET_FD takes
  * them from; anywhere else they are a protocol error. Waits use poll with
- * the connection's timeout (reset whenever bytes move); EINTR is retried.
- * Any IO failure marks the connection broken: the caller closes it.
+ * the connection's timeout (reset whenever bytes move, or while the file
+ * the daemon is reading or writing for the request shows progress: see
+ * conn_watch); EINTR is retried. A request frame may carry one of the
+ * caller's descriptors (PUT_FD, GET_TO_FD: conn_send_fd). Any IO failure
+ * marks the connection broken: the caller closes it.
  */
 #include "internal.h"
 
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,7 +36,47 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits until fd is ready for events, at most c->timeout_ms. */
+/* The watched file's state: its offset, size and modification time. */
+static void watch_mark(int fd, int64_t mark[4])
+{
+	struct stat st;
+	memset(mark, 0, 4 * sizeof *mark);
+	mark[0] = (int64_t)lseek(fd, 0, SEEK_CUR);
+	if (fstat(fd, &st) == 0) {
+		mark[1] = (int64_t)st.st_size;
+		mark[2] = (int64_t)st.st_mtim.tv_sec;
+		mark[3] = (int64_t)st.st_mtim.tv_nsec;
+	}
+}
+
+void conn_watch(struct omst_conn *c, int fd)
+{
+	c->watch = 0;
+	if (fd < 0)
+		return;
+	struct stat st;
+	c->watch = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? 1 : 2;
+	c->watch_fd = fd;
+	if (c->watch == 1)
+		watch_mark(fd, c->watch_last);
+}
+
+/* 1 if the daemon's work on the watched file counts as progress since the
+ * last check (see conn_watch). */
+static int watch_progress(struct omst_conn *c)
+{
+	if (c->watch == 2)
+		return 1;
+	int64_t m[4];
+	watch_mark(c->watch_fd, m);
+	if (memcmp(m, c->watch_last, sizeof m) == 0)
+		return 0;
+	memcpy(c->watch_last, m, sizeof m);
+	return 1;
+}
+
+/* Waits until fd is ready for events, at most c->timeout_ms (longer while
+ * a watched file shows progress). */
 static int wait_fd(struct omst_conn *c, short events)
 {
 	int64_t deadline = now_ms() + c->timeout_ms;
@@ -44,6 +88,10 @@ static int wait_fd(struct omst_conn *c, short events)
 		int r = poll(&p, 1, (int)left);
 		if (r > 0)
 			return 0; /* ready, or an error/hangup the next call reports */
+		if (r == 0 && c->watch && (events & POLLIN) && watch_progress(c)) {
+			deadline = now_ms() + c->timeout_ms;
+			continue;
+		}
 		if (r == 0)
 			return conn_break(c, omst_fail(OMST_ETIMEDOUT, "no progress from the daemon in %d ms",
 			                               c->timeout_ms));
@@ -279,6 +327,7 @@ int conn_sendv(struct omst_conn *c, struct iovec *iov, int n)
 			return conn_break(c, omst_fail(OMST_ECONN, "connection to the daemon lost: %s",
 			                               strerror(errno)));
 		}
+		c->nsent += (uint64_t)r;
 		size_t done = (size_t)r;
 		while (n > 0 && done >= iov->iov_len) {
 			done -= iov->iov_len;
@@ -297,6 +346,49 @@ int conn_send(struct omst_conn *c, const void *p, size_t n)
 {
 	struct iovec iov = {(void *)p, n};
 	return conn_sendv(c, &iov, 1);
+}
+
+int conn_send_fd(struct omst_conn *c, const void *p, size_t n, int fd)
+{
+	if (c->broken)
+		return omst_fail(OMST_ECONN, "connection unusable after an earlier error");
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	for (;;) {
+		struct iovec iov = {(void *)p, n};
+		struct msghdr msg;
+		memset(&msg, 0, sizeof msg);
+		memset(&ctl, 0, sizeof ctl);
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof ctl.buf;
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+		ssize_t r = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				int e = wait_fd(c, POLLOUT);
+				if (e)
+					return e;
+				continue;
+			}
+			if (errno == EBADF) /* the descriptor to pass; nothing was sent */
+				return omst_fail(OMST_EINVAL, "descriptor %d cannot be passed: %s", fd, strerror(errno));
+			return conn_break(c, omst_fail(OMST_ECONN, "connection to the daemon lost: %s",
+			                               strerror(errno)));
+		}
+		c->nsent += (uint64_t)r;
+		/* The descriptor went with the first byte; the rest is plain. */
+		return (size_t)r < n ? conn_send(c, (const uint8_t *)p + r, n - (size_t)r) : 0;
+	}
 }
 
 int conn_idle_ok(struct omst_conn *c)

@@ -48,7 +48,7 @@ OMST_EXPORT const char *omst_strerror(int code)
 	case OMST_ENOTFOUND: return "no such name";
 	case OMST_EINVALIDNAME: return "invalid name";
 	case OMST_EBADREQUEST: return "request refused as malformed by the daemon";
-	case OMST_EIO: return "IO error in the daemon";
+	case OMST_EIO: return "IO error (in the daemon, or on the caller's file)";
 	case OMST_ENOSPACE: return "no space left (disk or cache full)";
 	case OMST_EUNREACHABLE: return "a peer needed for the request cannot be reached";
 	case OMST_ECORRUPT: return "content does not match its hash";
@@ -58,7 +58,7 @@ OMST_EXPORT const char *omst_strerror(int code)
 	case OMST_EABORTED: return "request aborted";
 	case OMST_ETIMEDOUT: return "timed out";
 	case OMST_EUNAVAILABLE: return "the blob's bytes are missing here and no source has them";
-	case OMST_EFORBIDDEN: return "not allowed by this node's grid role or name prefixes";
+	case OMST_EFORBIDDEN: return "not allowed by this node's grid role or name prefixes, or the caller's local rights";
 	case OMST_EINVAL: return "invalid argument";
 	case OMST_ENODAEMON: return "no omst daemon answers at the socket";
 	case OMST_ECONN: return "connection to the daemon lost";

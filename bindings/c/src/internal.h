@@ -4,8 +4,11 @@
  *   error.c  thread-local error message
  *   wire.c   frame encoding/decoding: pure functions over byte arrays
  *   name.c   argument checks (names, paths)
+ *   localfile.c  the caller's files (put_file, get_file), opened with its
+ *            own rights: path resolution, temporary file, rename
  *   conn.c   one socket connection: connect + HELLO, framed IO with
- *            timeouts, descriptor (SCM_RIGHTS) FIFO
+ *            timeouts, descriptor (SCM_RIGHTS) FIFO, a frame sent with a
+ *            descriptor
  *   buf.c    omst_buf_t: library buffers (anonymous or mapped from files)
  *   ops.c    one request on one connection (PUT, GET, GET_FD, ...)
  *   api.c    handles (connection pool, fork safety), the public API
@@ -19,6 +22,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -48,18 +52,28 @@
 #define conn_read_body omst__conn_read_body
 #define conn_read_header omst__conn_read_header
 #define conn_send omst__conn_send
+#define conn_send_fd omst__conn_send_fd
 #define conn_sendv omst__conn_sendv
+#define conn_watch omst__conn_watch
 #define conn_skip omst__conn_skip
 #define conn_take_fds omst__conn_take_fds
+#define lf_abort omst__lf_abort
+#define lf_commit omst__lf_commit
+#define lf_create omst__lf_create
+#define lf_may_follow omst__lf_may_follow
+#define lf_open_read omst__lf_open_read
+#define lf_resolve omst__lf_resolve
 #define handle_acquire omst__handle_acquire
 #define handle_get omst__handle_get
 #define handle_release omst__handle_release
 #define op_get omst__op_get
 #define op_get_anon omst__op_get_anon
 #define op_get_fd omst__op_get_fd
-#define op_get_file omst__op_get_file
+#define op_get_stream omst__op_get_stream
+#define op_get_to_fd omst__op_get_to_fd
 #define op_put omst__op_put
-#define op_put_file omst__op_put_file
+#define op_put_fd omst__op_put_fd
+#define op_put_stream omst__op_put_stream
 #define op_remove omst__op_remove
 #define op_stat omst__op_stat
 #define w_check_body omst__w_check_body
@@ -169,6 +183,9 @@ size_t w_enc_hello(uint8_t *out, size_t cap, uint32_t version);
 size_t w_enc_put(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size);
 /* PUT_FD: the body of a PUT (the descriptor is sent beside the frame). */
 size_t w_enc_put_fd(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size);
+/* PUT_FILE and GET_FILE: the library no longer sends them (the daemon would
+ * open a path with its own rights: served only to its own user); the
+ * encoders stay for the shared test vectors. */
 size_t w_enc_put_file(uint8_t *out, size_t cap, const char *name, size_t nlen, uint32_t chunk_size,
                       const char *path, size_t plen);
 /* GET, STAT, REMOVE, GET_FD, GET_TO_FD (name) and LIST (prefix). */
@@ -218,6 +235,59 @@ int omst_abs_path(const char *path, char **out, size_t *len);
 /* chunk_size: 0 or 4096 .. 64 MiB. */
 int omst_check_chunk_size(uint32_t cs);
 
+/* ---- localfile.c: the caller's files, with its own rights ---------------- */
+/* The rules of the Go package pkg/localfile (docs/rpcbridge.md section
+ * 6.12); see localfile.c. Paths given to these functions are absolute
+ * (omst_abs_path). Failures are OMST_EIO with errno set and a message
+ * naming the path (EACCES for a link or FIFO the rules refuse), or
+ * OMST_ENOMEM. */
+
+/* lf_resolve's result for a path through a link in /proc (see there). */
+#define LF_MAGIC 1
+
+/* 1 if a process of effective uid follower may follow the link whose lstat
+ * is link, found in the directory whose stat is dir: always, unless the
+ * directory is sticky and world-writable and neither the follower nor the
+ * directory's owner owns the link (Linux's fs.protected_symlinks = 1). */
+int lf_may_follow(uid_t follower, const struct stat *link, const struct stat *dir);
+/* Resolves the absolute path to one without symbolic links (malloc'd into
+ * *out), following each link on the way only if lf_may_follow allows it for
+ * uid; at most 40 links; ".." lexical on the resolved prefix. Every
+ * component but the last must exist. Returns 0; or LF_MAGIC when a link's
+ * directory is on procfs (a "magic" link such as /proc/self/fd/0, whose
+ * target is an open file): *out is then the path up to and through that
+ * link and the rest, for the kernel to open; or a negative code. */
+int lf_resolve(const char *path, uid_t uid, char **out);
+/* Opens path for reading (O_RDONLY|O_CLOEXEC) with the caller's rights,
+ * links followed as lf_resolve allows; a directory is refused (EISDIR).
+ * Opening a FIFO waits for a writer. */
+int lf_open_read(const char *path, int *fd);
+
+/* The destination of a get: the daemon writes into fd; then lf_commit or
+ * lf_abort (exactly one of them, once). */
+struct lf_dest {
+	int fd;      /* open for writing */
+	int regular; /* fd is a temporary file beside the destination */
+	int dfd;     /* the destination's directory (regular only) */
+	char *temp;  /* the temporary file's name in it */
+	char *base;  /* the destination's name in it */
+	int done;
+};
+/* Prepares path as the destination of a get, with the caller's rights: a
+ * regular file, or a path where nothing exists, gets a new temporary file
+ * beside it (links followed as lf_resolve allows: the target is replaced,
+ * not the link); an existing FIFO or device is opened for writing in place
+ * (waiting for a FIFO's reader; another user's FIFO in a sticky
+ * world-writable directory is refused); a directory is refused (EISDIR). */
+int lf_create(const char *path, struct lf_dest *d);
+/* Closes d's file and, for a temporary file, renames it onto the
+ * destination (the temporary file is removed if that fails). Errors name
+ * path. */
+int lf_commit(struct lf_dest *d, const char *path);
+/* Closes d's file and removes a temporary file: the destination is as it
+ * was (a FIFO or device keeps what was written). errno is kept. */
+void lf_abort(struct lf_dest *d);
+
 /* ---- conn.c ------------------------------------------------------------- */
 
 #define CONN_RBUF (64u << 10)
@@ -231,6 +301,10 @@ struct omst_conn {
 	int timeout_ms;    /* per-wait IO timeout */
 	int broken;        /* stream out of step: close, do not reuse */
 	int used;          /* has carried a request */
+	uint64_t nsent;    /* bytes written to the socket */
+	int watch;         /* conn_watch: 0 none, 1 a regular file, 2 a stream */
+	int watch_fd;
+	int64_t watch_last[4];
 	uint8_t *rb;       /* read buffer, CONN_RBUF bytes */
 	size_t rpos, rend; /* unread bytes are rb[rpos..rend) */
 	uint8_t *body;     /* reusable body buffer for control frames */
@@ -251,6 +325,19 @@ void conn_close(struct omst_conn *c);
  * timeout handled). Errors mark the connection broken. */
 int conn_sendv(struct omst_conn *c, struct iovec *iov, int n);
 int conn_send(struct omst_conn *c, const void *p, size_t n);
+/* Sends the frame p[0..n) with the descriptor fd attached to its first
+ * byte (one sendmsg with SCM_RIGHTS; the rest, if the first write is short,
+ * plain). A descriptor that cannot be passed (EBADF) is OMST_EINVAL with
+ * nothing sent and the connection intact. */
+int conn_send_fd(struct omst_conn *c, const void *p, size_t n, int fd);
+/* Watches the caller's file fd while the daemon reads or writes it for the
+ * request (fd -1: stop). Meanwhile a wait for the daemon's reply that
+ * reaches the timeout goes on as long as the file shows progress: for a
+ * regular file, a change of its offset, size or modification time since
+ * the last check; a stream (pipe, FIFO, device) shows none the library can
+ * see, so the wait is left to the daemon, which bounds each read or write
+ * of a stream by its own IO timeout and answers ERROR TIMEOUT. */
+void conn_watch(struct omst_conn *c, int fd);
 /* Reads and checks one frame header. EOF is OMST_ECONN. */
 int conn_read_header(struct omst_conn *c, uint32_t *len, uint8_t *type);
 /* Reads exactly n bytes into dst (large reads go straight to dst). */
@@ -300,8 +387,6 @@ size_t buf_page_size(void);
 
 int op_put(struct omst_conn *c, const char *name, size_t nlen, const void *data, size_t size,
            uint32_t chunk_size, omst_info_t *info);
-int op_put_file(struct omst_conn *c, const char *name, size_t nlen, uint32_t chunk_size, const char *path,
-                size_t plen, omst_info_t *info);
 /* GET into buf of size bytes; OMST_ESIZE (nothing read into buf) when the
  * blob's size differs. */
 int op_get(struct omst_conn *c, const char *name, size_t nlen, void *buf, size_t size, omst_info_t *info);
@@ -309,10 +394,26 @@ int op_get(struct omst_conn *c, const char *name, size_t nlen, void *buf, size_t
 int op_get_anon(struct omst_conn *c, const char *name, size_t nlen, unsigned flags, omst_buf_t **out);
 /* GET_FD into a new mapped library buffer (version 2 connections only). */
 int op_get_fd(struct omst_conn *c, const char *name, size_t nlen, unsigned flags, omst_buf_t **out);
-int op_get_file(struct omst_conn *c, const char *name, size_t nlen, const char *path, size_t plen,
-                omst_info_t *info);
 int op_stat(struct omst_conn *c, const char *name, size_t nlen, omst_info_t *info);
 int op_remove(struct omst_conn *c, const char *name, size_t nlen);
+/* PUT_FD (version 5 connections only): the daemon reads the caller's file
+ * fd (a regular file from its offset to its size, unchanged; anything else
+ * to its end of file). The wait for INFO is watched (conn_watch). */
+int op_put_fd(struct omst_conn *c, const char *name, size_t nlen, uint32_t chunk_size, int fd, omst_info_t *info);
+/* GET_TO_FD (version 5 connections only): the daemon writes the blob into
+ * fd (a regular file not O_APPEND: exactly the blob from offset 0, cut to
+ * its size; else in order); INFO, then END or ERROR. */
+int op_get_to_fd(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info);
+/* op_put_fd for a daemon older than version 5: PUT, the file read here
+ * with the same rules (a regular file that shrinks, grows or is modified
+ * meanwhile is ABORTed: OMST_EIO "file changed while it was read"). The
+ * PUT frame is sent before anything is read. */
+int op_put_stream(struct omst_conn *c, const char *name, size_t nlen, uint32_t chunk_size, int fd, omst_info_t *info);
+/* op_get_to_fd for a daemon older than version 5: GET, the bytes written
+ * here with the same rules (pwrite from 0 and ftruncate, else write). A
+ * failed write drops the connection (which cancels the request):
+ * OMST_EIO with errno set. */
+int op_get_stream(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info);
 
 /* ---- api.c ---------------------------------------------------------------- */
 

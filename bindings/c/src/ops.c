@@ -13,8 +13,15 @@
  */
 #include "internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Request frames of names and paths fit in this (1024 + 4096 + 20 bytes). */
@@ -94,6 +101,24 @@ static int read_info(struct omst_conn *c, omst_info_t *info)
 
 /* ---- PUT -------------------------------------------------------------- */
 
+/* An upload whose write failed with e: the daemon may have answered and
+ * closed the connection (for example BAD_REQUEST, or the ERROR of a put
+ * that failed early): its reply says more than EPIPE. Look for it briefly;
+ * the connection is closed afterwards either way. */
+static int upload_failed(struct omst_conn *c, int e)
+{
+	int timeout = c->timeout_ms;
+	omst_info_t tmp;
+	c->broken = 0;
+	c->timeout_ms = 100;
+	int r = read_info(c, &tmp);
+	c->timeout_ms = timeout;
+	c->broken = 1;
+	if (r < 0 && r > OMST_EINVAL && r != OMST_ETIMEDOUT)
+		return r; /* a daemon error code */
+	return omst_fail(e == OMST_ETIMEDOUT ? e : OMST_ECONN, "put: connection to the daemon lost during the upload");
+}
+
 int op_put(struct omst_conn *c, const char *name, size_t nlen, const void *data, size_t size,
            uint32_t chunk_size, omst_info_t *info)
 {
@@ -121,39 +146,9 @@ int op_put(struct omst_conn *c, const char *name, size_t nlen, const void *data,
 		n += w_enc_empty(req + n, sizeof req - n, FT_DATA);
 		e = conn_send(c, req, n);
 	}
-	if (e) {
-		/* The daemon may have answered and closed the connection (for
-		 * example BAD_REQUEST): its reply says more than EPIPE. Look for
-		 * it briefly; the connection is closed afterwards either way. */
-		int timeout = c->timeout_ms;
-		omst_info_t tmp;
-		c->broken = 0;
-		c->timeout_ms = 100;
-		int r = read_info(c, &tmp);
-		c->timeout_ms = timeout;
-		c->broken = 1;
-		if (r < 0 && r > OMST_EINVAL && r != OMST_ETIMEDOUT)
-			return r; /* a daemon error code */
-		return omst_fail(e == OMST_ETIMEDOUT ? e : OMST_ECONN,
-		                 "put: connection to the daemon lost during the upload");
-	}
+	if (e)
+		return upload_failed(c, e);
 	return read_info(c, info);
-}
-
-int op_put_file(struct omst_conn *c, const char *name, size_t nlen, uint32_t chunk_size, const char *path,
-                size_t plen, omst_info_t *info)
-{
-	uint8_t req[REQ_MAX];
-	int e = send_frame(c, req, w_enc_put_file(req, sizeof req, name, nlen, chunk_size, path, plen));
-	return e ? e : read_info(c, info);
-}
-
-int op_get_file(struct omst_conn *c, const char *name, size_t nlen, const char *path, size_t plen,
-                omst_info_t *info)
-{
-	uint8_t req[REQ_MAX];
-	int e = send_frame(c, req, w_enc_get_file(req, sizeof req, name, nlen, path, plen));
-	return e ? e : read_info(c, info);
 }
 
 int op_stat(struct omst_conn *c, const char *name, size_t nlen, omst_info_t *info)
@@ -340,4 +335,324 @@ int op_get_fd(struct omst_conn *c, const char *name, size_t nlen, unsigned flags
 	}
 	*out = b;
 	return 0;
+}
+
+/* ---- the caller's files: PUT_FD, GET_TO_FD (version 5) ------------------ */
+
+int op_put_fd(struct omst_conn *c, const char *name, size_t nlen, uint32_t chunk_size, int fd, omst_info_t *info)
+{
+	uint8_t req[REQ_MAX];
+	size_t n = w_enc_put_fd(req, sizeof req, name, nlen, chunk_size);
+	if (n == 0)
+		return omst_fail(OMST_EINVAL, "request does not fit in a frame");
+	c->used = 1;
+	int e = conn_send_fd(c, req, n, fd);
+	if (e)
+		return e;
+	conn_watch(c, fd);
+	e = read_info(c, info);
+	conn_watch(c, -1);
+	return e;
+}
+
+int op_get_to_fd(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info)
+{
+	uint8_t req[REQ_MAX];
+	size_t n = w_enc_name_req(req, sizeof req, FT_GET_TO_FD, name, nlen);
+	if (n == 0)
+		return omst_fail(OMST_EINVAL, "request does not fit in a frame");
+	c->used = 1;
+	int e = conn_send_fd(c, req, n, fd);
+	if (e)
+		return e;
+	conn_watch(c, fd);
+	/* INFO once the blob is found, then END when every byte is in the
+	 * file, or ERROR instead of either. */
+	e = read_info(c, info);
+	uint32_t len;
+	uint8_t type;
+	const uint8_t *body;
+	if (e == 0)
+		e = conn_read_header(c, &len, &type);
+	if (e == 0 && type != FT_END && type != FT_ERROR)
+		e = unexpected(c, type, "END");
+	if (e == 0)
+		e = conn_read_body(c, len, &body);
+	if (e == 0)
+		e = no_fds(c);
+	if (e == 0 && type == FT_ERROR)
+		e = error_reply(c, body, len);
+	else if (e == 0 && len != 0)
+		e = conn_break(c, omst_fail(OMST_EPROTO, "END frame with a body"));
+	conn_watch(c, -1);
+	return e;
+}
+
+/* ---- the same on a daemon older than version 5: streamed here ----------- */
+
+/* Waits until the caller's stream fd has bytes (or its end) to read. If
+ * the daemon speaks first, in the middle of the upload (an ERROR of a put
+ * that failed early, or its close), that is returned instead: the upload
+ * has no reader any more. */
+static int wait_input(struct omst_conn *c, int fd)
+{
+	for (;;) {
+		struct pollfd p[2] = {{fd, POLLIN, 0}, {c->fd, POLLIN, 0}};
+		int r = poll(p, 2, -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return conn_break(c, omst_fail(OMST_ESYS, "poll: %s", strerror(errno)));
+		if (p[1].revents)
+			return upload_failed(c, OMST_ECONN);
+		if (p[0].revents)
+			return 0;
+	}
+}
+
+/* Reads at most n bytes of the caller's file fd into p (one read: a
+ * stream's bytes go on as they come), the count in *got (0 at the end of
+ * file). Returns 0, 1 for a read error (errno set), or a library code
+ * from wait_input. */
+static int read_input(struct omst_conn *c, int fd, int stream, void *p, size_t n, ssize_t *got)
+{
+	for (;;) {
+		if (stream) {
+			int e = wait_input(c, fd);
+			if (e)
+				return e;
+		}
+		ssize_t r = read(fd, p, n);
+		if (r >= 0) {
+			*got = r;
+			return 0;
+		}
+		if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+			continue; /* a non-blocking stream: wait_input again */
+		return 1;
+	}
+}
+
+/* Cancels an upload (ABORT; the daemon answers ERROR ABORTED and stores
+ * nothing), then fails with code and msg. */
+static int upload_abort(struct omst_conn *c, int code, const char *msg)
+{
+	uint8_t f[W_HEADER];
+	omst_info_t tmp;
+	if (conn_send(c, f, w_enc_empty(f, sizeof f, FT_ABORT)) == 0 && read_info(c, &tmp) != OMST_EABORTED)
+		c->broken = 1;
+	return omst_fail(code, "%s", msg);
+}
+
+int op_put_stream(struct omst_conn *c, const char *name, size_t nlen, uint32_t chunk_size, int fd, omst_info_t *info)
+{
+	struct stat st0;
+	if (fstat(fd, &st0) != 0)
+		return omst_fail(OMST_EIO, "put: stat the file: %s", strerror(errno));
+	int regular = S_ISREG(st0.st_mode);
+	off_t off = 0, size = st0.st_size;
+	if (regular && (off = lseek(fd, 0, SEEK_CUR)) < 0)
+		return omst_fail(OMST_EIO, "put: offset of the file: %s", strerror(errno));
+	/* PUT alone first: if it cannot be sent, nothing was read yet (and the
+	 * request may be retried on a new connection). */
+	uint8_t req[REQ_MAX];
+	int e = send_frame(c, req, w_enc_put(req, sizeof req, name, nlen, chunk_size));
+	if (e)
+		return e;
+	uint8_t *buf = malloc(W_HEADER + W_DATA_FRAME);
+	if (buf == NULL) {
+		c->broken = 1; /* the upload cannot be ended properly */
+		return omst_fail(OMST_ENOMEM, "out of memory");
+	}
+	char msg[512];
+	for (;;) {
+		size_t want = W_DATA_FRAME;
+		if (regular) {
+			if (off >= size)
+				break;
+			if ((uint64_t)(size - off) < want)
+				want = (size_t)(size - off);
+		}
+		ssize_t k = 0;
+		int r = read_input(c, fd, !regular, buf + W_HEADER, want, &k);
+		if (r < 0) { /* the daemon answered in the middle */
+			free(buf);
+			return r;
+		}
+		if (r > 0) {
+			int err = errno;
+			snprintf(msg, sizeof msg, "put: read the file: %s", strerror(err));
+			free(buf);
+			e = upload_abort(c, OMST_EIO, msg);
+			errno = err;
+			return e;
+		}
+		if (k == 0) {
+			if (!regular)
+				break;
+			struct stat st;
+			snprintf(msg, sizeof msg, "put: file changed while it was read: it shrank from %lld to %lld bytes",
+			         (long long)size, (long long)(fstat(fd, &st) == 0 ? st.st_size : off));
+			free(buf);
+			return upload_abort(c, OMST_EIO, msg);
+		}
+		w_put_header(buf, FT_DATA, (uint32_t)k);
+		struct iovec iov = {buf, W_HEADER + (size_t)k};
+		if ((e = conn_sendv(c, &iov, 1)) != 0) {
+			free(buf);
+			return upload_failed(c, e);
+		}
+		off += k;
+	}
+	if (regular) {
+		/* After the last byte: nothing more, and the same size and
+		 * modification time as at the start. */
+		struct stat st;
+		ssize_t k = 0;
+		int r = read_input(c, fd, 0, buf, 1, &k);
+		if (r == 0 && k > 0)
+			snprintf(msg, sizeof msg, "put: file changed while it was read: it grew beyond its %lld bytes",
+			         (long long)size);
+		else if (r != 0 || fstat(fd, &st) != 0)
+			snprintf(msg, sizeof msg, "put: read the file: %s", strerror(errno));
+		else if (st.st_size != size || st.st_mtim.tv_sec != st0.st_mtim.tv_sec ||
+		         st.st_mtim.tv_nsec != st0.st_mtim.tv_nsec)
+			snprintf(msg, sizeof msg,
+			         "put: file changed while it was read: size %lld -> %lld bytes, modification time changed",
+			         (long long)size, (long long)st.st_size);
+		else
+			msg[0] = '\0';
+		if (msg[0]) {
+			free(buf);
+			return upload_abort(c, OMST_EIO, msg);
+		}
+	}
+	free(buf);
+	uint8_t end[W_HEADER];
+	if ((e = conn_send(c, end, w_enc_empty(end, sizeof end, FT_DATA))) != 0)
+		return upload_failed(c, e);
+	return read_info(c, info);
+}
+
+/* write(2) without SIGPIPE: a reader that went away is EPIPE, and the
+ * library never raises the signal (it stays blocked in this thread for
+ * the call, and a SIGPIPE the write raised is taken back). */
+static ssize_t write_nosigpipe(int fd, const void *p, size_t n)
+{
+	sigset_t sp, old, pending;
+	sigemptyset(&sp);
+	sigaddset(&sp, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &sp, &old);
+	sigpending(&pending);
+	int was_pending = sigismember(&pending, SIGPIPE);
+	ssize_t r = write(fd, p, n);
+	int err = errno;
+	if (r < 0 && err == EPIPE && !was_pending) {
+		struct timespec zero = {0, 0};
+		while (sigtimedwait(&sp, NULL, &zero) < 0 && errno == EINTR)
+			;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = err;
+	return r;
+}
+
+/* Writes p[0..n) into the caller's file: at offset off (in_place: pwrite)
+ * or in order (a stream, or O_APPEND). Returns 0 or -1 with errno set. */
+static int write_output(int fd, int in_place, off_t off, const uint8_t *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t r = in_place ? pwrite(fd, p, n, off) : write_nosigpipe(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			/* A non-blocking stream: wait until it takes more. */
+			struct pollfd pf = {fd, POLLOUT, 0};
+			while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+				;
+			continue;
+		}
+		if (r <= 0) {
+			if (r == 0)
+				errno = EIO;
+			return -1;
+		}
+		p += r;
+		n -= (size_t)r;
+		off += r;
+	}
+	return 0;
+}
+
+int op_get_stream(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return omst_fail(OMST_EIO, "get: stat the file: %s", strerror(errno));
+	int fl = fcntl(fd, F_GETFL);
+	/* A regular file (not O_APPEND) ends up holding exactly the blob:
+	 * written from offset 0, then cut to the blob's size. */
+	int in_place = S_ISREG(st.st_mode) && fl >= 0 && !(fl & O_APPEND);
+	int e = get_begin(c, FT_GET, name, nlen, info);
+	if (e)
+		return e;
+	size_t cap = W_DATA_FRAME;
+	uint8_t *buf = malloc(cap);
+	if (buf == NULL) {
+		c->broken = 1;
+		return omst_fail(OMST_ENOMEM, "out of memory");
+	}
+	uint64_t got = 0, size = info->size;
+	for (;;) {
+		uint32_t len;
+		uint8_t type;
+		const uint8_t *body;
+		if ((e = conn_read_header(c, &len, &type)) != 0)
+			break;
+		if (type == FT_DATA) {
+			if (len == 0 || len > size - got) {
+				e = conn_break(c, omst_fail(OMST_EPROTO, "daemon sent more than the blob's %llu bytes",
+				                            (unsigned long long)size));
+				break;
+			}
+			for (uint32_t left = len; left > 0 && e == 0;) {
+				size_t k = left < cap ? left : cap;
+				if ((e = conn_read(c, buf, k)) != 0)
+					break;
+				if (write_output(fd, in_place, (off_t)got, buf, k) != 0) {
+					int err = errno;
+					/* Dropping the connection cancels the request. */
+					e = conn_break(c, omst_fail(OMST_EIO, "get: write to the file: %s", strerror(err)));
+					errno = err;
+					break;
+				}
+				got += k;
+				left -= (uint32_t)k;
+			}
+			if (e)
+				break;
+			continue;
+		}
+		if (type == FT_END) {
+			if ((e = no_fds(c)) == 0 && (len != 0 || got != size))
+				e = conn_break(c, omst_fail(OMST_EPROTO, "GET ended after %llu of %llu bytes",
+				                            (unsigned long long)got, (unsigned long long)size));
+			if (e == 0 && in_place && ftruncate(fd, (off_t)size) != 0) {
+				int err = errno;
+				e = omst_fail(OMST_EIO, "get: cut the file to %llu bytes: %s", (unsigned long long)size,
+				              strerror(err));
+				errno = err;
+			}
+			break;
+		}
+		if (type == FT_ERROR) {
+			if ((e = conn_read_body(c, len, &body)) == 0 && (e = no_fds(c)) == 0)
+				e = error_reply(c, body, len);
+			break;
+		}
+		e = unexpected(c, type, "DATA or END");
+		break;
+	}
+	free(buf);
+	return e;
 }

@@ -21,6 +21,11 @@ static void sleep_ms(int ms)
 
 int t_daemon_start(struct t_daemon *d)
 {
+	return t_daemon_start_with(d, NULL);
+}
+
+int t_daemon_start_with(struct t_daemon *d, const char *const *extra)
+{
 	memset(d, 0, sizeof *d);
 	snprintf(d->home, sizeof d->home, "/tmp/omst-ctest-XXXXXX");
 	if (mkdtemp(d->home) == NULL) {
@@ -43,8 +48,13 @@ int t_daemon_start(struct t_daemon *d)
 			dup2(fd, 2);
 			close(fd);
 		}
-		execl(t_omst_bin, "omst", "daemon", "--home", d->home, "--listen", "/ip4/127.0.0.1/tcp/0",
-		      "--log-level", "warn", (char *)NULL);
+		const char *argv[32] = {"omst", "daemon", "--home", d->home, "--listen", "/ip4/127.0.0.1/tcp/0",
+		                        "--log-level", "warn"};
+		int argc = 8;
+		for (int i = 0; extra && extra[i] && argc < 31; i++)
+			argv[argc++] = extra[i];
+		argv[argc] = NULL;
+		execv(t_omst_bin, (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", t_omst_bin, strerror(errno));
 		_exit(127);
 	}

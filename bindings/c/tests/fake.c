@@ -712,7 +712,9 @@ void test_fake_error_reconnects(void)
 	const int want[] = {OMST_EINTERNAL, OMST_EBADREQUEST};
 	for (int i = 0; i < 2; i++) {
 		struct fake f;
-		if (fake_start(&f, script_error_then_serve, 2, 0))
+		/* It speaks the library's version: refuse carries the error
+		 * code here, and hello() would refuse a higher version. */
+		if (fake_start(&f, script_error_then_serve, OMST_PROTOCOL_VERSION, 0))
 			return;
 		f.refuse = codes[i];
 		setenv("OMST_TIMEOUT_MS", "1000", 1);
@@ -917,4 +919,368 @@ void test_fake_killed_putter(void)
 	relay_stop(&r);
 	check_cut_left_nothing(name, data, n);
 	free(data);
+}
+
+/* ---- a version 5 daemon: descriptors with PUT_FD and GET_TO_FD ----------- */
+
+/* What the fake received: each request frame's type and how many
+ * descriptors came with it. */
+static pthread_mutex_t v5_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint8_t type;
+	int nfds;
+} v5_log[256];
+static int v5_n;
+static uint8_t *v5_stored; /* the last PUT_FD's bytes */
+static size_t v5_stored_n;
+
+/* rd with recvmsg: descriptors that arrive are appended to fds. */
+static int rd_fds(int fd, void *p, size_t n, int *fds, int *nfds, int cap)
+{
+	uint8_t *b = p;
+	while (n > 0) {
+		union {
+			char buf[CMSG_SPACE(8 * sizeof(int))];
+			struct cmsghdr align;
+		} ctl;
+		struct iovec iov = {b, n};
+		struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+		                   .msg_controllen = sizeof ctl.buf};
+		ssize_t r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k; i++) {
+				int x;
+				memcpy(&x, CMSG_DATA(cm) + i * sizeof(int), sizeof x);
+				if (*nfds < cap)
+					fds[(*nfds)++] = x;
+				else
+					close(x);
+			}
+		}
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* The request name of a PUT_FD or GET_TO_FD body, NUL-terminated. */
+static void req_name(const uint8_t *body, uint32_t len, char *out, size_t cap)
+{
+	uint32_t n = len >= 4 ? (uint32_t)body[0] << 24 | (uint32_t)body[1] << 16 | (uint32_t)body[2] << 8 | body[3] : 0;
+	if (n > len - 4 || n >= cap)
+		n = 0;
+	memcpy(out, body + 4, n);
+	out[n] = '\0';
+}
+
+static void script_v5(struct fake *f, int fd, int idx)
+{
+	(void)idx;
+	if (hello(f, fd) < 0)
+		return;
+	for (;;) {
+		uint8_t h[8], type, *body;
+		uint32_t len;
+		int fds[8], nfds = 0;
+		if (rd_fds(fd, h, 8, fds, &nfds, 8) || w_parse_header(h, &len, &type))
+			return;
+		body = malloc(len + 1);
+		if (rd_fds(fd, body, len, fds, &nfds, 8)) {
+			free(body);
+			return;
+		}
+		pthread_mutex_lock(&v5_mu);
+		if (v5_n < 256)
+			v5_log[v5_n].type = type, v5_log[v5_n].nfds = nfds, v5_n++;
+		pthread_mutex_unlock(&v5_mu);
+		char name[256];
+		req_name(body, len, name, sizeof name);
+		int ok = 1;
+		if ((type == FT_PUT_FD || type == FT_GET_TO_FD) && nfds != 1) {
+			send_error(fd, 3, "want exactly one descriptor");
+			ok = 0;
+		} else if (type == FT_PUT_FD && strcmp(name, "hold") == 0) {
+			usleep(1500000); /* neither reads nor answers */
+			send_info(fd, body, 0);
+		} else if (type == FT_PUT_FD) {
+			/* "slow": a byte every 100 ms (the offset moves) */
+			int slow = strcmp(name, "slow") == 0;
+			uint8_t buf[65536];
+			size_t n = 0;
+			ssize_t r;
+			free(v5_stored);
+			v5_stored = NULL;
+			while ((r = read(fds[0], buf, slow ? 1 : sizeof buf)) > 0) {
+				v5_stored = realloc(v5_stored, n + (size_t)r);
+				memcpy(v5_stored + n, buf, (size_t)r);
+				n += (size_t)r;
+				if (slow)
+					usleep(100000);
+			}
+			v5_stored_n = n;
+			send_info(fd, body, n);
+		} else if (type == FT_GET_TO_FD && strcmp(name, "partial") == 0) {
+			send_info(fd, body, 100);
+			if (write(fds[0], pattern100, 50) != 50)
+				ok = 0;
+			send_error(fd, 7, "chunk 1 does not match its hash");
+		} else if (type == FT_GET_TO_FD) {
+			send_info(fd, body, v5_stored_n);
+			if (v5_stored_n && write(fds[0], v5_stored, v5_stored_n) != (ssize_t)v5_stored_n)
+				ok = 0;
+			send_frame(fd, FT_END, "", 0);
+		} else if (type == FT_PUT_FILE || type == FT_GET_FILE) {
+			send_error(fd, 14, "the daemon opens paths only for its own user");
+		} else {
+			send_error(fd, 3, "unexpected request");
+			ok = 0;
+		}
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		free(body);
+		if (!ok)
+			return;
+	}
+}
+
+static int temps_in_dir(const char *dir)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -q '\\.omst-'", dir);
+	return system(cmd) == 0;
+}
+
+/* put_file and get_file send PUT_FD and GET_TO_FD, each with exactly one
+ * descriptor, and never PUT_FILE or GET_FILE; a get whose daemon fails
+ * after writing part of the bytes leaves the destination unchanged and no
+ * temporary file. */
+void test_fake_fd_frames(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_v5, 5, 0))
+		return;
+	setenv("OMST_TIMEOUT_MS", "5000", 1);
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	char in[512], out[512];
+	snprintf(in, sizeof in, "%s/v5in-%d", t_tmp, (int)getpid());
+	snprintf(out, sizeof out, "%s/v5out-%d", t_tmp, (int)getpid());
+	FILE *fp = fopen(in, "w");
+	fputs("the caller's own file", fp);
+	fclose(fp);
+	omst_info_t info;
+	CHECK_RC(omst_put_file(h, "a", in, &info), 0);
+	CHECK_EQ_U(info.size, 21);
+	CHECK_RC(omst_get_file(h, "a", out, &info), 0);
+	char got[64] = {0};
+	fp = fopen(out, "r");
+	CHECK(fp && fread(got, 1, sizeof got, fp) == 21 && memcmp(got, "the caller's own file", 21) == 0);
+	if (fp)
+		fclose(fp);
+	setenv("OMST_SOCKET", f.path, 1);
+	CHECK_RC(OmstPutFile("b", in), 0);
+	CHECK_RC(OmstGetFile("b", out), 0);
+
+	/* A failure after INFO and half the bytes. */
+	fp = fopen(out, "w");
+	fputs("precious", fp);
+	fclose(fp);
+	CHECK_RC(omst_get_file(h, "partial", out, &info), OMST_ECORRUPT);
+	CHECK(strstr(omst_errmsg(), out) != NULL);
+	fp = fopen(out, "r");
+	memset(got, 0, sizeof got);
+	CHECK(fp && fread(got, 1, sizeof got, fp) == 8 && memcmp(got, "precious", 8) == 0);
+	if (fp)
+		fclose(fp);
+	CHECK(!temps_in_dir(t_tmp));
+
+	pthread_mutex_lock(&v5_mu);
+	int puts = 0, gets = 0;
+	for (int i = 0; i < v5_n; i++) {
+		uint8_t t = v5_log[i].type;
+		int want = t == FT_PUT_FD || t == FT_GET_TO_FD ? 1 : 0;
+		if (t == FT_PUT_FILE || t == FT_GET_FILE || v5_log[i].nfds != want)
+			t_fail(__FILE__, __LINE__, "request %d: type 0x%02x with %d descriptors", i, t, v5_log[i].nfds);
+		puts += t == FT_PUT_FD;
+		gets += t == FT_GET_TO_FD;
+	}
+	pthread_mutex_unlock(&v5_mu);
+	CHECK_EQ_U(puts, 2);
+	CHECK_EQ_U(gets, 3);
+	unlink(in);
+	unlink(out);
+	omst_close(h);
+	fake_stop(&f);
+}
+
+/* The wait for the reply to PUT_FD goes on past the timeout while a
+ * regular file's offset moves; a regular file the daemon does not touch
+ * times out; a stream is left to the daemon. */
+void test_fake_fd_progress(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_v5, 5, 0))
+		return;
+	setenv("OMST_TIMEOUT_MS", "400", 1);
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	char in[512];
+	snprintf(in, sizeof in, "%s/v5slow-%d", t_tmp, (int)getpid());
+	FILE *fp = fopen(in, "w");
+	fputs("fifteen bytes!!", fp);
+	fclose(fp);
+	int fd = open(in, O_RDONLY);
+	omst_info_t info;
+	double t0 = t_now();
+	CHECK_RC(omst_put_fd(h, "slow", fd, &info), 0);
+	CHECK_EQ_U(info.size, 15);
+	CHECK(t_now() - t0 > 1.3);
+	lseek(fd, 0, SEEK_SET);
+	t0 = t_now();
+	CHECK_RC(omst_put_fd(h, "hold", fd, &info), OMST_ETIMEDOUT);
+	CHECK(t_now() - t0 < 1.3);
+	close(fd);
+	int p[2];
+	CHECK(pipe(p) == 0);
+	CHECK(write(p[1], "x", 1) == 1);
+	close(p[1]);
+	t0 = t_now();
+	CHECK_RC(omst_put_fd(h, "hold", p[0], &info), 0);
+	CHECK(t_now() - t0 > 1.3);
+	close(p[0]);
+	unlink(in);
+	omst_close(h);
+	fake_stop(&f);
+}
+
+/* ---- a relay that caps the version the real daemon answers -------------- */
+
+struct vrelay {
+	char path[256];
+	int lfd;
+	pthread_t th;
+	uint32_t max;
+	size_t hold_after; /* stop reading clients after this many bytes (0: never) */
+	int released;
+	size_t forwarded; /* client bytes passed on, all connections */
+	int version_seen;
+	int stop;
+	int active; /* connection threads running */
+};
+
+struct vconn {
+	struct vrelay *r;
+	int c;
+};
+
+static void *vrelay_conn(void *arg)
+{
+	struct vconn *vc = arg;
+	struct vrelay *r = vc->r;
+	int c = vc->c;
+	free(vc);
+	int d = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", t_sock);
+	uint8_t hello[16];
+	if (d < 0 || connect(d, (struct sockaddr *)&sa, sizeof sa) != 0 || rd(c, hello, 16) != 0)
+		goto out;
+	uint32_t v = (uint32_t)hello[12] << 24 | (uint32_t)hello[13] << 16 | (uint32_t)hello[14] << 8 | hello[15];
+	__atomic_store_n(&r->version_seen, (int)v, __ATOMIC_SEQ_CST);
+	if (v > r->max)
+		be32(hello + 12, r->max);
+	if (wr(d, hello, 16) != 0)
+		goto out;
+	__atomic_add_fetch(&r->forwarded, 16, __ATOMIC_SEQ_CST);
+	static __thread uint8_t buf[64 << 10];
+	while (!__atomic_load_n(&r->stop, __ATOMIC_SEQ_CST)) {
+		size_t hold = __atomic_load_n(&r->hold_after, __ATOMIC_SEQ_CST);
+		size_t fw = __atomic_load_n(&r->forwarded, __ATOMIC_SEQ_CST);
+		int held = hold && !__atomic_load_n(&r->released, __ATOMIC_SEQ_CST);
+		size_t room = held ? (fw < hold ? hold - fw : 0) : sizeof buf;
+		struct pollfd p[2] = {{c, room ? POLLIN : 0, 0}, {d, POLLIN, 0}};
+		if (poll(p, 2, 20) < 0 && errno != EINTR)
+			break;
+		if (room && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+			ssize_t n = read(c, buf, room < sizeof buf ? room : sizeof buf);
+			if (n <= 0 || wr(d, buf, (size_t)n))
+				break;
+			__atomic_add_fetch(&r->forwarded, (size_t)n, __ATOMIC_SEQ_CST);
+		}
+		if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+			ssize_t n = read(d, buf, sizeof buf);
+			if (n <= 0 || wr(c, buf, (size_t)n))
+				break;
+		}
+	}
+out:
+	close(c);
+	if (d >= 0)
+		close(d);
+	__atomic_sub_fetch(&r->active, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void *vrelay_accept(void *arg)
+{
+	struct vrelay *r = arg;
+	for (;;) {
+		int c = accept(r->lfd, NULL, NULL);
+		if (c < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return NULL;
+		}
+		struct vconn *vc = malloc(sizeof *vc);
+		*vc = (struct vconn){r, c};
+		__atomic_add_fetch(&r->active, 1, __ATOMIC_SEQ_CST);
+		pthread_t t;
+		pthread_create(&t, NULL, vrelay_conn, vc);
+		pthread_detach(t);
+	}
+}
+
+struct vrelay *vrelay_start(uint32_t max)
+{
+	static int seq;
+	struct vrelay *r = calloc(1, sizeof *r);
+	snprintf(r->path, sizeof r->path, "%s/vrelay-%d-%d.sock", t_tmp, (int)getpid(), seq++);
+	r->max = max;
+	r->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	strcpy(sa.sun_path, r->path);
+	unlink(r->path);
+	if (bind(r->lfd, (struct sockaddr *)&sa, sizeof sa) || listen(r->lfd, 16)) {
+		t_fail(__FILE__, __LINE__, "relay: bind/listen %s: %s", r->path, strerror(errno));
+		close(r->lfd);
+		free(r);
+		return NULL;
+	}
+	pthread_create(&r->th, NULL, vrelay_accept, r);
+	return r;
+}
+
+const char *vrelay_path(struct vrelay *r) { return r->path; }
+void vrelay_hold(struct vrelay *r, size_t after) { __atomic_store_n(&r->hold_after, after, __ATOMIC_SEQ_CST); }
+void vrelay_release(struct vrelay *r) { __atomic_store_n(&r->released, 1, __ATOMIC_SEQ_CST); }
+size_t vrelay_forwarded(struct vrelay *r) { return __atomic_load_n(&r->forwarded, __ATOMIC_SEQ_CST); }
+int vrelay_version_seen(struct vrelay *r) { return __atomic_load_n(&r->version_seen, __ATOMIC_SEQ_CST); }
+
+void vrelay_stop(struct vrelay *r)
+{
+	shutdown(r->lfd, SHUT_RDWR);
+	pthread_join(r->th, NULL);
+	close(r->lfd);
+	__atomic_store_n(&r->stop, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&r->active, __ATOMIC_SEQ_CST) > 0)
+		usleep(1000);
+	unlink(r->path);
+	free(r);
 }

@@ -66,6 +66,8 @@ struct t_daemon {
 	char sock[320];
 };
 int t_daemon_start(struct t_daemon *d);
+/* The same with more arguments for `omst daemon` (NULL-terminated). */
+int t_daemon_start_with(struct t_daemon *d, const char *const *extra);
 void t_daemon_stop(struct t_daemon *d);
 void t_daemon_kill(struct t_daemon *d); /* SIGKILL, reap; home kept */
 

@@ -12,6 +12,11 @@ int main(void)
 		fprintf(stderr, "install_check: omst_connect: %d (%s), want OMST_ENODAEMON\n", rc, omst_strerror(rc));
 		return 1;
 	}
+	/* The protocol version 5 calls are declared and exported. */
+	if (omst_put_fd(NULL, "a", 0, NULL) != OMST_EINVAL || omst_get_to_fd(NULL, "a", 1, NULL) != OMST_EINVAL) {
+		fprintf(stderr, "install_check: omst_put_fd/omst_get_to_fd with a NULL handle: want OMST_EINVAL\n");
+		return 1;
+	}
 	printf("install_check: ok (%s)\n", omst_strerror(rc));
 	return 0;
 }

@@ -1072,6 +1072,20 @@ static void test_eintr(void)
 		CHECK_RC(omst_connect(t_sock, &h2), 0);
 		omst_close(h2);
 	}
+	/* put_file and get_file: the library's own reads, writes and opens */
+	char fin[512], fout[512], fnm[256];
+	snprintf(fin, sizeof fin, "%s/eintr-in-%d", t_tmp, (int)getpid());
+	snprintf(fout, sizeof fout, "%s/eintr-out-%d", t_tmp, (int)getpid());
+	CHECK(write_file(fin, data, n) == 0);
+	strcpy(fnm, t_name("eintr/file"));
+	CHECK_RC(omst_put_file(h, fnm, fin, NULL), 0);
+	CHECK_RC(omst_get_file(h, fnm, fout, NULL), 0);
+	size_t fn = 0;
+	uint8_t *fgot = read_file(fout, &fn);
+	CHECK(fgot != NULL && fn == n && memcmp(fgot, data, n) == 0);
+	free(fgot);
+	unlink(fin);
+	unlink(fout);
 	sig_stop = 1;
 	pthread_join(th, NULL);
 	CHECK(sig_count > 100);
@@ -1091,6 +1105,19 @@ void test_fake_garbage(void);
 void test_fake_error_reconnects(void);
 void test_fake_cut_put(void);
 void test_fake_killed_putter(void);
+void test_fake_fd_frames(void);
+void test_fake_fd_progress(void);
+
+/* files.c */
+void test_file_resolve(void);
+void test_file_may_follow(void);
+void test_file_roundtrip(void);
+void test_file_failures(void);
+void test_file_in_place(void);
+void test_fd_calls(void);
+void test_file_fallback(void);
+void test_file_planted(void);
+void test_file_other_user(void);
 
 static const struct test tests[] = {
 	{"vectors", test_vectors, 0},
@@ -1122,6 +1149,17 @@ static const struct test tests[] = {
 	{"fake_error_reconnects", test_fake_error_reconnects, 0},
 	{"fake_cut_put", test_fake_cut_put, 0},
 	{"fake_killed_putter", test_fake_killed_putter, 0},
+	{"fake_fd_frames", test_fake_fd_frames, 0},
+	{"fake_fd_progress", test_fake_fd_progress, 0},
+	{"file_resolve", test_file_resolve, 0},
+	{"file_may_follow", test_file_may_follow, 0},
+	{"file_roundtrip", test_file_roundtrip, 0},
+	{"file_failures", test_file_failures, 0},
+	{"file_in_place", test_file_in_place, 60},
+	{"fd_calls", test_fd_calls, 60},
+	{"file_fallback", test_file_fallback, 120},
+	{"file_planted", test_file_planted, 30},
+	{"file_other_user", test_file_other_user, 120},
 	{"kill_mid_get", test_kill_mid_get, 180},
 };
 
