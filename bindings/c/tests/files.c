@@ -330,6 +330,8 @@ void test_file_failures(void)
 	snprintf(out, sizeof out, "%s/out", d);
 	CHECK(wfile(out, "precious", 8) == 0);
 	omst_info_t info;
+	CHECK_RC(omst_stat(h, "files/no/such/name", &info), OMST_ENOTFOUND); /* the pool warm */
+	int fds0 = t_count_fds();
 	CHECK_RC(omst_get_file(h, "files/no/such/name", out, &info), OMST_ENOTFOUND);
 	CHECK(strstr(omst_errmsg(), out) != NULL);
 	CHECK(holds(out, "precious", 8));
@@ -361,9 +363,10 @@ void test_file_failures(void)
 	CHECK(errno == ENOENT);
 	CHECK(strstr(omst_errmsg(), p) != NULL);
 	CHECK_EQ_U(temps_in(d), 0);
-	/* the handle still works */
+	/* the handle still works, and no descriptor was left open */
 	CHECK_RC(omst_get_file(h, "files/fail/x", out, NULL), 0);
 	CHECK(holds(out, "x", 1));
+	CHECK_EQ_U(t_count_fds(), fds0);
 	omst_close(h);
 }
 
@@ -456,6 +459,9 @@ static void fd_calls(omst_t *h)
 	uint8_t *data = t_pattern(n, 320);
 	omst_info_t info;
 
+	CHECK_RC(omst_stat(h, "files/fd/none", &info), OMST_ENOTFOUND); /* the pool warm */
+	int fds0 = t_count_fds();
+
 	/* put_fd from a pipe, get_to_fd into a pipe */
 	int pfd[2];
 	CHECK(pipe(pfd) == 0);
@@ -542,8 +548,9 @@ static void fd_calls(omst_t *h)
 	int r = omst_get_to_fd(h, nm, pfd[1], NULL);
 	CHECK(r != 0 && r != OMST_EPROTO);
 	close(pfd[1]);
-	/* and the handle goes on */
+	/* and the handle goes on, with no descriptor left open */
 	CHECK_RC(omst_stat(h, nm, &info), 0);
+	CHECK_EQ_U(t_count_fds(), fds0);
 	free(junk);
 	free(data);
 }
