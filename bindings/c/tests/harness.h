@@ -25,6 +25,9 @@ extern const char *t_omst_bin; /* the omst binary */
 
 void t_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int t_failures(void);
+/* Records that the current test could not run here (why), on stderr and in
+ * $OMST_SKIPS; the caller returns. */
+void t_skip(const char *why);
 void t_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define CHECK(cond)                                                      \
