@@ -65,6 +65,7 @@ type callerFile struct {
 	flags   int  // status flags when received
 	setNB   bool // O_NONBLOCK was set here (and is cleared again by close)
 	fd      uintptr
+	closed  bool
 }
 
 // callerFileName names a passed file in errors: the daemon does not know
@@ -113,8 +114,12 @@ func (sc *conn) openCallerFile(write bool) (*callerFile, error) {
 }
 
 // close puts the status flags back and closes the daemon's copy of the
-// descriptor.
+// descriptor; later calls do nothing.
 func (cf *callerFile) close() {
+	if cf.closed {
+		return
+	}
+	cf.closed = true
 	if cf.setNB {
 		unix.FcntlInt(cf.fd, unix.F_SETFL, cf.flags)
 	}
@@ -175,7 +180,7 @@ func (sc *conn) getToFD(ctx context.Context, body []byte) bool {
 	if err != nil {
 		return sc.sendError(errorFor(err))
 	}
-	defer cf.close()
+	defer cf.close() // a no-op after the close below; there after a panic
 	sentInfo := false
 	_, err = sc.writeBlob(ctx, name, cf, func(info Info) error {
 		off := sc.fc.begin(FrameInfo)
@@ -184,6 +189,9 @@ func (sc *conn) getToFD(ctx context.Context, body []byte) bool {
 		sentInfo = true
 		return sc.fc.flush()
 	})
+	// The file's flags are the caller's again, and the daemon's copy
+	// closed, before the reply says the request is over.
+	cf.close()
 	switch {
 	case err == nil:
 		sc.fc.frame(FrameEnd, nil)
