@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"time"
@@ -30,7 +29,7 @@ func putFile(ctx context.Context, g *globals, cl *rpcbridge.Client, name, path s
 	if g.quiet || !isTerminal() || !st.Mode().IsRegular() {
 		info, err := cl.PutFD(ctx, name, f, opts)
 		if err != nil {
-			return info, fmt.Errorf("put %q from %s: %w", name, path, err)
+			return info, rpcbridge.PutFrom(err, name, path)
 		}
 		return info, nil
 	}
@@ -43,7 +42,7 @@ func putFile(ctx context.Context, g *globals, cl *rpcbridge.Client, name, path s
 	}
 	p.finish()
 	if err != nil {
-		return info, fmt.Errorf("put %q from %s: %w", name, path, err)
+		return info, rpcbridge.PutFrom(err, name, path)
 	}
 	return info, nil
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/omst-project/omst/internal/asuser"
+	"github.com/omst-project/omst/pkg/blob"
 )
 
 // nobody is the unprivileged user the tests act as.
@@ -469,5 +470,21 @@ func TestGetFileFIFONoReader(t *testing.T) {
 			t.Fatalf("%d connections still served 5 s after their clients hung up", n)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPutFrom: a put's error names the file once, after the name, and
+// keeps its code and sentinel.
+func TestPutFrom(t *testing.T) {
+	inner := &Error{Code: CodeNoSpace, Message: `put "a/b": ingest "a/b": cache cap full`}
+	err := PutFrom(inner, "a/b", "/data/in")
+	if got, want := err.Error(), `put "a/b" from /data/in: ingest "a/b": cache cap full`; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	if !errors.Is(err, blob.ErrNoSpace) || CodeOf(err) != CodeNoSpace {
+		t.Errorf("lost its code: %v", CodeOf(err))
+	}
+	if got := PutFrom(errors.New("connection lost"), "x", "f").Error(); got != `put "x" from f: connection lost` {
+		t.Errorf("message %q", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -42,7 +43,7 @@ func (c *Client) PutFile(ctx context.Context, name, path string, opts PutOptions
 	defer f.Close()
 	info, err := c.PutFD(ctx, name, f, opts)
 	if err != nil {
-		return Info{}, fmt.Errorf("put %q from %s: %w", name, path, err)
+		return Info{}, PutFrom(err, name, path)
 	}
 	return info, nil
 }
@@ -222,6 +223,26 @@ func (c *Client) getStreamTo(ctx context.Context, name string, f *os.File, start
 	info.Local = true
 	return info, nil
 }
+
+// PutFrom returns err, the error of a put of name, with the file it came
+// from in its text: `put "NAME" from PATH: ...` (the daemon's errors start
+// with `put "NAME": `). errors.Is, errors.As and CodeOf see err.
+func PutFrom(err error, name, path string) error {
+	prefix := fmt.Sprintf("put %q: ", name)
+	msg := err.Error()
+	if strings.HasPrefix(msg, prefix) {
+		msg = msg[len(prefix):]
+	}
+	return &fromErr{msg: fmt.Sprintf("put %q from %s: %s", name, path, msg), err: err}
+}
+
+type fromErr struct {
+	msg string
+	err error
+}
+
+func (e *fromErr) Error() string { return e.msg }
+func (e *fromErr) Unwrap() error { return e.err }
 
 // sendFD writes a request frame with f's descriptor attached (one sendmsg:
 // the descriptor travels with the frame's first byte). Like send, it
