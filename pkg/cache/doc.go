@@ -27,8 +27,9 @@
 //     no name and no pin; the chunks already written are ordinary evictable
 //     cache entries. The input is whole only at its explicit end: io.EOF
 //     itself from Ingest's reader (any other error, io.ErrUnexpectedEOF
-//     included, is a cut input); for IngestFile, the size a regular file had
-//     when it was opened, with the file unchanged at the end.
+//     included, is a cut input); read through pkg/stablefile, a regular file
+//     ends at the size it had when it was opened, and only if it is
+//     unchanged at the end.
 //   - Pins are per blob, owned by Pin ("") or by the name that ingested the
 //     blob; a chunk is pinned while any pinned blob lists it.
 //   - Chunk bytes handed out (ReadChunk, ReadChunkInto) have been verified
@@ -45,7 +46,8 @@
 //
 //	s, err := cache.Open(dir, cache.Options{MaxBytes: 10 << 30})
 //	...
-//	rec, err := s.IngestFile(ctx, "shared/input.dat", path, blob.DefaultChunkSize, peerID)
+//	f, err := stablefile.Open(ctx, path) // fails the ingest if the file changes
+//	rec, err := s.Ingest(ctx, "shared/input.dat", f, blob.DefaultChunkSize, peerID)
 //	m, err := s.Manifest(rec.ID)
 //	data, err := s.ReadChunk(m.Chunks[0])
 package cache

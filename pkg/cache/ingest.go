@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/omst-project/omst/pkg/blob"
-	"github.com/omst-project/omst/pkg/stablefile"
 )
 
 // syncFS makes the chunk files under a store's directory durable (a
@@ -99,70 +96,6 @@ func (s *Store) IngestWith(ctx context.Context, name string, r io.Reader, chunkS
 	return rec, nil
 }
 
-// IngestFile is Ingest reading the file at path (opened by this process).
-//
-// A regular file is read up to the size it had when it was opened; if it
-// ends early, turns out longer, or its size or modification time at the end
-// differ from those at the start, the ingest fails with an error wrapping
-// stablefile.ErrChanged that names the file ("file changed while it was
-// read"), and leaves no name and no pin. A FIFO has no size: it is read as
-// a stream, to its end of file (every writer closed it); waiting for its
-// first writer ends with ctx. Anything else (a directory, a device, a
-// socket) is refused without being read.
-func (s *Store) IngestFile(ctx context.Context, name, path string, chunkSize int, origin string) (blob.Record, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return blob.Record{}, fmt.Errorf("ingest: %w", err)
-	}
-	if err := blob.ValidateChunkSize(chunkSize); err != nil {
-		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
-	}
-	f, err := openInput(ctx, path)
-	if err != nil {
-		return blob.Record{}, fmt.Errorf("ingest %q: %w", name, err)
-	}
-	defer f.Close()
-	return s.Ingest(ctx, name, f, chunkSize, origin)
-}
-
-// openInput opens the file of an IngestFile (a variable so that tests can
-// step in between the reads).
-var openInput = func(ctx context.Context, path string) (io.ReadCloser, error) {
-	// Check the type before opening: opening a device may have effects.
-	if fi, err := os.Stat(path); err == nil {
-		if err := inputType(path, fi.Mode()); err != nil {
-			return nil, err
-		}
-	}
-	r, err := stablefile.Open(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	if err := inputType(path, r.Mode()); err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
-}
-
-// inputType accepts the file types IngestFile reads: regular files and FIFOs.
-func inputType(path string, m fs.FileMode) error {
-	var what string
-	switch {
-	case m.IsRegular(), m&fs.ModeNamedPipe != 0:
-		return nil
-	case m.IsDir():
-		what = "a directory"
-	case m&fs.ModeCharDevice != 0:
-		what = "a character device"
-	case m&fs.ModeDevice != 0:
-		what = "a block device"
-	case m&fs.ModeSocket != 0:
-		what = "a socket"
-	default:
-		what = "a special file"
-	}
-	return &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%s, not a regular file or FIFO", what)}
-}
 
 // ingestRun is the state of one Ingest call.
 type ingestRun struct {

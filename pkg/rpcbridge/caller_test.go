@@ -488,3 +488,19 @@ func TestPutFrom(t *testing.T) {
 		t.Errorf("message %q", got)
 	}
 }
+
+// TestPutFileDevice: PUT_FILE (the daemon's own user) reads regular files
+// and FIFOs only: opening a device may have effects, so it is refused
+// unread.
+func TestPutFileDevice(t *testing.T) {
+	m := newMem()
+	ts := startServer(t, m, ServerOptions{})
+	r := rawDial(t, ts.path, true)
+	typ, body := rawCall(r.c, FramePutFile, appendPutFileReq(nil, "dev", 0, os.DevNull))
+	if code, msg := errCode(t, typ, body); code != CodeIO || !strings.Contains(msg, "not a regular file or FIFO") {
+		t.Errorf("PUT_FILE of %s: %v %q", os.DevNull, code, msg)
+	}
+	if _, ok := m.blobs["dev"]; ok {
+		t.Error("a device was stored")
+	}
+}
