@@ -96,7 +96,6 @@ func (s *Store) IngestWith(ctx context.Context, name string, r io.Reader, chunkS
 	return rec, nil
 }
 
-
 // ingestRun is the state of one Ingest call.
 type ingestRun struct {
 	s       *Store
