@@ -21,11 +21,17 @@ import (
 // trusted, the rule that it replaces only its own names, and its quota.
 func (n *Node) userPut(ctx context.Context, name string) cache.IngestOptions {
 	c, ok := rpcbridge.CallerOf(ctx)
-	if !ok || !c.Known {
+	if !ok {
 		return cache.IngestOptions{} // a put from inside the daemon
 	}
-	opts := cache.IngestOptions{User: c.UID, HasUser: true}
+	var opts cache.IngestOptions
+	if c.Known {
+		opts.User, opts.HasUser = c.UID, true
+	}
 	if !c.Trusted() {
+		// A caller the kernel could not name is a stranger too: it
+		// replaces nothing (no name is its own), and has no quota to
+		// count against (only new names).
 		opts.MayReplace = n.userMay(ctx, name, "replace")
 		opts.Quota = n.userQuota()
 	}
