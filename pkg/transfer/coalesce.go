@@ -267,19 +267,6 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 	return nil, Source{}, last
 }
 
-// siblingStat counts, for one sibling, the redirects to it this node
-// followed and those of them that needed a hedge (halved now and then, so
-// that it follows the sibling's recent behaviour).
-type siblingStat struct{ asked, hedged int }
-
-// Naming a slow sibling: at least slowMinHedges hedges, on at least half
-// of the requests to it; the counts are halved at statWindow requests.
-const (
-	slowMinHedges = 3
-	statWindow    = 64
-	maxStatPeers  = 256
-)
-
 // siblingAsked counts a redirect to p.
 func (e *Engine) siblingAsked(p peer.ID) {
 	e.statMu.Lock()
@@ -310,19 +297,6 @@ func (e *Engine) siblingHedged(p peer.ID) bool {
 	st.hedged++
 	return st.hedged >= slowMinHedges && 2*st.hedged >= st.asked
 }
-
-// Hedging a sibling request: after hedgeFactor times the moving average
-// of recent sibling chunk times, within [minHedge, maxHedge] (initialHedge
-// before any sibling delivered). The cap keeps a slow sibling's own times
-// from stretching the wait. The floor is measured: with 1 s, hedges under
-// load named busy siblings slow, the relay served most chunks itself, and
-// a 2 x 8 broadcast on the emulated WAN took twice as long.
-const (
-	hedgeFactor  = 4
-	minHedge     = 2 * time.Second
-	maxHedge     = 4 * time.Second
-	initialHedge = 2 * time.Second
-)
 
 // hedgeDelay is how long a sibling request runs alone.
 func (e *Engine) hedgeDelay() time.Duration {

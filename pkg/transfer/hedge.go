@@ -1,0 +1,277 @@
+package transfer
+
+import (
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// This file holds the hedging policy as plain code: what a node does while
+// it follows a relay's redirect of a chunk request to a sibling. Events in
+// (the request to the sibling was sent, a verified copy arrived, a request
+// failed, the clock reached a time the policy asked to be woken at),
+// actions out (hedge: ask the relay too, if it holds the chunk; give up on
+// the sibling and ask the relay plainly; deliver; fail) and the time to be
+// woken next. Every event carries the time: no clock, no goroutines, no
+// locks. The IO loop (fromSibling in coalesce.go) feeds it and carries its
+// actions out. Scripted tests: testdata/hedge/*.txt (hedge_test.go).
+
+// Hedging a sibling request: after hedgeFactor times the moving average
+// of recent sibling chunk times, within [minHedge, maxHedge] (initialHedge
+// before any sibling delivered), and never past the sibling timeout. The
+// cap keeps a slow sibling's own times from stretching the wait. The floor
+// is measured: with 1 s, hedges under load named busy siblings slow, the
+// relay served most chunks itself, and a 2 x 8 broadcast on the emulated
+// WAN took twice as long.
+const (
+	hedgeFactor  = 4
+	minHedge     = 2 * time.Second
+	maxHedge     = 4 * time.Second
+	initialHedge = 2 * time.Second
+)
+
+// Naming a slow sibling: at least slowMinHedges hedges, on at least half
+// of the requests to it; the counts are halved at statWindow requests, and
+// all are forgotten when maxStatPeers siblings are counted.
+const (
+	slowMinHedges = 3
+	statWindow    = 64
+	maxStatPeers  = 256
+)
+
+// hedgeReq names one of the requests a followed redirect makes.
+type hedgeReq uint8
+
+const (
+	// reqSibling is the request to the sibling the relay named.
+	reqSibling hedgeReq = iota
+	// reqHedge is a GET_DIRECT "if present" to the relay while the
+	// sibling's request runs: the relay answers NOT_FOUND unless it holds
+	// the chunk and has not just sent it into the site (HedgeGrace).
+	reqHedge
+	// reqDirect is the plain GET_DIRECT to the relay, naming the sibling
+	// that failed; made at most once per redirect.
+	reqDirect
+	numHedgeReqs
+)
+
+func (r hedgeReq) String() string {
+	switch r {
+	case reqSibling:
+		return "sibling"
+	case reqHedge:
+		return "hedge"
+	case reqDirect:
+		return "direct"
+	}
+	return "unknown"
+}
+
+// siblingStat counts, for one sibling, the redirects to it this node
+// followed and those of them that needed a hedge (halved now and then, so
+// that it follows the sibling's recent behaviour).
+type siblingStat struct{ asked, hedged int }
+
+// hedger is one node's hedging policy: what it learned from the redirects
+// it followed (per sibling, how many it followed and how many needed a
+// hedge; the moving average of a sibling chunk's time) and the decisions
+// for each redirect being followed (a siblingFetch). Not safe for
+// concurrent use: the Engine holds statMu around every call.
+type hedger struct {
+	timeout time.Duration // Config.SiblingTimeout: how long a sibling request may run
+	avg     time.Duration // moving average of a sibling chunk's time; 0 before the first
+	stats   map[peer.ID]*siblingStat
+}
+
+// newHedger returns a policy that gives a sibling request at most timeout
+// (> 0).
+func newHedger(timeout time.Duration) *hedger {
+	return &hedger{timeout: timeout, stats: map[peer.ID]*siblingStat{}}
+}
+
+// siblingFetch is one redirect being followed: made by follow, changed
+// only by the hedger's methods, owned by the one goroutine that follows
+// the redirect.
+type siblingFetch struct {
+	sibling  peer.ID
+	start    time.Time          // the request to the sibling was sent
+	giveUpAt time.Time          // start + the sibling timeout
+	hedgeAt  time.Time          // a hedge is due (zero: none armed)
+	open     [numHedgeReqs]bool // requests that have not answered
+	direct   bool               // the relay was asked plainly (at most once)
+	done     bool               // delivered or failed: nothing more to do
+}
+
+// hedgeAction is what the IO loop does after an event: first GiveUp, then
+// Hedge, then Direct; Deliver or Fail end the redirect. Wake is when to
+// call tick next (zero: no timer).
+type hedgeAction struct {
+	// GiveUp stops the sibling's request and counts it as a sibling
+	// failure: it failed, or it ran past the sibling timeout (TimedOut).
+	GiveUp, TimedOut bool
+	// Hedge asks the relay for the chunk if it holds it (reqHedge); Slow
+	// names the sibling slow in it (most requests to it needed a hedge).
+	Hedge, Slow bool
+	// Direct asks the relay plainly, naming the sibling failed (reqDirect).
+	Direct bool
+	// Deliver: the copy that just arrived wins; the redirect is done.
+	Deliver bool
+	// Fail: nothing is left to wait for; the redirect fails with the error
+	// of the request that failed last.
+	Fail bool
+	Wake time.Time
+}
+
+// follow starts following a redirect to sibling p: the request to it is
+// sent at now. It counts the request against p and arms the hedge and the
+// sibling timeout.
+func (h *hedger) follow(now time.Time, p peer.ID) (*siblingFetch, hedgeAction) {
+	st := h.stats[p]
+	if st == nil {
+		if len(h.stats) >= maxStatPeers {
+			clear(h.stats)
+		}
+		st = &siblingStat{}
+		h.stats[p] = st
+	}
+	st.asked++
+	if st.asked >= statWindow {
+		st.asked, st.hedged = st.asked/2, st.hedged/2
+	}
+	f := &siblingFetch{sibling: p, start: now, giveUpAt: now.Add(h.timeout), hedgeAt: now.Add(h.delay())}
+	f.open[reqSibling] = true
+	return f, hedgeAction{Wake: f.wake()}
+}
+
+// arrived applies a verified copy of the chunk from request r at now: the
+// first copy wins, whichever request it answers (even one given up on). A
+// sibling's time feeds the moving average.
+func (h *hedger) arrived(f *siblingFetch, now time.Time, r hedgeReq) hedgeAction {
+	if f.done {
+		return hedgeAction{}
+	}
+	if r == reqSibling {
+		h.noteTime(now.Sub(f.start))
+	}
+	f.end()
+	return hedgeAction{Deliver: true}
+}
+
+// failed applies the failure of request r at now (any failure: NOT_FOUND,
+// an error reply, corrupt bytes, a broken stream). A failed sibling is
+// replaced by a plain request to the relay at once. A failed hedge, while
+// the sibling's request runs, is a relay that does not hold the chunk yet
+// or declined to serve it (the sibling waits for it too, or has it on its
+// way): the wait goes on, with a new hedge a hedge delay later. The
+// redirect fails when no request is left open.
+func (h *hedger) failed(f *siblingFetch, now time.Time, r hedgeReq) hedgeAction {
+	if f.done {
+		return hedgeAction{}
+	}
+	if !f.open[r] {
+		return hedgeAction{Wake: f.wake()} // a request given up on, or a repeat
+	}
+	f.open[r] = false
+	var act hedgeAction
+	switch r {
+	case reqSibling:
+		act = f.giveUp()
+	case reqHedge:
+		if f.open[reqSibling] {
+			f.hedgeAt = now.Add(h.delay())
+		}
+	}
+	if f.open == [numHedgeReqs]bool{} {
+		f.end()
+		return hedgeAction{Fail: true}
+	}
+	act.Wake = f.wake()
+	return act
+}
+
+// tick applies the clock reaching now: a sibling request past the timeout
+// is given up on (and the relay asked plainly); else, when a hedge is due,
+// the relay is asked if it holds the chunk, naming the sibling slow when
+// most requests to it needed a hedge. One hedge at a time, none once the
+// relay was asked plainly.
+func (h *hedger) tick(f *siblingFetch, now time.Time) hedgeAction {
+	if f.done {
+		return hedgeAction{}
+	}
+	var act hedgeAction
+	switch {
+	case f.open[reqSibling] && !now.Before(f.giveUpAt):
+		f.open[reqSibling] = false
+		act = f.giveUp()
+		act.TimedOut = true
+	case !f.hedgeAt.IsZero() && !now.Before(f.hedgeAt):
+		f.hedgeAt = time.Time{}
+		f.open[reqHedge] = true
+		act.Hedge = true
+		act.Slow = h.hedged(f.sibling)
+	}
+	act.Wake = f.wake()
+	return act
+}
+
+// giveUp ends the wait for the sibling (no longer open): the relay is asked
+// plainly, once, and no more hedges are made.
+func (f *siblingFetch) giveUp() hedgeAction {
+	f.hedgeAt = time.Time{}
+	act := hedgeAction{GiveUp: true}
+	if !f.direct {
+		f.direct, f.open[reqDirect] = true, true
+		act.Direct = true
+	}
+	return act
+}
+
+// end marks f done: no request is waited for, no tick wanted.
+func (f *siblingFetch) end() {
+	f.done = true
+	f.open = [numHedgeReqs]bool{}
+	f.hedgeAt = time.Time{}
+}
+
+// wake is the next time f needs a tick: the earlier of the hedge due and
+// the sibling's timeout (while its request is open); zero for none.
+func (f *siblingFetch) wake() time.Time {
+	var w time.Time
+	if f.open[reqSibling] {
+		w = f.giveUpAt
+	}
+	if !f.hedgeAt.IsZero() && (w.IsZero() || f.hedgeAt.Before(w)) {
+		w = f.hedgeAt
+	}
+	return w
+}
+
+// hedged counts a hedge of a request to p and reports whether p is slow:
+// most requests to it needed one.
+func (h *hedger) hedged(p peer.ID) bool {
+	st := h.stats[p]
+	if st == nil {
+		return false
+	}
+	st.hedged++
+	return st.hedged >= slowMinHedges && 2*st.hedged >= st.asked
+}
+
+// delay is how long a sibling request runs alone before it is hedged.
+func (h *hedger) delay() time.Duration {
+	d := initialHedge
+	if h.avg > 0 {
+		d = min(max(hedgeFactor*h.avg, minHedge), maxHedge)
+	}
+	return min(d, h.timeout)
+}
+
+// noteTime folds a sibling chunk's time into the moving average (weight
+// 1/5; the first time is taken whole).
+func (h *hedger) noteTime(d time.Duration) {
+	if h.avg == 0 {
+		h.avg = d
+		return
+	}
+	h.avg += (d - h.avg) / 5
+}
