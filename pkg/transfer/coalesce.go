@@ -161,11 +161,13 @@ func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) 
 	return data, nil
 }
 
-// fromSibling follows relay's redirect of chunk q to sibling rd.
+// fromSibling follows relay's redirect of chunk q to sibling rd: it asks
+// the sibling and carries out what the hedging policy (hedge.go) decides
+// on each answer and tick.
 //
-// If the sibling has not delivered after hedgeDelay (a few times the
-// recent sibling chunk time, at least a second), the chunk is also asked
-// from the relay itself, but only if the relay holds it already (a hedge:
+// If the sibling has not delivered after the hedge delay (a few times the
+// recent sibling chunk time, 2 to 4 s), the chunk is also asked from the
+// relay itself, but only if the relay holds it already (a hedge:
 // GET_DIRECT "if present"); when it does not, the sibling is merely waiting
 // for the chunk too (a site fed over a WAN) and the wait goes on, with a
 // new hedge later. The first verified copy wins: a slow sibling costs a
@@ -176,29 +178,29 @@ func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) 
 // when most requests to it needed one (the relay avoids it for a while).
 func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q fetchRequest) ([]byte, Source, error) {
 	e.redirectsTaken.Add(1)
-	e.siblingAsked(rd.Peer)
 	if len(rd.Addrs) > 0 {
 		e.h.Peerstore().AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
 	}
 	type result struct {
-		data  []byte
-		err   error
-		from  Source
-		hedge bool // the relay's answer to a hedge
+		req  hedgeReq
+		data []byte
+		err  error
 	}
 	sibling := Source{ID: rd.Peer, Kind: KindSibling}
-	results := make(chan result, 3)
-	sctx, scancel := context.WithTimeout(ctx, e.cfg.SiblingTimeout)
+	from := [numHedgeReqs]Source{reqSibling: sibling, reqHedge: relay, reqDirect: relay}
+	// The policy keeps at most one request of each kind open: no send
+	// blocks, even after this function has returned.
+	results := make(chan result, numHedgeReqs)
+	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
-	start := time.Now()
+	e.statMu.Lock()
+	f, act := e.hedge.follow(time.Now(), rd.Peer)
+	e.statMu.Unlock()
 	go func() {
 		data, err := e.fetchVerified(sctx, sibling, q)
-		results <- result{data, err, sibling, false}
+		results <- result{reqSibling, data, err}
 	}()
-	pending := 1
-	siblingDone, hedging, direct := false, false, false
-	askRelay := func(dq fetchRequest, hedge bool) {
-		pending++
+	askRelay := func(req hedgeReq, dq fetchRequest) {
 		dq.Type = msgGetDirect
 		go func() {
 			data, err := e.fetchVerified(ctx, relay, dq)
@@ -207,118 +209,76 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 					err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
 				e.notePeerError(relay.ID, "fetch chunk", err)
 			}
-			results <- result{data, err, relay, hedge}
+			results <- result{req, data, err}
 		}()
 	}
-	hedge := time.NewTimer(e.hedgeDelay())
-	defer hedge.Stop()
-	var last error
-	for pending > 0 {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// carryOut does what act says and arms the timer for its next tick;
+	// cause is the sibling's error when it is given up on for one.
+	carryOut := func(act hedgeAction, cause error) {
+		if act.GiveUp {
+			scancel()
+			if act.TimedOut {
+				cause = fmt.Errorf("no chunk within %v", e.cfg.SiblingTimeout)
+			}
+			e.siblingFailures.Add(1)
+			e.log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
+				"relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", cause)
+		}
+		if act.Hedge {
+			e.hedges.Add(1)
+			dq := q
+			dq.IfPresent = true
+			if act.Slow {
+				dq.Failed, dq.Slow = rd.Peer, true
+			}
+			askRelay(reqHedge, dq)
+		}
+		if act.Direct {
+			dq := q
+			dq.Failed = rd.Peer
+			askRelay(reqDirect, dq)
+		}
+		timer.Stop()
+		if !act.Wake.IsZero() {
+			timer.Reset(time.Until(act.Wake))
+		}
+	}
+	carryOut(act, nil)
+	for {
 		select {
 		case r := <-results:
-			pending--
+			if r.err != nil && ctx.Err() != nil {
+				return nil, Source{}, ctx.Err() // not the requests' failure: nothing more to ask
+			}
+			e.statMu.Lock()
+			if r.err == nil {
+				act = e.hedge.arrived(f, time.Now(), r.req)
+			} else {
+				act = e.hedge.failed(f, time.Now(), r.req)
+			}
+			e.statMu.Unlock()
+			if r.req == reqHedge && r.err != nil && !errors.Is(r.err, blob.ErrNotFound) {
+				e.log.Debug("hedge failed", "relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
+			}
 			switch {
-			case r.err == nil:
-				if r.from == sibling {
-					e.noteSiblingTime(time.Since(start))
-				}
-				return r.data, r.from, nil
-			case r.hedge:
-				hedging = false
-				if !siblingDone {
-					// Not at the relay yet (the sibling is waiting for it
-					// too), or the hedge failed: wait on, hedge again later.
-					if !errors.Is(r.err, blob.ErrNotFound) {
-						e.log.Debug("hedge failed", "relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
-					}
-					hedge.Reset(e.hedgeDelay())
-					continue
-				}
-			case r.from == sibling:
-				siblingDone = true
-				if ctx.Err() == nil {
-					e.siblingFailures.Add(1)
-					e.log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
-						"relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
-				}
+			case act.Deliver:
+				return r.data, from[r.req], nil
+			case act.Fail:
+				return nil, Source{}, r.err
 			}
-			last = r.err
-			if siblingDone && !direct && ctx.Err() == nil {
-				direct = true
-				dq := q
-				dq.Failed = rd.Peer
-				askRelay(dq, false)
+			carryOut(act, r.err)
+		case <-timer.C:
+			if ctx.Err() != nil {
+				return nil, Source{}, ctx.Err()
 			}
-		case <-hedge.C:
-			if !hedging && !direct {
-				hedging = true
-				e.hedges.Add(1)
-				dq := q
-				dq.IfPresent = true
-				if e.siblingHedged(rd.Peer) {
-					dq.Failed, dq.Slow = rd.Peer, true
-				}
-				askRelay(dq, true)
-			}
+			e.statMu.Lock()
+			act = e.hedge.tick(f, time.Now())
+			e.statMu.Unlock()
+			carryOut(act, nil)
 		case <-ctx.Done():
 			return nil, Source{}, ctx.Err()
-		}
-	}
-	return nil, Source{}, last
-}
-
-// siblingAsked counts a redirect to p.
-func (e *Engine) siblingAsked(p peer.ID) {
-	e.statMu.Lock()
-	defer e.statMu.Unlock()
-	st := e.sibStats[p]
-	if st == nil {
-		if len(e.sibStats) >= maxStatPeers {
-			clear(e.sibStats)
-		}
-		st = &siblingStat{}
-		e.sibStats[p] = st
-	}
-	st.asked++
-	if st.asked >= statWindow {
-		st.asked, st.hedged = st.asked/2, st.hedged/2
-	}
-}
-
-// siblingHedged counts a hedge of a request to p and reports whether p is
-// slow: most requests to it needed one.
-func (e *Engine) siblingHedged(p peer.ID) bool {
-	e.statMu.Lock()
-	defer e.statMu.Unlock()
-	st := e.sibStats[p]
-	if st == nil {
-		return false
-	}
-	st.hedged++
-	return st.hedged >= slowMinHedges && 2*st.hedged >= st.asked
-}
-
-// hedgeDelay is how long a sibling request runs alone.
-func (e *Engine) hedgeDelay() time.Duration {
-	avg := time.Duration(e.siblingTime.Load())
-	d := initialHedge
-	if avg > 0 {
-		d = min(max(hedgeFactor*avg, minHedge), maxHedge)
-	}
-	return min(d, e.cfg.SiblingTimeout)
-}
-
-// noteSiblingTime folds a sibling chunk's time into the moving average
-// (weight 1/5).
-func (e *Engine) noteSiblingTime(d time.Duration) {
-	for {
-		old := e.siblingTime.Load()
-		nv := int64(d)
-		if old != 0 {
-			nv = old + (int64(d)-old)/5
-		}
-		if e.siblingTime.CompareAndSwap(old, nv) {
-			return
 		}
 	}
 }

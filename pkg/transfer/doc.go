@@ -16,7 +16,8 @@
 // the seam to the tree and other providers), schedule.go (the pure
 // decisions: which chunk next, from which source, retry or give up),
 // distribute.go (the relay's pure decisions: send a chunk to a child or
-// redirect it to a sibling),
+// redirect it to a sibling), hedge.go (a redirected request's pure
+// decisions: when to hedge, when to give up on the sibling),
 // coalesce.go (one upstream fetch per chunk hash), client.go (pipelined
 // streams to a peer), server.go (the handler, the per-peer reply budget),
 // manifest.go, open.go (Open, Fetch, Preheat), replicate.go (Replicate's

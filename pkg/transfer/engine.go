@@ -165,8 +165,8 @@ type Engine struct {
 	errMu     sync.Mutex
 	peerFails map[peer.ID]uint64 // failures blamed on each peer (bounded)
 
-	statMu   sync.Mutex
-	sibStats map[peer.ID]*siblingStat // redirects followed and hedged, per sibling
+	statMu sync.Mutex
+	hedge  *hedger // the hedging policy: what the redirects followed taught (hedge.go)
 
 	upLimit      *rate.Limiter // nil without MaxUploadRate
 	otherStreams atomic.Int64  // fetch streams served to peers of KindOther
@@ -186,7 +186,6 @@ type Engine struct {
 	hedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace)
 	pushSent        atomic.Uint64 // chunk bytes pushed after a FOUND (push.go)
 	pushReceived    atomic.Uint64 // verified chunk bytes a parent pushed
-	siblingTime     atomic.Int64  // moving average of a sibling chunk's time, ns
 	redirectsSent   atomic.Uint64
 	redirectsTaken  atomic.Uint64
 	siblingFailures atomic.Uint64
@@ -248,7 +247,7 @@ func New(cfg Config) (*Engine, error) {
 		active:    map[*blobFetch]struct{}{},
 		whole:     map[cid.Cid]*wholeBlobCall{},
 		peerFails: map[peer.ID]uint64{},
-		sibStats:  map[peer.ID]*siblingStat{},
+		hedge:     newHedger(cfg.SiblingTimeout),
 	}
 	if cfg.MaxUploadRate < 0 || cfg.MaxUploadStreams < 0 {
 		return nil, errors.New("transfer: negative upload limit")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,6 +221,68 @@ func TestSlowSiblingHedged(t *testing.T) {
 	// most each); in series, the slow reads alone would take 3 s a chunk.
 	if limit := transfer.HedgeGrace + 10*time.Second; took > limit {
 		t.Fatalf("a slow sibling stalled the others for %v (limit %v)", took, limit)
+	}
+}
+
+// stuckStore holds its chunks but, once stuck, answers no read until the
+// test ends (a sibling whose disk hangs).
+type stuckStore struct {
+	*memStore
+	stuck   atomic.Bool
+	release chan struct{}
+}
+
+func (s *stuckStore) ReadChunk(h blob.Hash) ([]byte, error) {
+	if s.stuck.Load() {
+		<-s.release
+	}
+	return s.memStore.ReadChunk(h)
+}
+
+// TestSiblingTimeoutAsksRelay: a sibling that never answers is given up on
+// after SiblingTimeout (half a second here, under the 2 s hedge delay, so
+// no hedge comes first) and the chunk is asked of the head plainly: the
+// workers finish in bounded time, well before the 10 s request timeout
+// would have ended the requests to the sibling.
+func TestSiblingTimeoutAsksRelay(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", nil, siblings)
+	impatient := func(c *nodeCfg) {
+		c.Engine.SiblingExchange = true
+		c.Engine.SiblingTimeout = 500 * time.Millisecond
+	}
+	var st *stuckStore
+	sw := newNode(t, head, "siteA", func(m *memStore) nodeStore {
+		st = &stuckStore{memStore: m, release: make(chan struct{})}
+		return st
+	}, impatient)
+	var ws []*testNode
+	for range 2 {
+		ws = append(ws, newNode(t, head, "siteA", nil, impatient))
+	}
+	t.Cleanup(func() { close(st.release) }) // before the nodes stop
+	waitConnected(t, append([]*testNode{head, sw}, ws...)...)
+	data := randBlob(32*16<<10, 16)
+	put(t, root, "t/x", data, 16<<10)
+	readAll(t, sw, "t/x") // the stuck worker holds every chunk: the head sends siblings to it
+	st.stuck.Store(true)
+	start := time.Now()
+	got := readAllAsync(t, ws, "t/x", -1)
+	took := time.Since(start)
+	var failures, hedges uint64
+	for i, w := range ws {
+		if !bytes.Equal(got[i], data) {
+			t.Fatalf("worker %d got wrong bytes", i)
+		}
+		failures += w.eng.Status().SiblingFailures
+		hedges += w.eng.Status().Hedges
+	}
+	t.Logf("two workers done in %v with a sibling that never answers; %d sibling failures, %d hedges", took, failures, hedges)
+	if failures == 0 {
+		t.Fatal("no request went to the stuck sibling: the test proves nothing")
+	}
+	if took > 5*time.Second {
+		t.Fatalf("a stuck sibling stalled the others for %v", took)
 	}
 }
 
