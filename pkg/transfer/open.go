@@ -84,10 +84,12 @@ func (bf *blobFetch) pump() {
 	if bf.err != nil {
 		return
 	}
-	if len(bf.sources) == 0 && !bf.sch.Complete() && !bf.keep {
-		bf.err = fmt.Errorf("get %q (%s): %w: chunks are missing here and there is no source to fetch them from", bf.r.Name, bf.r.ID, blob.ErrUnavailable)
-		bf.cond.Broadcast()
-		return
+	if !bf.sch.Complete() && !bf.keep { // a reader fails only at a chunk it lacks (wait)
+		if err := bf.noSource(-1, nil); err != nil {
+			bf.err = err
+			bf.cond.Broadcast()
+			return
+		}
 	}
 	for _, req := range bf.sch.Next() {
 		if !bf.e.goTracked(func() { bf.run(req) }) {
@@ -149,6 +151,27 @@ func (bf *blobFetch) run(req Request) {
 	bf.cond.Broadcast()
 }
 
+// noSource is the rule for chunks this fetch lacks when it has no source
+// to ask: the get fails with blob.ErrUnavailable (the name exists, its
+// bytes cannot be had), naming chunk i (i < 0: the chunks missing when the
+// fetch started) and wrapping cause, why the copy here could not be used
+// (nil: there was none). It returns nil while there is a source; bf.mu
+// is held.
+func (bf *blobFetch) noSource(i int, cause error) error {
+	if len(bf.sources) > 0 {
+		return nil
+	}
+	what, it := "chunks are missing", "them"
+	if i >= 0 {
+		what, it = fmt.Sprintf("chunk %d is missing", i), "it"
+	}
+	err := fmt.Errorf("get %q (%s): %w: %s here and there is no source to fetch %s from", bf.r.Name, bf.r.ID, blob.ErrUnavailable, what, it)
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}
+
 // giveUp fails the fetch: chunk i could not be had (err, the last
 // failure); bf.mu is held.
 func (bf *blobFetch) giveUp(i int, err error) {
@@ -204,17 +227,17 @@ func (bf *blobFetch) wait(i int) ([]byte, error) {
 				return data, nil
 			}
 			bf.e.log.Info("local chunk unusable, fetching it again", "blob", bf.r.ID, "chunk", i, "err", err)
-			if len(bf.sources) == 0 {
-				bf.err = fmt.Errorf("get %q (%s): chunk %d: %w (no source to fetch it from): %w", bf.r.Name, bf.r.ID, i, blob.ErrUnavailable, err)
-				return nil, bf.err
+			if nerr := bf.noSource(i, err); nerr != nil {
+				bf.err = nerr
+				return nil, nerr
 			}
 			bf.sch.Lost(i)
 			bf.pump()
 			continue
 		}
-		if len(bf.sources) == 0 {
-			bf.err = fmt.Errorf("get %q (%s): chunk %d: %w: it is missing here and there is no source to fetch it from", bf.r.Name, bf.r.ID, i, blob.ErrUnavailable)
-			return nil, bf.err
+		if err := bf.noSource(i, nil); err != nil {
+			bf.err = err
+			return nil, err
 		}
 		bf.cond.Wait()
 	}

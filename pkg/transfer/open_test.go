@@ -1,0 +1,92 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/omst-project/omst/internal/memstore"
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// damagedStore holds one chunk whose stored copy reads back damaged: the
+// store reports it corrupt and drops it, as Store.ReadChunk says.
+type damagedStore struct {
+	*memstore.Store
+	bad blob.Hash
+}
+
+func (s *damagedStore) ReadChunk(h blob.Hash) ([]byte, error) {
+	if h == s.bad {
+		s.DeleteChunk(h)
+		return nil, fmt.Errorf("chunk %s: %w", h, blob.ErrCorrupt)
+	}
+	return s.Store.ReadChunk(h)
+}
+
+// A chunk missing here, or damaged here, with no source to fetch it from
+// fails the get at once with blob.ErrUnavailable (the name exists: not
+// ErrNotFound), naming the chunk and, when damaged, why: a Fetch before it
+// asks anyone, a reader (Open) when it reaches the chunk, after the chunks
+// before it.
+func TestNoSourceForMissingChunk(t *testing.T) {
+	const cs = blob.MinChunkSize
+	data := randBlob(4*cs, 21)
+	for _, tc := range []struct {
+		name    string
+		damaged bool // chunk 1 is there but reads back damaged (else it is absent)
+		open    bool // read it (Open), else Fetch
+		want    []string
+	}{
+		{"fetch missing", false, false, []string{"no source"}},
+		{"open missing", false, true, []string{"chunk 1", "no source"}},
+		{"open damaged", true, true, []string{"chunk 1", "no source", "does not match its hash"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := memstore.New()
+			r := putBlob(t, mem, "x", data, cs)
+			m, err := mem.Manifest(r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var store Store = mem
+			if tc.damaged {
+				store = &damagedStore{Store: mem, bad: m.Chunks[1]}
+			} else {
+				mem.DeleteChunk(m.Chunks[1])
+			}
+			w := newEngine(t, store) // no sources
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var got []byte
+			if tc.open {
+				rc, oerr := w.eng.Open(ctx, r)
+				if oerr != nil {
+					t.Fatalf("open: %v", oerr)
+				}
+				got, err = io.ReadAll(rc)
+				rc.Close()
+				if string(got) != string(data[:cs]) {
+					t.Fatalf("read %d bytes before the error, want chunk 0's %d", len(got), cs)
+				}
+			} else {
+				err = w.eng.Fetch(ctx, r)
+			}
+			if !errors.Is(err, blob.ErrUnavailable) || errors.Is(err, blob.ErrNotFound) || ctx.Err() != nil {
+				t.Fatalf("got %v, want ErrUnavailable at once", err)
+			}
+			if tc.damaged != errors.Is(err, blob.ErrCorrupt) {
+				t.Fatalf("got %v: the damage is not (or wrongly) named", err)
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("%q does not say %q", err, s)
+				}
+			}
+		})
+	}
+}
