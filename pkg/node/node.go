@@ -287,6 +287,10 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		// the tree starts).
 		tcfg.OnChildPut = func(r blob.Record) { n.engine.Replicate(r) }
 	}
+	// A relay forgets a child that left as a holder of chunks, so that it
+	// sends no sibling to it (n.engine is set below, before the tree
+	// starts).
+	tcfg.OnChildLeft = func(p peer.ID) { n.engine.ChildLeft(p) }
 	if n.tree, err = tree.New(tcfg); err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}

@@ -242,7 +242,8 @@ func (d *Distributor) HedgeWait(now time.Time, id cid.Cid, index uint32) time.Du
 }
 
 // DropPeer forgets p as a holder of anything (it left: its tree session
-// ended), so that no child is sent to it.
+// ended, Engine.ChildLeft), so that no child is sent to it, even once it
+// is back, for what it held before.
 func (d *Distributor) DropPeer(p peer.ID) {
 	for _, b := range d.blobs {
 		delete(b.failures, p)

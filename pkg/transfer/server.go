@@ -428,11 +428,30 @@ func (e *Engine) redirectFor(p peer.ID, q fetchRequest) (redirect, bool) {
 	}
 	t := e.dist.Decide(now, ask, eligible)
 	e.distMu.Unlock()
+	if _, _, ok := g.Group(p); !ok {
+		// p left while it asked (after Group listed it above, perhaps
+		// after ChildLeft): it is no holder.
+		e.ChildLeft(p)
+	}
 	if t == "" {
 		return redirect{}, false
 	}
 	_, addrs, _ := g.Group(t)
 	return redirect{Peer: t, Addrs: addrs}, true
+}
+
+// ChildLeft tells the engine that p is no longer a connected child (its
+// tree session ended): as a relay, it forgets p as a holder of chunks, so
+// that no child is sent to p for what it held, even once p is back (a
+// worker that comes back may have lost its store). The tree calls it
+// (tree.Config.OnChildLeft). Safe to call for any peer, at any time.
+func (e *Engine) ChildLeft(p peer.ID) {
+	if e.dist == nil {
+		return
+	}
+	e.distMu.Lock()
+	e.dist.DropPeer(p)
+	e.distMu.Unlock()
 }
 
 // Bodies of the OK reply to a REPORT.

@@ -123,6 +123,7 @@ func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap fu
 		tr.cfg.OnChildPut = eng.Replicate
 	}
 	tr.cfg.OnPreheat = eng.Preheat
+	tr.cfg.OnChildLeft = eng.ChildLeft
 	if tr.cfg.Pusher == nil {
 		tr.cfg.Pusher = eng
 	} else if w, ok := tr.cfg.Pusher.(*wrappedPusher); ok {

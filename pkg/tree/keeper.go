@@ -269,11 +269,16 @@ func (t *Tree) handleTree(s network.Stream) {
 	t.h.ConnManager().Protect(p, protectTag)
 	defer func() {
 		t.mu.Lock()
+		left := false
 		if c := t.children[p]; c != nil && c.session == session {
 			c.connected = false
+			left = true
 			t.h.ConnManager().Unprotect(p, protectTag)
 		}
 		t.mu.Unlock()
+		if left && t.cfg.OnChildLeft != nil {
+			t.cfg.OnChildLeft(p)
+		}
 		t.log.Info("child left", "child", p, "site", h.Site)
 	}()
 	t.log.Info("child joined", "child", p, "site", h.Site, "addrs", h.Addrs)

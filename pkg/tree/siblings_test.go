@@ -307,3 +307,51 @@ func TestTransfersView(t *testing.T) {
 	<-done
 	waitFor(t, "the transfer to leave the view", 5*time.Second, func() bool { return len(w.eng.Transfers()) == 0 })
 }
+
+// TestDepartedWorkerNoRedirectTarget: a worker that held every chunk of a
+// blob leaves the head (its tree session ends). While it is away, the head
+// sends no sibling to it; once it is back with an empty store (restarted),
+// it holds nothing of the blob, and the head must not send siblings to it
+// for chunks it held before it left: the next worker to read gets the blob
+// from the head, and the restarted worker serves no sibling.
+func TestDepartedWorkerNoRedirectTarget(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", nil, siblings)
+	w1 := newNode(t, head, "siteA", nil, siblings)
+	w2 := newNode(t, head, "siteA", nil, siblings)
+	w3 := newNode(t, head, "siteA", nil, siblings)
+	waitConnected(t, head, w1, w2, w3)
+	data := randBlob(16*16<<10, 17)
+	put(t, root, "d/x", data, 16<<10)
+	data2 := randBlob(16*16<<10, 18)
+	put(t, root, "d/y", data2, 16<<10)
+	// w1 reads both blobs first: the head serves it every chunk itself and
+	// remembers it as their holder.
+	readAll(t, w1, "d/x")
+	readAll(t, w1, "d/y")
+	id := w1.h.ID()
+	w1.stop()
+	waitFor(t, "the head to see w1 leave", 5*time.Second, func() bool { _, _, ok := head.tree.Group(id); return !ok })
+
+	// Away: w2 is not sent to w1.
+	if got := readAll(t, w2, "d/x"); !bytes.Equal(got, data) {
+		t.Fatal("w2 got wrong bytes")
+	}
+	if st := w2.eng.Status(); st.RedirectsTaken != 0 || st.SiblingFailures != 0 {
+		t.Fatalf("w2 was sent to a sibling %d times (%d failed) while the only other holder, w1, was away", st.RedirectsTaken, st.SiblingFailures)
+	}
+
+	// Back, with an empty store: w3 is not sent to w1 for d/y, which only
+	// w1 held before it left.
+	w1 = w1.restart(t, head, "siteA")
+	waitConnected(t, w1)
+	waitFor(t, "the head to see w1 back", 5*time.Second, func() bool { _, _, ok := head.tree.Group(id); return ok })
+	if got := readAll(t, w3, "d/y"); !bytes.Equal(got, data2) {
+		t.Fatal("w3 got wrong bytes")
+	}
+	st, st1 := w3.eng.Status(), w1.eng.Status()
+	t.Logf("w3: %d redirects taken, %d sibling failures; restarted w1 sent %d bytes to siblings", st.RedirectsTaken, st.SiblingFailures, st1.BytesOut["sibling"])
+	if st.RedirectsTaken != 0 || st1.BytesOut["sibling"] != 0 {
+		t.Fatalf("w3 was sent %d times to w1, which left and came back empty (w1 sent it %d bytes it had to fetch first)", st.RedirectsTaken, st1.BytesOut["sibling"])
+	}
+}

@@ -85,6 +85,12 @@ type Config struct {
 	// returns when it is there (or ctx ends): a parent's PREHEAT asks for
 	// it (see Preheat).
 	OnPreheat func(ctx context.Context, r blob.Record) error
+	// OnChildLeft, when set, is called with a child's peer ID each time
+	// its session ends (its tree stream closed, failed or went silent),
+	// after Group stopped listing it, unless a newer session of the same
+	// peer has replaced it: a relay's transfer engine forgets the child as
+	// a holder of chunks (transfer.Engine.ChildLeft). It must not block.
+	OnChildLeft func(peer.ID)
 	// Pusher, when set, lets this node push a blob's first chunks after
 	// the FOUND answering a child's LOOKUP_GET across sites, and take the
 	// chunks its parent pushes (push.go).
