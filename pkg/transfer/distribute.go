@@ -85,14 +85,24 @@ func NewDistributor(cfg DistributorConfig) *Distributor {
 	return &Distributor{cfg: cfg, blobs: map[cid.Cid]*blobDist{}}
 }
 
-// Ask is a child's request for a chunk, as the relay's distribution sees it.
+// Ask is a peer's request for a chunk, as the relay's decisions see it
+// (ServeState; the Distributor's take only a connected child's).
 type Ask struct {
 	Blob  cid.Cid
 	Index uint32
-	Child peer.ID
-	Group string // the child's group (its site)
+	Child peer.ID // the asker
+	// Grouped: the asker is a connected child of this node, of Group (its
+	// site); any other asker is served, never redirected, and is no
+	// holder (ServeState).
+	Grouped bool
+	Group   string
 	// Direct: a retry that must not be redirected (GET_DIRECT).
 	Direct bool
+	// Hedge: a GET_DIRECT if-present, the asker's second request for a
+	// chunk it asked a sibling for: served only if the chunk is here, or
+	// declined for HedgeGrace; never redirected, and no holder changes
+	// (ServeState). Its Slow names the sibling it found slow.
+	Hedge bool
 	// Failed is the sibling the child was sent to that could not deliver
 	// (it counts against it: MaxFailures make it no target for the blob);
 	// Slow one that was only slow (the child hedged): for SlowBackoff it is
@@ -107,7 +117,8 @@ const SlowBackoff = 5 * time.Second
 // Decide answers a child's request a at now: the sibling to redirect the
 // child to, or "" for the relay to send the chunk itself. Either way the
 // child becomes a holder of the chunk. eligible, when not nil, vetoes a
-// target (one that left).
+// target (one that left). A target that turns out to be gone is reported
+// with Redecide.
 func (d *Distributor) Decide(now time.Time, a Ask, eligible func(peer.ID) bool) peer.ID {
 	id, index, child, group, direct, failed := a.Blob, a.Index, a.Child, a.Group, a.Direct, a.Failed
 	b := d.blobs[id]
@@ -179,6 +190,22 @@ func (d *Distributor) Decide(now time.Time, a Ask, eligible func(peer.ID) bool) 
 		c.holders = append(c.holders[:drop], c.holders[drop+1:]...)
 	}
 	return target
+}
+
+// Redecide answers a's request again: the target Decide chose for it,
+// gone, is no connected child any more. gone is forgotten (DropPeer), the
+// child is no holder by that decision, and it is decided again, its
+// reports (Failed, Slow) already counted. So a child is sent to the holder
+// it would have been sent to had gone not been one.
+func (d *Distributor) Redecide(now time.Time, a Ask, gone peer.ID) peer.ID {
+	d.DropPeer(gone)
+	if b := d.blobs[a.Blob]; b != nil {
+		if c := b.chunks[a.Index]; c != nil {
+			c.remove(a.Child)
+		}
+	}
+	a.Failed, a.Slow = "", ""
+	return d.Decide(now, a, nil)
 }
 
 // maxHolders bounds the holders a Distributor remembers per chunk.

@@ -1,0 +1,217 @@
+package transfer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// This file holds the server's decisions as one state machine, in the shape
+// of etcd-io/raft's Step: events in (a peer opened or closed a fetch
+// stream, a peer asks for a chunk, a chunk was sent, the sibling a child
+// was to be sent to is gone, a child left, time passed), a decision out
+// (serve the stream or refuse it; serve the chunk here, redirect the asker
+// to a sibling, or decline a hedge). The clock is passed in with each
+// event; there are no goroutines, locks or clock reads inside. The server
+// (server.go) holds one mutex around Step, feeds it what happened and acts
+// on what it decides: it reads the store, pulls through, writes replies
+// and counts. The in-site distribution itself is the Distributor
+// (distribute.go), which ServeState drives.
+
+// ServeConfig configures a ServeState.
+type ServeConfig struct {
+	// SiblingExchange: a connected child's chunk requests are answered by
+	// the Distributor (served here or redirected to a sibling of its
+	// group), and hedges are declined for HedgeGrace after the chunk was
+	// sent into the site (Config.SiblingExchange).
+	SiblingExchange bool
+	// Distribution tunes the Distributor (zero: the defaults).
+	Distribution DistributorConfig
+	// MaxUploadStreams bounds the fetch streams served at once to peers
+	// that are neither children nor parents (KindOther); 0: no bound
+	// (Config.MaxUploadStreams).
+	MaxUploadStreams int
+}
+
+// ServeEventKind says what happened.
+type ServeEventKind uint8
+
+const (
+	// ServeStreamOpened: Peer, which is Rel to this node, opened a fetch
+	// stream. ActServe or ActRefuse.
+	ServeStreamOpened ServeEventKind = iota + 1
+	// ServeStreamClosed: a stream of Peer (Rel) that was served ended
+	// (one that ServeStreamOpened answered with ActServe). ActNone.
+	ServeStreamClosed
+	// ServeAsk: Ask.Child asks for a chunk (Ask). ActServe, ActRedirect
+	// (to Target) or ActDecline (a hedge, for Wait more). Asks also tick.
+	ServeAsk
+	// ServeSent: chunk Ask.Index of Ask.Blob is on its way from here to
+	// its asker (the first time counts for HedgeGrace). ActNone.
+	ServeSent
+	// ServeTargetGone: the Target of the redirect decided for Ask (Peer)
+	// is no connected child any more: it is forgotten as ServePeerLeft
+	// forgets, and Ask is decided again. ActServe or ActRedirect.
+	ServeTargetGone
+	// ServePeerLeft: Peer is no connected child any more (its tree
+	// session ended): it is forgotten as a holder of anything, so that no
+	// child is sent to it for what it held. ActNone.
+	ServePeerLeft
+	// ServeTick: time passed; blobs idle for DistributorConfig.Idle are
+	// forgotten (at most once per sweepEvery). ActNone.
+	ServeTick
+)
+
+// ServeEvent is one thing that happened to the server, for Step.
+type ServeEvent struct {
+	Kind ServeEventKind
+	// Peer: whose stream (ServeStreamOpened, ServeStreamClosed), the
+	// target gone (ServeTargetGone), the child that left (ServePeerLeft).
+	Peer peer.ID
+	// Rel is what Peer is to this node (ServeStreamOpened,
+	// ServeStreamClosed).
+	Rel SourceKind
+	// Ask is the request (ServeAsk, ServeTargetGone), or the chunk sent
+	// (ServeSent: Blob and Index).
+	Ask Ask
+}
+
+// ServeAction is what the server does.
+type ServeAction uint8
+
+const (
+	// ActNone: nothing to do (the event asked nothing).
+	ActNone ServeAction = iota
+	// ActServe: serve the stream; or serve the chunk from here (from the
+	// store, else, unless it is a hedge, pulled through from this node's
+	// sources).
+	ActServe
+	// ActRedirect: answer with a REDIRECT to the sibling Target.
+	ActRedirect
+	// ActDecline: answer the hedge NOT_FOUND: the chunk was sent into the
+	// site less than HedgeGrace ago (Wait more to go).
+	ActDecline
+	// ActRefuse: refuse (reset) the stream: MaxUploadStreams are served.
+	ActRefuse
+)
+
+// ServeDecision is Step's answer.
+type ServeDecision struct {
+	Action ServeAction
+	Target peer.ID       // ActRedirect: the sibling to send the asker to
+	Wait   time.Duration // ActDecline: how much longer hedges for the chunk are declined
+}
+
+func (d ServeDecision) String() string {
+	switch d.Action {
+	case ActNone:
+		return "ok"
+	case ActServe:
+		return "serve"
+	case ActRedirect:
+		return "redirect " + string(d.Target)
+	case ActDecline:
+		return "decline " + d.Wait.String()
+	case ActRefuse:
+		return "refuse"
+	}
+	return fmt.Sprintf("action(%d)", d.Action)
+}
+
+// ServeState is the server's decision state: the fetch streams it serves
+// to other peers, and with sibling exchange the in-site distribution
+// (Distributor). Not safe for concurrent use: the server serialises Step.
+type ServeState struct {
+	dist      *Distributor // nil without sibling exchange
+	maxOther  int          // MaxUploadStreams
+	other     int          // fetch streams served to peers of KindOther
+	lastSweep time.Time
+}
+
+// NewServeState returns a ServeState; zero fields of cfg take defaults.
+func NewServeState(cfg ServeConfig) *ServeState {
+	s := &ServeState{maxOther: max(cfg.MaxUploadStreams, 0)}
+	if cfg.SiblingExchange {
+		s.dist = NewDistributor(cfg.Distribution)
+	}
+	return s
+}
+
+// Step applies ev, which happened at now, and returns what to do.
+func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
+	switch ev.Kind {
+	case ServeStreamOpened:
+		if ev.Rel == KindOther && s.maxOther > 0 {
+			if s.other >= s.maxOther {
+				return ServeDecision{Action: ActRefuse}
+			}
+			s.other++
+		}
+		return ServeDecision{Action: ActServe}
+	case ServeStreamClosed:
+		if ev.Rel == KindOther && s.maxOther > 0 && s.other > 0 {
+			s.other--
+		}
+	case ServeAsk:
+		return s.ask(now, ev.Ask)
+	case ServeSent:
+		if s.dist != nil {
+			s.dist.NoteSent(now, ev.Ask.Blob, ev.Ask.Index)
+		}
+	case ServeTargetGone:
+		if s.dist == nil {
+			return ServeDecision{Action: ActServe}
+		}
+		return redirectOrServe(s.dist.Redecide(now, ev.Ask, ev.Peer))
+	case ServePeerLeft:
+		if s.dist != nil {
+			s.dist.DropPeer(ev.Peer)
+		}
+	case ServeTick:
+		s.tick(now)
+	}
+	return ServeDecision{}
+}
+
+// ask decides a chunk request a.
+func (s *ServeState) ask(now time.Time, a Ask) ServeDecision {
+	if s.dist == nil {
+		return ServeDecision{Action: ActServe}
+	}
+	if a.Hedge {
+		// A hedge for a chunk just sent into the site is declined (and
+		// names no sibling slow): the sibling has it or gets it soon.
+		// Serving hedges that name their sibling slow was measured worse:
+		// under load most siblings get named, and the relay's port again
+		// carries most copies (docs/protocol.md). Otherwise the chunk
+		// comes from here if it is here, or not at all; no holder changes.
+		if wait := s.dist.HedgeWait(now, a.Blob, a.Index); wait > 0 {
+			return ServeDecision{Action: ActDecline, Wait: wait}
+		}
+		if a.Grouped && a.Slow != "" {
+			s.dist.NoteSlow(now, a.Blob, a.Slow)
+		}
+		return ServeDecision{Action: ActServe}
+	}
+	if !a.Grouped {
+		return ServeDecision{Action: ActServe}
+	}
+	s.tick(now)
+	return redirectOrServe(s.dist.Decide(now, a, nil))
+}
+
+func redirectOrServe(t peer.ID) ServeDecision {
+	if t == "" {
+		return ServeDecision{Action: ActServe}
+	}
+	return ServeDecision{Action: ActRedirect, Target: t}
+}
+
+// tick forgets idle blobs, at most once per sweepEvery.
+func (s *ServeState) tick(now time.Time) {
+	if s.dist != nil && now.Sub(s.lastSweep) > sweepEvery {
+		s.dist.Sweep(now)
+		s.lastSweep = now
+	}
+}
