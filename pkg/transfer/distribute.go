@@ -116,10 +116,9 @@ const SlowBackoff = 5 * time.Second
 
 // Decide answers a child's request a at now: the sibling to redirect the
 // child to, or "" for the relay to send the chunk itself. Either way the
-// child becomes a holder of the chunk. eligible, when not nil, vetoes a
-// target (one that left). A target that turns out to be gone is reported
-// with Redecide.
-func (d *Distributor) Decide(now time.Time, a Ask, eligible func(peer.ID) bool) peer.ID {
+// child becomes a holder of the chunk. A target that turns out to be gone
+// is reported with Redecide.
+func (d *Distributor) Decide(now time.Time, a Ask) peer.ID {
 	id, index, child, group, direct, failed := a.Blob, a.Index, a.Child, a.Group, a.Direct, a.Failed
 	b := d.blobs[id]
 	if b == nil {
@@ -162,9 +161,7 @@ func (d *Distributor) Decide(now time.Time, a Ask, eligible func(peer.ID) bool) 
 			if best >= 0 && (slow && !bestSlow || slow == bestSlow && b.fed[h.peer] >= b.fed[c.holders[best].peer]) {
 				continue
 			}
-			if eligible == nil || eligible(h.peer) {
-				best, bestSlow = i, slow
-			}
+			best, bestSlow = i, slow
 		}
 		if best >= 0 {
 			h := &c.holders[best]
@@ -205,7 +202,7 @@ func (d *Distributor) Redecide(now time.Time, a Ask, gone peer.ID) peer.ID {
 		}
 	}
 	a.Failed, a.Slow = "", ""
-	return d.Decide(now, a, nil)
+	return d.Decide(now, a)
 }
 
 // maxHolders bounds the holders a Distributor remembers per chunk.

@@ -158,9 +158,9 @@ type Engine struct {
 	started  bool
 	closed   bool
 
-	distMu    sync.Mutex
-	dist      *Distributor // nil without SiblingExchange
-	lastSweep time.Time
+	stateMu sync.Mutex
+	state   *ServeState // the server's decisions: served streams, redirects, hedges declined (servestate.go)
+	grouper Grouper     // Sources as a Grouper with SiblingExchange, else nil
 
 	errMu     sync.Mutex
 	peerFails map[peer.ID]uint64 // failures blamed on each peer (bounded)
@@ -168,8 +168,7 @@ type Engine struct {
 	statMu sync.Mutex
 	hedge  *hedger // the hedging policy: what the redirects followed taught (hedge.go)
 
-	upLimit      *rate.Limiter // nil without MaxUploadRate
-	otherStreams atomic.Int64  // fetch streams served to peers of KindOther
+	upLimit *rate.Limiter // nil without MaxUploadRate
 
 	budgetMu sync.Mutex
 	budgets  map[peer.ID]*peerBudget // reply bytes each peer's fetch streams may hold (server.go)
@@ -256,11 +255,13 @@ func New(cfg Config) (*Engine, error) {
 		e.upLimit = rate.NewLimiter(rate.Limit(cfg.MaxUploadRate), int(max(cfg.MaxUploadRate/10, 256<<10)))
 	}
 	if cfg.SiblingExchange {
-		if _, ok := cfg.Sources.(Grouper); !ok {
+		g, ok := cfg.Sources.(Grouper)
+		if !ok {
 			return nil, errors.New("transfer: sibling exchange needs a source provider that knows its children (a Grouper)")
 		}
-		e.dist = NewDistributor(cfg.Distribution)
+		e.grouper = g
 	}
+	e.state = NewServeState(ServeConfig{SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams})
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	return e, nil
 }

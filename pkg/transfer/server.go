@@ -128,16 +128,13 @@ func replySize(typ byte, index uint32, h blob.Hash, m *blob.Manifest, unknown in
 func (e *Engine) handleFetch(s network.Stream) {
 	p := s.Conn().RemotePeer()
 	rel := e.sources.Relation(p)
-	if rel == KindOther && e.cfg.MaxUploadStreams > 0 {
-		if e.otherStreams.Add(1) > int64(e.cfg.MaxUploadStreams) {
-			e.otherStreams.Add(-1)
-			e.uploadsRefused.Add(1)
-			e.log.Debug("fetch stream refused: upload stream limit", "peer", p, "limit", e.cfg.MaxUploadStreams)
-			s.Reset()
-			return
-		}
-		defer e.otherStreams.Add(-1)
+	if e.serveStep(ServeEvent{Kind: ServeStreamOpened, Peer: p, Rel: rel}).Action == ActRefuse {
+		e.uploadsRefused.Add(1)
+		e.log.Debug("fetch stream refused: upload stream limit", "peer", p, "limit", e.cfg.MaxUploadStreams)
+		s.Reset()
+		return
 	}
+	defer e.serveStep(ServeEvent{Kind: ServeStreamClosed, Peer: p, Rel: rel})
 	budget := e.budgetFor(p)
 	defer e.dropBudget(p, budget)
 	ctx, cancel := context.WithCancel(e.ctx)
@@ -313,20 +310,23 @@ func (e *Engine) reply(sl *fetchSlot, data []byte, err error) {
 // damaged copy is dropped), else pull-through from this node's sources for
 // the blob (never back to the asker).
 func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fetchSlot) {
-	if q.IfPresent {
-		// A hedge for a chunk just sent into the site is declined (and
-		// names no sibling slow): the sibling has it or gets it soon.
-		// Serving hedges that name their sibling slow was measured worse:
-		// under load most siblings get named, and the relay's port again
-		// carries most copies (docs/protocol.md).
-		if wait := e.hedgeWait(q); wait > 0 {
-			e.hedgesDeclined.Add(1)
-			e.reply(sl, nil, fmt.Errorf("chunk %d of %s: sent into the site %v ago, the sibling has it or gets it soon: %w",
-				q.Index, q.ID, (HedgeGrace-wait).Round(time.Millisecond), blob.ErrNotFound))
-			return
+	a := e.askOf(p, q)
+	d := e.serveStep(ServeEvent{Kind: ServeAsk, Ask: a})
+	if d.Action == ActDecline {
+		e.hedgesDeclined.Add(1)
+		e.reply(sl, nil, fmt.Errorf("chunk %d of %s: sent into the site %v ago, the sibling has it or gets it soon: %w",
+			q.Index, q.ID, (HedgeGrace-d.Wait).Round(time.Millisecond), blob.ErrNotFound))
+		return
+	}
+	rd, redirected := e.redirectTo(a, d)
+	if a.Grouped && !a.Hedge {
+		if _, _, ok := e.grouper.Group(p); !ok {
+			// p left while it asked (after askOf, perhaps after
+			// ChildLeft): it is no holder.
+			e.ChildLeft(p)
 		}
 	}
-	if rd, ok := e.redirectFor(p, q); ok {
+	if redirected {
 		e.redirectsSent.Add(1)
 		sl.status, sl.body = statusRedirect, appendRedirect(nil, rd)
 		return
@@ -366,78 +366,48 @@ func (e *Engine) storeOnlyFor(p peer.ID) bool {
 	return e.cfg.OthersFromStore != nil && e.cfg.OthersFromStore() && e.sources.Relation(p) == KindOther
 }
 
-// noteSent tells the distribution that chunk q is on its way to a child.
+// serveStep applies ev to the server's decision state (ServeState) at the
+// time now and returns its decision.
+func (e *Engine) serveStep(ev ServeEvent) ServeDecision {
+	e.stateMu.Lock()
+	defer e.stateMu.Unlock()
+	return e.state.Step(time.Now(), ev)
+}
+
+// noteSent tells the decision state that chunk q is on its way to its
+// asker.
 func (e *Engine) noteSent(q fetchRequest) {
-	if e.dist == nil {
-		return
-	}
-	e.distMu.Lock()
-	e.dist.NoteSent(time.Now(), q.ID, q.Index)
-	e.distMu.Unlock()
+	e.serveStep(ServeEvent{Kind: ServeSent, Ask: Ask{Blob: q.ID, Index: q.Index}})
 }
 
-// hedgeWait is how much longer the distribution declines a hedge for
-// chunk q (0 without sibling exchange).
-func (e *Engine) hedgeWait(q fetchRequest) time.Duration {
-	if e.dist == nil {
-		return 0
-	}
-	e.distMu.Lock()
-	defer e.distMu.Unlock()
-	return e.dist.HedgeWait(time.Now(), q.ID, q.Index)
-}
-
-// sweepEvery is how often the distributor forgets idle blobs.
-const sweepEvery = time.Minute
-
-// redirectFor decides whether a chunk request from p is answered with a
-// sibling to ask instead (SiblingExchange, p a connected child).
-func (e *Engine) redirectFor(p peer.ID, q fetchRequest) (redirect, bool) {
-	if e.dist == nil {
-		return redirect{}, false
-	}
-	g := e.sources.(Grouper)
-	group, _, ok := g.Group(p)
-	if !ok {
-		return redirect{}, false
-	}
-	eligible := func(t peer.ID) bool {
-		_, _, ok := g.Group(t)
-		return ok
-	}
-	now := time.Now()
-	e.distMu.Lock()
-	if q.IfPresent {
-		// A hedge: the chunk comes from here if it is here, or not at
-		// all; no holder changes.
-		if q.Slow {
-			e.dist.NoteSlow(now, q.ID, q.Failed)
-		}
-		e.distMu.Unlock()
-		return redirect{}, false
-	}
-	if now.Sub(e.lastSweep) > sweepEvery {
-		e.dist.Sweep(now)
-		e.lastSweep = now
-	}
-	ask := Ask{Blob: q.ID, Index: q.Index, Child: p, Group: group, Direct: q.Type == msgGetDirect}
+// askOf is request q from p as the decision state sees it: with p's group
+// if p is a connected child and this node does sibling exchange (the
+// Grouper says; asked before the state's lock is taken).
+func (e *Engine) askOf(p peer.ID, q fetchRequest) Ask {
+	a := Ask{Blob: q.ID, Index: q.Index, Child: p, Direct: q.Type == msgGetDirect, Hedge: q.IfPresent}
 	if q.Slow {
-		ask.Slow = q.Failed
+		a.Slow = q.Failed
 	} else {
-		ask.Failed = q.Failed
+		a.Failed = q.Failed
 	}
-	t := e.dist.Decide(now, ask, eligible)
-	e.distMu.Unlock()
-	if _, _, ok := g.Group(p); !ok {
-		// p left while it asked (after Group listed it above, perhaps
-		// after ChildLeft): it is no holder.
-		e.ChildLeft(p)
+	if e.grouper != nil {
+		a.Group, _, a.Grouped = e.grouper.Group(p)
 	}
-	if t == "" {
-		return redirect{}, false
+	return a
+}
+
+// redirectTo turns decision d on request a into the redirect to send, if
+// any, with its target's addresses. A target that is no connected child
+// any more (it left before its ChildLeft reached the state) is reported
+// gone, and the state decides again without it.
+func (e *Engine) redirectTo(a Ask, d ServeDecision) (redirect, bool) {
+	for d.Action == ActRedirect {
+		if _, addrs, ok := e.grouper.Group(d.Target); ok {
+			return redirect{Peer: d.Target, Addrs: addrs}, true
+		}
+		d = e.serveStep(ServeEvent{Kind: ServeTargetGone, Peer: d.Target, Ask: a})
 	}
-	_, addrs, _ := g.Group(t)
-	return redirect{Peer: t, Addrs: addrs}, true
+	return redirect{}, false
 }
 
 // ChildLeft tells the engine that p is no longer a connected child (its
@@ -446,12 +416,7 @@ func (e *Engine) redirectFor(p peer.ID, q fetchRequest) (redirect, bool) {
 // worker that comes back may have lost its store). The tree calls it
 // (tree.Config.OnChildLeft). Safe to call for any peer, at any time.
 func (e *Engine) ChildLeft(p peer.ID) {
-	if e.dist == nil {
-		return
-	}
-	e.distMu.Lock()
-	e.dist.DropPeer(p)
-	e.distMu.Unlock()
+	e.serveStep(ServeEvent{Kind: ServePeerLeft, Peer: p})
 }
 
 // Bodies of the OK reply to a REPORT.

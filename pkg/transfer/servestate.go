@@ -129,6 +129,9 @@ type ServeState struct {
 	lastSweep time.Time
 }
 
+// sweepEvery is how often the distributor forgets idle blobs.
+const sweepEvery = time.Minute
+
 // NewServeState returns a ServeState; zero fields of cfg take defaults.
 func NewServeState(cfg ServeConfig) *ServeState {
 	s := &ServeState{maxOther: max(cfg.MaxUploadStreams, 0)}
@@ -198,7 +201,7 @@ func (s *ServeState) ask(now time.Time, a Ask) ServeDecision {
 		return ServeDecision{Action: ActServe}
 	}
 	s.tick(now)
-	return redirectOrServe(s.dist.Decide(now, a, nil))
+	return redirectOrServe(s.dist.Decide(now, a))
 }
 
 func redirectOrServe(t peer.ID) ServeDecision {
