@@ -15,8 +15,10 @@
 // Files: engine.go (Config, Engine, Status), sources.go (Source, Provider:
 // the seam to the tree and other providers), schedule.go (the pure
 // decisions: which chunk next, from which source, retry or give up),
-// distribute.go (the relay's pure decisions: send a chunk to a child or
-// redirect it to a sibling), hedge.go (a redirected request's pure
+// distribute.go (the relay's pure choice of a sibling for a child),
+// servestate.go (the relay's serve/redirect/decline decisions as one state
+// machine the server feeds, over the Distributor), hedge.go (a redirected
+// request's pure
 // decisions: when to hedge, when to give up on the sibling),
 // coalesce.go (one upstream fetch per chunk hash), client.go (pipelined
 // streams to a peer), server.go (the handler, the per-peer reply budget),
