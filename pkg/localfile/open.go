@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -127,12 +128,22 @@ func openAtFollow(ctx context.Context, dfd int, name string, flags int, fifo boo
 	if fd, err := unix.Openat(own, name, other|unix.O_NONBLOCK|flags&unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
 		unix.Close(fd)
 	}
-	go func() {
-		if r := <-done; r.err == nil {
+	// Released, the open returns at once: close its end before
+	// returning, so that the caller's next open of the FIFO never meets
+	// it. Only an open still blocked (the release failed) is left to a
+	// goroutine.
+	reap := func(r result) {
+		if r.err == nil {
 			unix.Close(r.fd)
 		}
 		unix.Close(own)
-	}()
+	}
+	select {
+	case r := <-done:
+		reap(r)
+	case <-time.After(2 * time.Second):
+		go func() { reap(<-done) }()
+	}
 	return -1, context.Cause(ctx)
 }
 

@@ -259,7 +259,8 @@ def _open_at(
 
 def _release_fifo(t: threading.Thread, own: int, name: bytes, flags: int, result: Dict[str, object]) -> None:
     """End the blocked open of thread t: open the FIFO's other end for a
-    moment. A thread then waits for t, closes what it opened, and own."""
+    moment, then wait (at most 2 s) for t, and close what it opened, and
+    own; a thread does that if t has not returned by then."""
     other = os.O_RDONLY if flags & os.O_ACCMODE == os.O_WRONLY else os.O_WRONLY
     try:
         # A writer's end opened without a reader fails (ENXIO) only when
@@ -276,6 +277,13 @@ def _release_fifo(t: threading.Thread, own: int, name: bytes, flags: int, result
             os.close(fd)
         os.close(own)
 
+    # Released, the open returns at once: close its end before returning,
+    # so that the caller's next open of the FIFO never meets it. Only an
+    # open that is still blocked (the release failed) is left to a reaper.
+    t.join(2.0)
+    if not t.is_alive():
+        reap()
+        return
     threading.Thread(target=reap, name="omst-fifo-reap", daemon=True).start()
 
 
