@@ -15,6 +15,7 @@ import (
 	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // ---- the client side of the fetch protocol ----
@@ -49,7 +50,7 @@ type fetchStream struct {
 
 // pendingReq is a request waiting for its reply.
 type pendingReq struct {
-	limit  int // largest OK body allowed (fetchRequest.replyLimit)
+	limit  int // largest OK body allowed (fetchwire.Request.ReplyLimit)
 	done   chan struct{}
 	status byte
 	body   []byte
@@ -132,8 +133,8 @@ func (fp *fetchPeer) close(err error) {
 }
 
 // send registers q under a new tag and writes it.
-func (fs *fetchStream) send(q fetchRequest) (*pendingReq, error) {
-	pr := &pendingReq{limit: q.replyLimit(), done: make(chan struct{})}
+func (fs *fetchStream) send(q fetchwire.Request) (*pendingReq, error) {
+	pr := &pendingReq{limit: q.ReplyLimit(), done: make(chan struct{})}
 	fs.wmu.Lock()
 	defer fs.wmu.Unlock()
 	fs.mu.Lock()
@@ -156,7 +157,7 @@ func (fs *fetchStream) send(q fetchRequest) (*pendingReq, error) {
 	if fs.v110 {
 		q.Sibling = false // a 1.1.0 peer knows no GET_SIBLING
 	}
-	fs.buf = appendFetchRequest(fs.buf[:0], q)
+	fs.buf = fetchwire.AppendRequest(fs.buf[:0], q)
 	_ = fs.s.SetWriteDeadline(time.Now().Add(fs.fp.e.cfg.RequestTimeout))
 	if _, err := fs.bw.Write(fs.buf); err != nil {
 		fs.fail(err)
@@ -205,13 +206,13 @@ func (fs *fetchStream) fail(err error) {
 func (fs *fetchStream) readReplies() {
 	e := fs.fp.e
 	br := bufio.NewReaderSize(fs.s, 64<<10)
-	var hdr [replyHeaderLen]byte
+	var hdr [fetchwire.ReplyHeaderLen]byte
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			fs.fail(err)
 			return
 		}
-		tag, status, n := parseFetchReplyHeader(hdr)
+		tag, status, n := fetchwire.ParseReplyHeader(hdr)
 		fs.mu.Lock()
 		pr, ok := fs.pending[tag]
 		lateLimit, late := fs.late[tag]
@@ -225,7 +226,7 @@ func (fs *fetchStream) readReplies() {
 			fs.fail(err)
 			return
 		}
-		if err := checkReplyLen(status, n, limit); err != nil {
+		if err := fetchwire.CheckReplyLen(status, n, limit); err != nil {
 			e.notePeerError(fs.fp.id, "fetch reply", err)
 			fs.fail(err)
 			return
@@ -249,7 +250,7 @@ func (fs *fetchStream) readReplies() {
 			}
 		}
 		fs.mu.Unlock()
-		if status == statusOK {
+		if status == fetchwire.StatusOK {
 			e.bytesFetched.Add(uint64(n))
 		}
 		if ok {
@@ -262,10 +263,10 @@ func (fs *fetchStream) readReplies() {
 // request sends q to p over a pipelined fetch stream and returns the body
 // of an OK reply. The body is not verified here. A NOT_FOUND reply is an
 // error wrapping blob.ErrNotFound; errors name the peer.
-func (e *Engine) request(ctx context.Context, p peer.ID, q fetchRequest) ([]byte, error) {
+func (e *Engine) request(ctx context.Context, p peer.ID, q fetchwire.Request) ([]byte, error) {
 	who := e.describe(p)
 	what := fmt.Sprintf("chunk %d of %s", q.Index, q.ID)
-	if q.Type == msgManifest {
+	if q.Type == fetchwire.MsgManifest {
 		what = fmt.Sprintf("manifest %s", q.ID)
 	}
 	unreachable := func(err error) error {
@@ -302,11 +303,11 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchRequest) ([]byte
 		return nil, unreachable(pr.err)
 	}
 	switch pr.status {
-	case statusOK:
+	case fetchwire.StatusOK:
 		return pr.body, nil
-	case statusRedirect:
-		rd, err := decodeRedirect(pr.body)
-		if err == nil && !q.isGet() {
+	case fetchwire.StatusRedirect:
+		rd, err := fetchwire.DecodeRedirect(pr.body)
+		if err == nil && !q.IsGet() {
 			err = wire.Malformed("REDIRECT in reply to request 0x%02x", q.Type)
 		}
 		if err == nil && (rd.Peer == e.self || rd.Peer == p) {
@@ -316,7 +317,7 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchRequest) ([]byte
 			return nil, &peerError{peer: who, kind: FailUnreachable, err: fmt.Errorf("%s: %w", what, err)}
 		}
 		return nil, &redirectError{from: p, to: rd}
-	case statusNotFound:
+	case fetchwire.StatusNotFound:
 		return nil, &peerError{peer: who, kind: FailNotFound, err: fmt.Errorf("%s: %w: %s", what, blob.ErrNotFound, pr.body)}
 	default:
 		return nil, &peerError{peer: who, kind: FailNotFound, err: fmt.Errorf("%s: error reply: %s", what, pr.body)}
@@ -326,7 +327,7 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchRequest) ([]byte
 // redirectError is a relay's answer to a GET: ask the sibling rd instead.
 type redirectError struct {
 	from peer.ID
-	to   redirect
+	to   fetchwire.Redirect
 }
 
 func (r *redirectError) Error() string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // ---- coalescing: one upstream fetch per chunk hash ----
@@ -66,7 +67,7 @@ func joinable(c *chunkCall, asker peer.ID) bool {
 // joined (asker is asking because it lacks the chunk), the chunk is then
 // fetched from src on its own. It also returns the peer that delivered
 // the bytes (none when they came from the store).
-func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src Source, asker peer.ID) ([]byte, Source, error) {
+func (e *Engine) chunkFrom(ctx context.Context, q fetchwire.Request, src Source, asker peer.ID) ([]byte, Source, error) {
 	if e.store.HasChunk(q.Hash) {
 		// Verified by the store; a damaged copy is dropped there and
 		// fetched again below.
@@ -105,7 +106,7 @@ func (e *Engine) chunkFrom(ctx context.Context, q fetchRequest, src Source, aske
 	}
 }
 
-func (e *Engine) runChunkCall(ctx context.Context, c *chunkCall, q fetchRequest, src Source) {
+func (e *Engine) runChunkCall(ctx context.Context, c *chunkCall, q fetchwire.Request, src Source) {
 	defer e.wg.Done()
 	defer c.cancel()
 	data, err := e.fetchVerified(ctx, src, q)
@@ -139,8 +140,8 @@ func (e *Engine) complete(c *chunkCall, h blob.Hash, data []byte, from Source, e
 // chunk is counted and reported to src; a failure other than NOT_FOUND (or
 // a redirect) counts as src's error. Verified bytes are counted by src's
 // kind.
-func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) ([]byte, error) {
-	q.Sibling = q.Type == msgGet && src.Kind == KindSibling
+func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchwire.Request) ([]byte, error) {
+	q.Sibling = q.Type == fetchwire.MsgGet && src.Kind == KindSibling
 	data, err := e.request(ctx, src.ID, q)
 	if err == nil {
 		if verr := q.Hash.Verify(data); verr != nil {
@@ -176,7 +177,7 @@ func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchRequest) 
 // SiblingTimeout) is replaced by a plain GET_DIRECT at once, which names it
 // (the relay avoids it for the blob). A hedge names the sibling as slow
 // when most requests to it needed one (the relay avoids it for a while).
-func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q fetchRequest) ([]byte, Source, error) {
+func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Redirect, q fetchwire.Request) ([]byte, Source, error) {
 	e.redirectsTaken.Add(1)
 	if len(rd.Addrs) > 0 {
 		e.h.Peerstore().AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
@@ -200,8 +201,8 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd redirect, q f
 		data, err := e.fetchVerified(sctx, sibling, q)
 		results <- result{reqSibling, data, err}
 	}()
-	askRelay := func(req hedgeReq, dq fetchRequest) {
-		dq.Type = msgGetDirect
+	askRelay := func(req hedgeReq, dq fetchwire.Request) {
+		dq.Type = fetchwire.MsgGetDirect
 		go func() {
 			data, err := e.fetchVerified(ctx, relay, dq)
 			if _, ok := errors.AsType[*redirectError](err); ok {
@@ -291,15 +292,15 @@ const siblingAddrTTL = time.Hour
 // the chunk's hash, so that a node serving from a damaged disk learns it
 // (it re-reads and re-verifies its copy, and drops it if damaged). Best
 // effort: a failure is only logged.
-func (e *Engine) reportCorrupt(src peer.ID, q fetchRequest) {
-	q.Type = msgReport
+func (e *Engine) reportCorrupt(src peer.ID, q fetchwire.Request) {
+	q.Type = fetchwire.MsgReport
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.RequestTimeout)
 	defer cancel()
 	body, err := e.request(ctx, src, q)
 	switch {
 	case err != nil:
 		e.log.Info("could not report a corrupt chunk to its sender", "peer", e.describe(src), "blob", q.ID, "chunk", q.Index, "err", err)
-	case len(body) == 1 && body[0] == reportDamaged:
+	case len(body) == 1 && body[0] == fetchwire.ReportDamaged:
 		e.log.Info("sender found its copy of a chunk damaged and dropped it", "peer", e.describe(src), "blob", q.ID, "chunk", q.Index)
 	default:
 		e.log.Info("sender found its copy of a chunk intact", "peer", e.describe(src), "blob", q.ID, "chunk", q.Index)
@@ -345,7 +346,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // obtainChunk gets one chunk of w's blob for asker (see chunkFrom) from w's
 // sources with the scheduler's retry rule, and when they all fail from the
 // sources a forced search finds.
-func (e *Engine) obtainChunk(ctx context.Context, q fetchRequest, w Want, asker peer.ID) ([]byte, error) {
+func (e *Engine) obtainChunk(ctx context.Context, q fetchwire.Request, w Want, asker peer.ID) ([]byte, error) {
 	sources := e.sourcesFor(ctx, w)
 	data, err := e.obtainChunkFrom(ctx, q, sources, asker)
 	if err == nil || ctx.Err() != nil {
@@ -358,7 +359,7 @@ func (e *Engine) obtainChunk(ctx context.Context, q fetchRequest, w Want, asker 
 }
 
 // obtainChunkFrom is obtainChunk from the given sources only.
-func (e *Engine) obtainChunkFrom(ctx context.Context, q fetchRequest, sources []Source, asker peer.ID) ([]byte, error) {
+func (e *Engine) obtainChunkFrom(ctx context.Context, q fetchwire.Request, sources []Source, asker peer.ID) ([]byte, error) {
 	if len(sources) == 0 {
 		return nil, fmt.Errorf("chunk %d of %s: %w (no source to ask)", q.Index, q.ID, blob.ErrNotFound)
 	}

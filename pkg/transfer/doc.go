@@ -23,7 +23,8 @@
 // coalesce.go (one upstream fetch per chunk hash), client.go (pipelined
 // streams to a peer), server.go (the handler, the per-peer reply budget),
 // manifest.go, open.go (Open, Fetch, Preheat), replicate.go (Replicate's
-// per-child queues), wire.go (encoders and decoders).
+// per-child queues); internal/fetchwire holds the protocol's messages
+// (encoders, decoders and their fuzz targets).
 //
 // Invariants:
 //

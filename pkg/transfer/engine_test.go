@@ -14,6 +14,7 @@ import (
 
 	"github.com/omst-project/omst/internal/memstore"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // A chain root -> relay -> worker: the worker reads the blob, the relay
@@ -94,19 +95,19 @@ func TestMalformedRequestOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := sampleID()
-	fs.Write(appendFetchRequest(nil, fetchRequest{Type: msgGet, Tag: 7, ID: r.ID, Index: 0, Hash: blob.HashChunk([]byte("zz"))}))
+	fs.Write(fetchwire.AppendRequest(nil, fetchwire.Request{Type: fetchwire.MsgGet, Tag: 7, ID: r.ID, Index: 0, Hash: blob.HashChunk([]byte("zz"))}))
 	fs.Write([]byte{0x99, 1, 2, 3})
 	br := bufio.NewReader(fs)
 	for _, want := range []struct {
 		tag    uint32
 		status byte
-	}{{7, statusNotFound}, {0, statusError}} {
-		var hdr [replyHeaderLen]byte
+	}{{7, fetchwire.StatusNotFound}, {0, fetchwire.StatusError}} {
+		var hdr [fetchwire.ReplyHeaderLen]byte
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			t.Fatal(err)
 		}
-		tag, st, n := parseFetchReplyHeader(hdr)
-		if err := checkReplyLen(st, n, blob.MaxChunkSize); err != nil || st != want.status || tag != want.tag {
+		tag, st, n := fetchwire.ParseReplyHeader(hdr)
+		if err := fetchwire.CheckReplyLen(st, n, blob.MaxChunkSize); err != nil || st != want.status || tag != want.tag {
 			t.Fatalf("reply to tag %d status %d %v, want tag %d status %d", tag, st, err, want.tag, want.status)
 		}
 		io.CopyN(io.Discard, br, int64(n))

@@ -142,3 +142,9 @@ func readBlob(t testing.TB, n *engineNode, r blob.Record) []byte {
 }
 
 func errorsIsNotFound(err error) bool { return errors.Is(err, blob.ErrNotFound) }
+
+// sampleID is the record of a one-chunk blob.
+func sampleID() blob.Record {
+	m := &blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{7}}}
+	return blob.Record{Name: "a/b", ID: m.CID(), Size: 1}
+}

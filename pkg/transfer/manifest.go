@@ -9,6 +9,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // Manifest returns the manifest of blob id: from the store, else fetched
@@ -78,7 +79,7 @@ func (e *Engine) fetchManifest(ctx context.Context, id cid.Cid, sources []Source
 	}
 	var errs []error
 	for _, src := range sources {
-		b, err := e.request(ctx, src.ID, fetchRequest{Type: msgManifest, ID: id})
+		b, err := e.request(ctx, src.ID, fetchwire.Request{Type: fetchwire.MsgManifest, ID: id})
 		if err != nil {
 			if !errors.Is(err, blob.ErrNotFound) && ctx.Err() == nil {
 				e.notePeerError(src.ID, "fetch manifest", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // blobFetch drives the Schedule for one blob: it issues the requests the
@@ -103,7 +104,7 @@ func (bf *blobFetch) pump() {
 
 func (bf *blobFetch) run(req Request) {
 	i := req.Chunk
-	q := fetchRequest{Type: msgGet, ID: bf.r.ID, Index: uint32(i), Hash: bf.m.Chunks[i]}
+	q := fetchwire.Request{Type: fetchwire.MsgGet, ID: bf.r.ID, Index: uint32(i), Hash: bf.m.Chunks[i]}
 	var data []byte
 	var from Source
 	err := sleepCtx(bf.ctx, retryDelay(req.Attempt))

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // The engine's side of the tree's chunk push (pkg/tree/push.go): a parent
@@ -106,7 +107,7 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 		h := m.Chunks[i]
 		if err := h.Verify(data); err != nil {
 			e.corruptReceived.Add(1)
-			q := fetchRequest{Type: msgGet, ID: r.ID, Index: uint32(i), Hash: h}
+			q := fetchwire.Request{Type: fetchwire.MsgGet, ID: r.ID, Index: uint32(i), Hash: h}
 			e.goTracked(func() { e.reportCorrupt(parent, q) })
 			perr := &peerError{peer: e.describe(parent), kind: FailCorrupt, err: fmt.Errorf("pushed chunk %d of %s: %w", i, r.ID, err)}
 			e.notePeerError(parent, "pushed chunk", perr)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // TestExpectPush drives the receiving side of a push without the tree:
@@ -37,7 +38,7 @@ func TestExpectPush(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		q := fetchRequest{Type: msgGet, ID: r.ID, Index: 0, Hash: m.Chunks[0]}
+		q := fetchwire.Request{Type: fetchwire.MsgGet, ID: r.ID, Index: 0, Hash: m.Chunks[0]}
 		b, _, err := n.eng.chunkFrom(ctx, q, Source{ID: src.h.ID(), Kind: KindParent}, "")
 		if err != nil {
 			t.Error(err)

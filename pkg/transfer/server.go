@@ -15,6 +15,7 @@ import (
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // ---- the server side of the fetch protocol ----
@@ -87,7 +88,7 @@ func (e *Engine) dropBudget(p peer.ID, b *peerBudget) {
 
 // replyWeight is the share of its peer's budget request q holds: its
 // reply's size (replySize) clipped to half the budget, at least 1.
-func (e *Engine) replyWeight(q fetchRequest) int64 {
+func (e *Engine) replyWeight(q fetchwire.Request) int64 {
 	return min(max(replySize(q.Type, q.Index, q.Hash, e.manifestHeld(q.ID), e.cfg.PeerReplyBytes/2), 1), e.cfg.PeerReplyBytes/2)
 }
 
@@ -107,9 +108,9 @@ func (e *Engine) manifestHeld(id cid.Cid) *blob.Manifest {
 // REPORT's; unknown otherwise.
 func replySize(typ byte, index uint32, h blob.Hash, m *blob.Manifest, unknown int64) int64 {
 	switch typ {
-	case msgReport:
+	case fetchwire.MsgReport:
 		return 1
-	case msgManifest:
+	case fetchwire.MsgManifest:
 		if m != nil {
 			return int64(blob.EncodedManifestLen(len(m.Chunks)))
 		}
@@ -152,8 +153,8 @@ func (e *Engine) handleFetch(s network.Stream) {
 	br := bufio.NewReaderSize(s, 16<<10)
 	var err error
 	for {
-		var q fetchRequest
-		q, err = readFetchRequest(br)
+		var q fetchwire.Request
+		q, err = fetchwire.ReadRequest(br)
 		if err != nil {
 			break
 		}
@@ -173,9 +174,9 @@ func (e *Engine) handleFetch(s network.Stream) {
 		sl := &fetchSlot{tag: q.Tag, asker: askerKind(rel, q), weight: w}
 		serving.Go(func() {
 			switch q.Type {
-			case msgReport:
+			case fetchwire.MsgReport:
 				e.serveReport(p, q, sl)
-			case msgManifest:
+			case fetchwire.MsgManifest:
 				e.serveManifest(ctx, p, q.ID, sl)
 			default:
 				sl.chunk = true
@@ -188,7 +189,7 @@ func (e *Engine) handleFetch(s network.Stream) {
 	if errors.Is(err, wire.ErrMalformed) {
 		// After the replies to every request before it.
 		e.notePeerError(p, "fetch request", err)
-		ready <- &fetchSlot{status: statusError, body: errorBody(err.Error())}
+		ready <- &fetchSlot{status: fetchwire.StatusError, body: fetchwire.ErrorBody(err.Error())}
 	}
 	close(ready)
 	<-writerDone
@@ -201,7 +202,7 @@ func (e *Engine) handleFetch(s network.Stream) {
 // askerKind is what the asker of q is to this node, for Status.BytesOut:
 // its relation in the tree (rel), or KindSibling for another peer whose
 // request says it is of this node's site (GET_SIBLING).
-func askerKind(rel SourceKind, q fetchRequest) SourceKind {
+func askerKind(rel SourceKind, q fetchwire.Request) SourceKind {
 	if rel == KindOther && q.Sibling {
 		return KindSibling
 	}
@@ -216,7 +217,7 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 	var hdr []byte
 	failed := false
 	for sl := range ready {
-		if !failed && ctx.Err() == nil && sl.status == statusOK && e.upLimit != nil {
+		if !failed && ctx.Err() == nil && sl.status == fetchwire.StatusOK && e.upLimit != nil {
 			// Flush what is buffered first: the wait must not hold it back.
 			_ = s.SetWriteDeadline(time.Now().Add(e.writeStall()))
 			if bw.Flush() != nil || e.waitUpload(ctx, len(sl.body)) != nil {
@@ -225,12 +226,12 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 			}
 		}
 		if !failed && ctx.Err() == nil {
-			hdr = appendFetchReplyHeader(hdr[:0], sl.tag, sl.status, len(sl.body))
+			hdr = fetchwire.AppendReplyHeader(hdr[:0], sl.tag, sl.status, len(sl.body))
 			err := e.writeReply(s, bw, hdr, sl.body, len(ready) == 0)
 			if err != nil {
 				failed = true
 				cancel()
-			} else if sl.status == statusOK {
+			} else if sl.status == fetchwire.StatusOK {
 				e.bytesServed.Add(uint64(len(sl.body)))
 				if sl.chunk {
 					e.bytesOut[sl.asker].Add(uint64(len(sl.body)))
@@ -298,18 +299,18 @@ func (e *Engine) waitUpload(ctx context.Context, n int) error {
 func (e *Engine) reply(sl *fetchSlot, data []byte, err error) {
 	switch {
 	case err == nil:
-		sl.status, sl.body = statusOK, data
+		sl.status, sl.body = fetchwire.StatusOK, data
 	case errors.Is(err, blob.ErrNotFound):
-		sl.status, sl.body = statusNotFound, errorBody(fmt.Sprintf("%s: %v", e.self, err))
+		sl.status, sl.body = fetchwire.StatusNotFound, fetchwire.ErrorBody(fmt.Sprintf("%s: %v", e.self, err))
 	default:
-		sl.status, sl.body = statusError, errorBody(fmt.Sprintf("%s: %v", e.self, err))
+		sl.status, sl.body = fetchwire.StatusError, fetchwire.ErrorBody(fmt.Sprintf("%s: %v", e.self, err))
 	}
 }
 
 // serveChunk resolves one request: from the store (verified there; a
 // damaged copy is dropped), else pull-through from this node's sources for
 // the blob (never back to the asker).
-func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *fetchSlot) {
+func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Request, sl *fetchSlot) {
 	a := e.askOf(p, q)
 	d := e.serveStep(ServeEvent{Kind: ServeAsk, Ask: a})
 	if d.Action == ActDecline {
@@ -328,11 +329,11 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchRequest, sl *
 	}
 	if redirected {
 		e.redirectsSent.Add(1)
-		sl.status, sl.body = statusRedirect, appendRedirect(nil, rd)
+		sl.status, sl.body = fetchwire.StatusRedirect, fetchwire.AppendRedirect(nil, rd)
 		return
 	}
 	if data, err := e.store.ReadChunk(q.Hash); err == nil {
-		sl.status, sl.body = statusOK, data
+		sl.status, sl.body = fetchwire.StatusOK, data
 		e.noteSent(q)
 		return
 	}
@@ -376,15 +377,15 @@ func (e *Engine) serveStep(ev ServeEvent) ServeDecision {
 
 // noteSent tells the decision state that chunk q is on its way to its
 // asker.
-func (e *Engine) noteSent(q fetchRequest) {
+func (e *Engine) noteSent(q fetchwire.Request) {
 	e.serveStep(ServeEvent{Kind: ServeSent, Ask: Ask{Blob: q.ID, Index: q.Index}})
 }
 
 // askOf is request q from p as the decision state sees it: with p's group
 // if p is a connected child and this node does sibling exchange (the
 // Grouper says; asked before the state's lock is taken).
-func (e *Engine) askOf(p peer.ID, q fetchRequest) Ask {
-	a := Ask{Blob: q.ID, Index: q.Index, Child: p, Direct: q.Type == msgGetDirect, Hedge: q.IfPresent}
+func (e *Engine) askOf(p peer.ID, q fetchwire.Request) Ask {
+	a := Ask{Blob: q.ID, Index: q.Index, Child: p, Direct: q.Type == fetchwire.MsgGetDirect, Hedge: q.IfPresent}
 	if q.Slow {
 		a.Slow = q.Failed
 	} else {
@@ -400,14 +401,14 @@ func (e *Engine) askOf(p peer.ID, q fetchRequest) Ask {
 // any, with its target's addresses. A target that is no connected child
 // any more (it left before its ChildLeft reached the state) is reported
 // gone, and the state decides again without it.
-func (e *Engine) redirectTo(a Ask, d ServeDecision) (redirect, bool) {
+func (e *Engine) redirectTo(a Ask, d ServeDecision) (fetchwire.Redirect, bool) {
 	for d.Action == ActRedirect {
 		if _, addrs, ok := e.grouper.Group(d.Target); ok {
-			return redirect{Peer: d.Target, Addrs: addrs}, true
+			return fetchwire.Redirect{Peer: d.Target, Addrs: addrs}, true
 		}
 		d = e.serveStep(ServeEvent{Kind: ServeTargetGone, Peer: d.Target, Ask: a})
 	}
-	return redirect{}, false
+	return fetchwire.Redirect{}, false
 }
 
 // ChildLeft tells the engine that p is no longer a connected child (its
@@ -419,24 +420,18 @@ func (e *Engine) ChildLeft(p peer.ID) {
 	e.serveStep(ServeEvent{Kind: ServePeerLeft, Peer: p})
 }
 
-// Bodies of the OK reply to a REPORT.
-const (
-	reportIntact  byte = 0 // the reported chunk was absent or verified intact
-	reportDamaged byte = 1 // it was damaged and has been dropped
-)
-
 // serveReport handles a peer's report that the bytes this node sent for
 // chunk q did not match its hash: the local copy is read again from disk
 // and verified, and dropped if damaged, so that the peer's next request is
 // served from a fresh copy (pulled from this node's own sources).
-func (e *Engine) serveReport(p peer.ID, q fetchRequest, sl *fetchSlot) {
+func (e *Engine) serveReport(p peer.ID, q fetchwire.Request, sl *fetchSlot) {
 	e.reportsReceived.Add(1)
 	damaged, err := e.store.RecheckChunk(q.Hash)
 	e.log.Warn("peer reports that a chunk it received from us does not match its hash",
 		"peer", e.describe(p), "blob", q.ID, "chunk", q.Index, "hash", q.Hash, "our_copy_damaged", damaged, "err", err)
-	sl.status, sl.body = statusOK, []byte{reportIntact}
+	sl.status, sl.body = fetchwire.StatusOK, []byte{fetchwire.ReportIntact}
 	if damaged {
-		sl.body[0] = reportDamaged
+		sl.body[0] = fetchwire.ReportDamaged
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/omst-project/omst/internal/memstore"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // countingStore counts the chunk bytes read from a memstore.
@@ -58,7 +59,7 @@ func TestPeerThatNeverReads(t *testing.T) {
 		}
 		var req []byte
 		for i := range perStream {
-			req = appendFetchRequest(req, fetchRequest{Type: msgGet, Tag: uint32(i + 1), ID: rec.ID, Index: uint32(i % 8), Hash: m.Chunks[i%8]})
+			req = fetchwire.AppendRequest(req, fetchwire.Request{Type: fetchwire.MsgGet, Tag: uint32(i + 1), ID: rec.ID, Index: uint32(i % 8), Hash: m.Chunks[i%8]})
 		}
 		if _, err := s.Write(req); err != nil {
 			t.Fatal(err)

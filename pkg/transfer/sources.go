@@ -6,7 +6,19 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
+
+// ProtoFetch is the fetch protocol's ID; docs/protocol.md specifies every
+// message byte by byte. 1.1.0 added REPORT, MANIFEST (manifests moved here
+// from the names protocol), GET_DIRECT and the REDIRECT reply; 1.2.0 adds
+// GET_SIBLING, a GET that says the asker is of the server's site.
+const ProtoFetch = fetchwire.ProtoFetch
+
+// ProtoFetch110 is the previous version, still served and spoken: a 1.1.0
+// stream carries no GET_SIBLING (a client sends a plain GET instead).
+const ProtoFetch110 = fetchwire.ProtoFetch110
 
 // SourceKind says how a source relates to this node: where the bytes a
 // node receives come from, by kind, is what its status reports.

@@ -1,4 +1,12 @@
-package transfer
+// Package fetchwire holds the messages of omst's fetch protocol
+// (/omst/fetch/1.2.0 and 1.1.0), specified byte by byte in
+// docs/protocol.md: the requests (GET, GET_SIBLING, GET_DIRECT, REPORT,
+// MANIFEST), the reply header and statuses, the REDIRECT body, their
+// encoders and decoders. Decoders are pure, check every length against an
+// explicit limit (which for a reply depends on the request) before
+// allocating, and never panic; what they refuse wraps wire.ErrMalformed.
+// Fuzz targets: fuzz_test.go.
+package fetchwire
 
 import (
 	"bufio"
@@ -27,47 +35,53 @@ const ProtoFetch110 protocol.ID = "/omst/fetch/1.1.0"
 
 // Request types and reply statuses.
 const (
-	msgGet       byte = 0x20 // chunk bytes
-	msgReport    byte = 0x21 // the chunk received for this request did not match its hash
-	msgManifest  byte = 0x22 // a blob's encoded manifest
-	msgGetDirect byte = 0x23 // chunk bytes from this node itself: a redirect failed
-	// msgGetSibling is a GET from a node of the server's own site (1.2.0):
-	// decoded as msgGet with fetchRequest.Sibling set.
-	msgGetSibling byte = 0x24
+	MsgGet       byte = 0x20 // chunk bytes
+	MsgReport    byte = 0x21 // the chunk received for this request did not match its hash
+	MsgManifest  byte = 0x22 // a blob's encoded manifest
+	MsgGetDirect byte = 0x23 // chunk bytes from this node itself: a redirect failed
+	// MsgGetSibling is a GET from a node of the server's own site (1.2.0):
+	// decoded as MsgGet with Request.Sibling set.
+	MsgGetSibling byte = 0x24
 
-	statusOK       byte = 0
-	statusNotFound byte = 1
-	statusError    byte = 2
-	statusRedirect byte = 3 // ask the sibling named in the body
+	StatusOK       byte = 0
+	StatusNotFound byte = 1
+	StatusError    byte = 2
+	StatusRedirect byte = 3 // ask the sibling named in the body
 
 	directSlow      byte = 1 // GET_DIRECT flag: the sibling named was slow, not failed
 	directIfPresent byte = 2 // GET_DIRECT flag: only if the chunk is stored here now (a hedge)
 )
 
+// Bodies of the OK reply to a REPORT.
+const (
+	ReportIntact  byte = 0 // the reported chunk was absent or verified intact
+	ReportDamaged byte = 1 // it was damaged and has been dropped
+)
+
 // Limits enforced by the decoders.
 const (
-	maxErrorMsg = 1024
-	// maxManifestBytes is the largest encoded manifest (blob.MaxChunks
+	MaxErrorMsg = 1024 // the body of a NOT_FOUND or ERROR reply
+	// MaxManifestBytes is the largest encoded manifest (blob.MaxChunks
 	// chunks: 128 MiB).
-	maxManifestBytes = blob.MaxManifestLen
-	replyHeaderLen   = 4 + 1 + 4                        // tag, status, length
+	MaxManifestBytes = blob.MaxManifestLen
+	ReplyHeaderLen   = 4 + 1 + 4                        // tag, status, length
 	reqHeaderLen     = 1 + 4 + 2                        // type, tag, CID length
 	chunkReqLen      = reqHeaderLen + 4 + blob.HashSize // GET and REPORT, without the CID bytes
 	maxPeerIDLen     = 128                              // a peer ID's bytes
 	maxRedirectAddrs = 8
 	maxAddrBytes     = 256 // one binary multiaddr
-	maxRedirectBody  = 1 + maxPeerIDLen + 1 + maxRedirectAddrs*(2+maxAddrBytes)
+	MaxRedirectBody  = 1 + maxPeerIDLen + 1 + maxRedirectAddrs*(2+maxAddrBytes)
 )
 
-// fetchRequest is one request: Type msgGet asks for chunk Index (hash
-// Hash) of blob ID; msgGetDirect too, from the server itself, because the
+// Request is one request: Type MsgGet asks for chunk Index (hash
+// Hash) of blob ID; MsgGetDirect too, from the server itself, because the
 // sibling it redirected the client to (Failed, if known) could not deliver;
-// msgReport tells the server that the bytes it sent for that chunk did not
-// match Hash; msgManifest asks for blob ID's manifest (Index and Hash are
+// MsgReport tells the server that the bytes it sent for that chunk did not
+// match Hash; MsgManifest asks for blob ID's manifest (Index and Hash are
 // unused). Tag, chosen by the client and unique among its requests
 // outstanding on the stream, comes back in the reply: replies come in the
 // order they are ready, not the order of the requests.
-type fetchRequest struct {
+type Request struct {
 	Type   byte
 	Tag    uint32
 	ID     cid.Cid
@@ -78,42 +92,43 @@ type fetchRequest struct {
 	// IfPresent (GET_DIRECT only): answer NOT_FOUND at once unless the
 	// chunk is in the server's store (a hedge).
 	IfPresent bool
-	// Sibling (msgGet only; sent as GET_SIBLING): the asker is a node of
+	// Sibling (MsgGet only; sent as GET_SIBLING): the asker is a node of
 	// the server's site that is neither its parent nor its child. It is
 	// the asker's word, used for the server's accounting only.
 	Sibling bool
 }
 
-// isGet reports whether q asks for chunk bytes (GET or GET_DIRECT).
-func (q fetchRequest) isGet() bool { return q.Type == msgGet || q.Type == msgGetDirect }
+// IsGet reports whether q asks for chunk bytes (GET or GET_DIRECT).
+func (q Request) IsGet() bool { return q.Type == MsgGet || q.Type == MsgGetDirect }
 
-// replyLimit is the largest OK body a reply to q may carry.
-func (q fetchRequest) replyLimit() int {
+// ReplyLimit is the largest OK body a reply to q may carry.
+func (q Request) ReplyLimit() int {
 	switch q.Type {
-	case msgManifest:
-		return maxManifestBytes
-	case msgReport:
+	case MsgManifest:
+		return MaxManifestBytes
+	case MsgReport:
 		return 1
 	}
 	return blob.MaxChunkSize
 }
 
-func appendFetchRequest(b []byte, q fetchRequest) []byte {
+// AppendRequest appends q's encoding to b.
+func AppendRequest(b []byte, q Request) []byte {
 	idb := q.ID.Bytes()
 	t := q.Type
-	if t == msgGet && q.Sibling {
-		t = msgGetSibling
+	if t == MsgGet && q.Sibling {
+		t = MsgGetSibling
 	}
 	b = append(b, t)
 	b = binary.BigEndian.AppendUint32(b, q.Tag)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(idb)))
 	b = append(b, idb...)
-	if q.Type == msgManifest {
+	if q.Type == MsgManifest {
 		return b
 	}
 	b = binary.BigEndian.AppendUint32(b, q.Index)
 	b = append(b, q.Hash[:]...)
-	if q.Type == msgGetDirect {
+	if q.Type == MsgGetDirect {
 		var flags byte
 		if q.Slow {
 			flags |= directSlow
@@ -127,18 +142,20 @@ func appendFetchRequest(b []byte, q fetchRequest) []byte {
 	return b
 }
 
-// readFetchRequest reads one request.
-func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
-	var q fetchRequest
+// ReadRequest reads one request from r: io.EOF (unwrapped) when r ends
+// before its first byte, an error wrapping wire.ErrMalformed when it is
+// malformed.
+func ReadRequest(r *bufio.Reader) (Request, error) {
+	var q Request
 	var hdr [reqHeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:1]); err != nil {
 		return q, err // io.EOF between requests: the client is done
 	}
 	q.Type = hdr[0]
 	switch q.Type { // before waiting for more bytes
-	case msgGet, msgReport, msgManifest, msgGetDirect:
-	case msgGetSibling:
-		q.Type, q.Sibling = msgGet, true
+	case MsgGet, MsgReport, MsgManifest, MsgGetDirect:
+	case MsgGetSibling:
+		q.Type, q.Sibling = MsgGet, true
 	default:
 		return q, wire.Malformed("unknown fetch request 0x%02x", hdr[0])
 	}
@@ -152,7 +169,7 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	}
 	var buf [wire.MaxCIDLen + 4 + blob.HashSize]byte
 	b := buf[:n]
-	if q.Type != msgManifest {
+	if q.Type != MsgManifest {
 		b = buf[:n+4+blob.HashSize]
 	}
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -163,7 +180,7 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 		return q, err
 	}
 	q.ID = id
-	if q.Type == msgManifest {
+	if q.Type == MsgManifest {
 		return q, nil
 	}
 	q.Index = binary.BigEndian.Uint32(b[n:])
@@ -171,7 +188,7 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	if q.Hash.IsZero() {
 		return q, wire.Malformed("zero chunk hash")
 	}
-	if q.Type == msgGetDirect {
+	if q.Type == MsgGetDirect {
 		flags, err := r.ReadByte()
 		if err != nil {
 			return q, wire.Unexpected(err)
@@ -202,10 +219,10 @@ func readFetchRequest(r *bufio.Reader) (fetchRequest, error) {
 	return q, nil
 }
 
-// decodeFetchRequest parses one whole request held in b.
-func decodeFetchRequest(b []byte) (fetchRequest, error) {
+// DecodeRequest parses one whole request held in b.
+func DecodeRequest(b []byte) (Request, error) {
 	r := bufio.NewReaderSize(wire.NewSliceReader(b), 16)
-	q, err := readFetchRequest(r)
+	q, err := ReadRequest(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return q, wire.Malformed("truncated fetch request")
@@ -214,9 +231,9 @@ func decodeFetchRequest(b []byte) (fetchRequest, error) {
 	}
 	want := chunkReqLen + len(q.ID.Bytes())
 	switch q.Type {
-	case msgManifest:
+	case MsgManifest:
 		want = reqHeaderLen + len(q.ID.Bytes())
-	case msgGetDirect:
+	case MsgGetDirect:
 		want += 2 + len(q.Failed)
 	}
 	if r.Buffered() != 0 || len(b) != want {
@@ -225,35 +242,35 @@ func decodeFetchRequest(b []byte) (fetchRequest, error) {
 	return q, nil
 }
 
-// appendFetchReplyHeader appends the fixed part of a reply to request tag.
-func appendFetchReplyHeader(b []byte, tag uint32, status byte, n int) []byte {
+// AppendReplyHeader appends the fixed part of a reply to request tag.
+func AppendReplyHeader(b []byte, tag uint32, status byte, n int) []byte {
 	b = binary.BigEndian.AppendUint32(b, tag)
 	b = append(b, status)
 	return binary.BigEndian.AppendUint32(b, uint32(n))
 }
 
-// parseFetchReplyHeader splits a reply header into the request's tag, the
-// status and the body length (checked by checkReplyLen once the request is
+// ParseReplyHeader splits a reply header into the request's tag, the
+// status and the body length (checked by CheckReplyLen once the request is
 // known).
-func parseFetchReplyHeader(hdr [replyHeaderLen]byte) (tag uint32, status byte, n uint32) {
+func ParseReplyHeader(hdr [ReplyHeaderLen]byte) (tag uint32, status byte, n uint32) {
 	return binary.BigEndian.Uint32(hdr[:]), hdr[4], binary.BigEndian.Uint32(hdr[5:])
 }
 
-// checkReplyLen validates the status and body length of a reply to a
+// CheckReplyLen validates the status and body length of a reply to a
 // request whose OK body may hold at most limit bytes.
-func checkReplyLen(status byte, n uint32, limit int) error {
+func CheckReplyLen(status byte, n uint32, limit int) error {
 	switch status {
-	case statusOK:
+	case StatusOK:
 		if uint64(n) > uint64(limit) {
 			return wire.Malformed("reply body of %d bytes exceeds %d", n, limit)
 		}
-	case statusNotFound, statusError:
-		if n > maxErrorMsg {
-			return wire.Malformed("message of %d bytes exceeds %d", n, maxErrorMsg)
+	case StatusNotFound, StatusError:
+		if n > MaxErrorMsg {
+			return wire.Malformed("message of %d bytes exceeds %d", n, MaxErrorMsg)
 		}
-	case statusRedirect:
-		if n > maxRedirectBody {
-			return wire.Malformed("redirect of %d bytes exceeds %d", n, maxRedirectBody)
+	case StatusRedirect:
+		if n > MaxRedirectBody {
+			return wire.Malformed("redirect of %d bytes exceeds %d", n, MaxRedirectBody)
 		}
 	default:
 		return wire.Malformed("unknown fetch status %d", status)
@@ -261,33 +278,33 @@ func checkReplyLen(status byte, n uint32, limit int) error {
 	return nil
 }
 
-// decodeFetchReply parses one whole reply held in b, to a request whose OK
+// DecodeReply parses one whole reply held in b, to a request whose OK
 // body may hold at most limit bytes.
-func decodeFetchReply(b []byte, limit int) (tag uint32, status byte, body []byte, err error) {
-	if len(b) < replyHeaderLen {
+func DecodeReply(b []byte, limit int) (tag uint32, status byte, body []byte, err error) {
+	if len(b) < ReplyHeaderLen {
 		return 0, 0, nil, wire.Malformed("truncated fetch reply")
 	}
-	tag, status, n := parseFetchReplyHeader([replyHeaderLen]byte(b[:replyHeaderLen]))
-	if err := checkReplyLen(status, n, limit); err != nil {
+	tag, status, n := ParseReplyHeader([ReplyHeaderLen]byte(b[:ReplyHeaderLen]))
+	if err := CheckReplyLen(status, n, limit); err != nil {
 		return 0, 0, nil, err
 	}
-	if uint64(len(b)) != replyHeaderLen+uint64(n) {
-		return 0, 0, nil, wire.Malformed("fetch reply says %d bytes, holds %d", n, len(b)-replyHeaderLen)
+	if uint64(len(b)) != ReplyHeaderLen+uint64(n) {
+		return 0, 0, nil, wire.Malformed("fetch reply says %d bytes, holds %d", n, len(b)-ReplyHeaderLen)
 	}
-	return tag, status, b[replyHeaderLen:], nil
+	return tag, status, b[ReplyHeaderLen:], nil
 }
 
-// redirect is the body of a REDIRECT reply: the sibling to ask, and
+// Redirect is the body of a REDIRECT reply: the sibling to ask, and
 // addresses to reach it at.
-type redirect struct {
+type Redirect struct {
 	Peer  peer.ID
 	Addrs []ma.Multiaddr
 }
 
-// appendRedirect appends r's body: peer ID (u8 length + bytes), u8 number
+// AppendRedirect appends r's body: peer ID (u8 length + bytes), u8 number
 // of addresses, each a u16 length + binary multiaddr. Addresses beyond the
 // limits are left out.
-func appendRedirect(b []byte, r redirect) []byte {
+func AppendRedirect(b []byte, r Redirect) []byte {
 	b = append(b, byte(len(r.Peer)))
 	b = append(b, r.Peer...)
 	var addrs [][]byte
@@ -304,9 +321,9 @@ func appendRedirect(b []byte, r redirect) []byte {
 	return b
 }
 
-// decodeRedirect parses a REDIRECT body.
-func decodeRedirect(b []byte) (redirect, error) {
-	var r redirect
+// DecodeRedirect parses a REDIRECT body.
+func DecodeRedirect(b []byte) (Redirect, error) {
+	var r Redirect
 	if len(b) < 1 || int(b[0]) > maxPeerIDLen || len(b) < 1+int(b[0])+1 {
 		return r, wire.Malformed("truncated redirect")
 	}
@@ -342,5 +359,6 @@ func decodeRedirect(b []byte) (redirect, error) {
 	return r, nil
 }
 
-// errorBody is err's message as the body of a NOT_FOUND or ERROR reply.
-func errorBody(s string) []byte { return []byte(wire.TruncUTF8(s, maxErrorMsg)) }
+// ErrorBody is message s as the body of a NOT_FOUND or ERROR reply, cut
+// to MaxErrorMsg bytes at a rune boundary.
+func ErrorBody(s string) []byte { return []byte(wire.TruncUTF8(s, MaxErrorMsg)) }
