@@ -16,6 +16,7 @@ import (
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
 
 // ---- the client side of the fetch protocol ----
@@ -270,7 +271,7 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchwire.Request) ([
 		what = fmt.Sprintf("manifest %s", q.ID)
 	}
 	unreachable := func(err error) error {
-		return &peerError{peer: who, kind: FailUnreachable, err: fmt.Errorf("%s: %w: %v", what, blob.ErrUnreachable, err)}
+		return &peerError{peer: who, kind: schedule.FailUnreachable, err: fmt.Errorf("%s: %w: %v", what, blob.ErrUnreachable, err)}
 	}
 	fp, err := e.peerFor(p)
 	if err != nil {
@@ -279,7 +280,7 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchwire.Request) ([
 	fs, err := fp.stream(ctx)
 	if err != nil {
 		if errors.Is(err, blob.ErrUnreachable) {
-			return nil, &peerError{peer: who, kind: FailUnreachable, err: fmt.Errorf("%s: %w", what, err)}
+			return nil, &peerError{peer: who, kind: schedule.FailUnreachable, err: fmt.Errorf("%s: %w", what, err)}
 		}
 		return nil, unreachable(err)
 	}
@@ -314,13 +315,13 @@ func (e *Engine) request(ctx context.Context, p peer.ID, q fetchwire.Request) ([
 			err = wire.Malformed("REDIRECT to %s", rd.Peer)
 		}
 		if err != nil {
-			return nil, &peerError{peer: who, kind: FailUnreachable, err: fmt.Errorf("%s: %w", what, err)}
+			return nil, &peerError{peer: who, kind: schedule.FailUnreachable, err: fmt.Errorf("%s: %w", what, err)}
 		}
 		return nil, &redirectError{from: p, to: rd}
 	case fetchwire.StatusNotFound:
-		return nil, &peerError{peer: who, kind: FailNotFound, err: fmt.Errorf("%s: %w: %s", what, blob.ErrNotFound, pr.body)}
+		return nil, &peerError{peer: who, kind: schedule.FailNotFound, err: fmt.Errorf("%s: %w: %s", what, blob.ErrNotFound, pr.body)}
 	default:
-		return nil, &peerError{peer: who, kind: FailNotFound, err: fmt.Errorf("%s: error reply: %s", what, pr.body)}
+		return nil, &peerError{peer: who, kind: schedule.FailNotFound, err: fmt.Errorf("%s: error reply: %s", what, pr.body)}
 	}
 }
 

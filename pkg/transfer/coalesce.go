@@ -11,6 +11,7 @@ import (
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
 
 // ---- coalescing: one upstream fetch per chunk hash ----
@@ -31,7 +32,7 @@ type chunkCall struct {
 // peerError is a failed request blamed on a peer.
 type peerError struct {
 	peer string // description for messages
-	kind FailKind
+	kind schedule.FailKind
 	err  error
 }
 
@@ -39,17 +40,17 @@ func (e *peerError) Error() string { return fmt.Sprintf("%s: %v", e.peer, e.err)
 func (e *peerError) Unwrap() error { return e.err }
 
 // failKind classifies err for the scheduler.
-func failKind(err error) FailKind {
+func failKind(err error) schedule.FailKind {
 	if pe, ok := errors.AsType[*peerError](err); ok {
 		return pe.kind
 	}
 	switch {
 	case errors.Is(err, blob.ErrCorrupt):
-		return FailCorrupt
+		return schedule.FailCorrupt
 	case errors.Is(err, blob.ErrNotFound):
-		return FailNotFound
+		return schedule.FailNotFound
 	}
-	return FailUnreachable
+	return schedule.FailUnreachable
 }
 
 // joinable reports whether a request for a chunk on behalf of asker may
@@ -145,7 +146,7 @@ func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchwire.Requ
 	data, err := e.request(ctx, src.ID, q)
 	if err == nil {
 		if verr := q.Hash.Verify(data); verr != nil {
-			err = &peerError{peer: e.describe(src.ID), kind: FailCorrupt, err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
+			err = &peerError{peer: e.describe(src.ID), kind: schedule.FailCorrupt, err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
 			data = nil
 			e.corruptReceived.Add(1)
 			e.goTracked(func() { e.reportCorrupt(src.ID, q) })
@@ -206,7 +207,7 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Red
 		go func() {
 			data, err := e.fetchVerified(ctx, relay, dq)
 			if _, ok := errors.AsType[*redirectError](err); ok {
-				err = &peerError{peer: e.describe(relay.ID), kind: FailUnreachable,
+				err = &peerError{peer: e.describe(relay.ID), kind: schedule.FailUnreachable,
 					err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
 				e.notePeerError(relay.ID, "fetch chunk", err)
 			}
@@ -324,11 +325,6 @@ func (e *Engine) waitStored(ctx context.Context, h blob.Hash) error {
 	}
 }
 
-// retryDelay is the pause before a chunk's retry number attempt.
-func retryDelay(attempt int) time.Duration {
-	return time.Duration(attempt) * 50 * time.Millisecond
-}
-
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -363,14 +359,14 @@ func (e *Engine) obtainChunkFrom(ctx context.Context, q fetchwire.Request, sourc
 	if len(sources) == 0 {
 		return nil, fmt.Errorf("chunk %d of %s: %w (no source to ask)", q.Index, q.ID, blob.ErrNotFound)
 	}
-	sch := NewSchedule(1, 1, len(sources), nil)
+	sch := schedule.New(1, 1, len(sources), nil)
 	for {
 		reqs := sch.Next()
 		if len(reqs) == 0 {
 			return nil, errors.New("scheduler returned no request") // unreachable
 		}
 		r := reqs[0]
-		if err := sleepCtx(ctx, retryDelay(r.Attempt)); err != nil {
+		if err := sleepCtx(ctx, schedule.RetryDelay(r.Attempt)); err != nil {
 			return nil, err
 		}
 		data, _, err := e.chunkFrom(ctx, q, sources[r.Source], asker)
@@ -380,7 +376,7 @@ func (e *Engine) obtainChunkFrom(ctx context.Context, q fetchwire.Request, sourc
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		if a := sch.Failed(0, failKind(err)); a == GiveUp {
+		if a := sch.Failed(0, failKind(err)); a == schedule.GiveUp {
 			return nil, err
 		}
 	}

@@ -13,7 +13,7 @@
 //	                   a sibling)
 //
 // Files: engine.go (Config, Engine, Status), sources.go (Source, Provider:
-// the seam to the tree and other providers), schedule.go (the pure
+// the seam to the tree and other providers), internal/schedule (the pure
 // decisions: which chunk next, from which source, retry or give up),
 // distribute.go (the relay's pure choice of a sibling for a child),
 // servestate.go (the relay's serve/redirect/decline decisions as one state
@@ -34,7 +34,7 @@
 //     corrupt chunk is dropped, logged, counted against the peer that sent
 //     it (Status.PeerErrors, Status.CorruptReceived), reported to that peer
 //     (REPORT) and requested again: once more from the same source, then
-//     from the other sources, at most DefaultMaxTries times.
+//     from the other sources, at most schedule.DefaultMaxTries times.
 //   - A node serves only bytes verified since they were last read from its
 //     disk (the Store's ReadChunk contract). A stored chunk found damaged is
 //     dropped by the store and the request is served from a fresh copy

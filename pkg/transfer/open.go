@@ -13,6 +13,7 @@ import (
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
 
 // blobFetch drives the Schedule for one blob: it issues the requests the
@@ -34,7 +35,7 @@ type blobFetch struct {
 
 	mu    sync.Mutex
 	cond  *sync.Cond
-	sch   *Schedule
+	sch   *schedule.Schedule
 	ready map[int][]byte
 	err   error
 	// from counts the chunk bytes each peer delivered to this fetch.
@@ -54,7 +55,7 @@ func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Mani
 	for i, h := range m.Chunks {
 		present[i] = e.store.HasChunk(h)
 	}
-	bf.sch = NewSchedule(len(m.Chunks), e.cfg.Window, len(bf.sources), present)
+	bf.sch = schedule.New(len(m.Chunks), e.cfg.Window, len(bf.sources), present)
 	if keep {
 		bf.sch.SetAhead(2 * e.cfg.Window)
 	}
@@ -94,7 +95,7 @@ func (bf *blobFetch) pump() {
 	}
 	for _, req := range bf.sch.Next() {
 		if !bf.e.goTracked(func() { bf.run(req) }) {
-			bf.sch.Failed(req.Chunk, FailUnreachable)
+			bf.sch.Failed(req.Chunk, schedule.FailUnreachable)
 			bf.err = fmt.Errorf("get %q (%s): %w", bf.r.Name, bf.r.ID, errClosed)
 			bf.cond.Broadcast()
 			return
@@ -102,12 +103,12 @@ func (bf *blobFetch) pump() {
 	}
 }
 
-func (bf *blobFetch) run(req Request) {
+func (bf *blobFetch) run(req schedule.Request) {
 	i := req.Chunk
 	q := fetchwire.Request{Type: fetchwire.MsgGet, ID: bf.r.ID, Index: uint32(i), Hash: bf.m.Chunks[i]}
 	var data []byte
 	var from Source
-	err := sleepCtx(bf.ctx, retryDelay(req.Attempt))
+	err := sleepCtx(bf.ctx, schedule.RetryDelay(req.Attempt))
 	if err == nil {
 		data, from, err = bf.e.chunkFrom(bf.ctx, q, bf.sources[req.Source], "")
 	}
@@ -125,7 +126,7 @@ func (bf *blobFetch) run(req Request) {
 		}
 		a := bf.sch.Failed(i, failKind(err))
 		bf.e.log.Info("chunk request failed", "blob", bf.r.ID, "chunk", i, "err", err, "decision", a)
-		if a == GiveUp {
+		if a == schedule.GiveUp {
 			switch {
 			case bf.searching:
 			case !bf.searched && bf.e.cfg.Finder != nil:
@@ -456,7 +457,7 @@ func (e *Engine) Transfers() []Transfer {
 	out := make([]Transfer, 0, len(fetches))
 	for _, bf := range fetches {
 		bf.mu.Lock()
-		t := Transfer{Name: bf.r.Name, ID: bf.r.ID, Chunks: len(bf.m.Chunks), Done: bf.sch.done}
+		t := Transfer{Name: bf.r.Name, ID: bf.r.ID, Chunks: len(bf.m.Chunks), Done: bf.sch.NumDone()}
 		for src, n := range bf.from {
 			t.From = append(t.From, TransferSource{Source: src, Bytes: n})
 		}

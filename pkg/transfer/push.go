@@ -10,6 +10,7 @@ import (
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
 
 // The engine's side of the tree's chunk push (pkg/tree/push.go): a parent
@@ -109,7 +110,7 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 			e.corruptReceived.Add(1)
 			q := fetchwire.Request{Type: fetchwire.MsgGet, ID: r.ID, Index: uint32(i), Hash: h}
 			e.goTracked(func() { e.reportCorrupt(parent, q) })
-			perr := &peerError{peer: e.describe(parent), kind: FailCorrupt, err: fmt.Errorf("pushed chunk %d of %s: %w", i, r.ID, err)}
+			perr := &peerError{peer: e.describe(parent), kind: schedule.FailCorrupt, err: fmt.Errorf("pushed chunk %d of %s: %w", i, r.ID, err)}
 			e.notePeerError(parent, "pushed chunk", perr)
 			e.complete(c, h, nil, Source{}, perr)
 			return
@@ -126,7 +127,7 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 		for k, c := range calls {
 			if c != nil {
 				calls[k] = nil
-				e.complete(c, m.Chunks[first+k], nil, Source{}, &peerError{peer: e.describe(parent), kind: FailUnreachable,
+				e.complete(c, m.Chunks[first+k], nil, Source{}, &peerError{peer: e.describe(parent), kind: schedule.FailUnreachable,
 					err: fmt.Errorf("pushed chunk %d of %s: %w: %v", first+k, r.ID, blob.ErrUnreachable, err)})
 			}
 		}

@@ -1,12 +1,15 @@
-package transfer
+// Package schedule holds a blob fetch's decisions as plain code: which
+// chunks to request next and from which source, and after a failure
+// whether to ask the same source again, switch to the next or give up. No
+// sockets, no clocks, no goroutines: the engine (pkg/transfer: a blob's
+// fetch, a relay's pull-through of one chunk) feeds it events and carries
+// out what it returns.
+package schedule
 
 import (
 	"slices"
+	"time"
 )
-
-// This file holds the transfer decisions as plain code: no sockets, no
-// clocks, no goroutines. The edge (fetch.go, open.go) feeds it events and
-// carries out what it returns.
 
 // FailKind classifies a failed chunk request.
 type FailKind int
@@ -47,9 +50,15 @@ func (a Action) String() string {
 // DefaultMaxTries bounds the requests made for one chunk.
 const DefaultMaxTries = 4
 
+// RetryDelay is the pause before a chunk's request number attempt (0: the
+// first, no pause).
+func RetryDelay(attempt int) time.Duration {
+	return time.Duration(attempt) * 50 * time.Millisecond
+}
+
 // Request is one chunk request the edge should issue. Attempt counts the
-// earlier failed requests for this chunk (0 on the first); the edge waits a
-// short backoff before a retry.
+// earlier failed requests for this chunk (0 on the first); the edge waits
+// RetryDelay(Attempt) before it.
 type Request struct {
 	Chunk   int
 	Source  int
@@ -66,8 +75,8 @@ const (
 )
 
 // Schedule decides which chunks of one blob to request next and from which
-// source. Sources are indices into a preference-ordered list (see
-// SourcesFor). It keeps at most Window chunks in flight, requests chunks in
+// source. Sources are indices into a preference-ordered list (a
+// Provider's, best first). It keeps at most Window chunks in flight, requests chunks in
 // blob order, and never runs more than Ahead chunks past the reader's
 // cursor (Deliver) when Ahead > 0. Schedule is not safe for concurrent use.
 type Schedule struct {
@@ -88,9 +97,9 @@ type Schedule struct {
 	failed    int // index of a chunk that gave up, or -1
 }
 
-// NewSchedule returns a schedule for n chunks over nSources sources, with
+// New returns a schedule for n chunks over nSources sources, with
 // the chunks for which present[i] is true already done. window < 1 means 1.
-func NewSchedule(n, window, nSources int, present []bool) *Schedule {
+func New(n, window, nSources int, present []bool) *Schedule {
 	s := &Schedule{
 		window:    max(window, 1),
 		maxTries:  DefaultMaxTries,
@@ -272,6 +281,9 @@ func (s *Schedule) Deliver(i int) { s.delivered = max(s.delivered, i+1) }
 
 // IsDone reports whether chunk i is done.
 func (s *Schedule) IsDone(i int) bool { return s.state[i] == chunkDone }
+
+// NumDone returns the number of chunks done.
+func (s *Schedule) NumDone() int { return s.done }
 
 // Complete reports whether every chunk is done.
 func (s *Schedule) Complete() bool { return s.done == len(s.state) }

@@ -1,4 +1,4 @@
-package transfer
+package schedule
 
 import (
 	"slices"
@@ -29,7 +29,7 @@ func TestScheduleWindowAndOrder(t *testing.T) {
 		{"zero window means one", 5, 0, nil, 0, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewSchedule(tc.n, tc.win, 2, tc.present)
+			s := New(tc.n, tc.win, 2, tc.present)
 			s.SetAhead(tc.ahead)
 			if got := chunks(s.Next()); !slices.Equal(got, tc.want) {
 				t.Fatalf("Next = %v, want %v", got, tc.want)
@@ -42,7 +42,7 @@ func TestScheduleWindowAndOrder(t *testing.T) {
 }
 
 func TestScheduleProgress(t *testing.T) {
-	s := NewSchedule(5, 2, 1, nil)
+	s := New(5, 2, 1, nil)
 	if got := chunks(s.Next()); !slices.Equal(got, []int{0, 1}) {
 		t.Fatal(got)
 	}
@@ -70,7 +70,7 @@ func TestScheduleProgress(t *testing.T) {
 }
 
 func TestScheduleAheadFollowsReader(t *testing.T) {
-	s := NewSchedule(6, 4, 1, nil)
+	s := New(6, 4, 1, nil)
 	s.SetAhead(2)
 	s.Next()
 	s.Done(0)
@@ -115,7 +115,7 @@ func TestScheduleFailures(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewSchedule(3, 1, tc.nSources, nil)
+			s := New(3, 1, tc.nSources, nil)
 			r := s.Next()
 			if len(r) != 1 || r[0].Chunk != 0 || r[0].Source != 0 {
 				t.Fatalf("first request %v", r)
@@ -141,7 +141,7 @@ func TestScheduleFailures(t *testing.T) {
 }
 
 func TestScheduleRetriesFirstAndAvoidsFailingSource(t *testing.T) {
-	s := NewSchedule(10, 3, 2, nil)
+	s := New(10, 3, 2, nil)
 	s.Next() // 0,1,2 from source 0
 	s.Failed(1, FailUnreachable)
 	s.Done(0)
@@ -159,7 +159,7 @@ func TestScheduleRetriesFirstAndAvoidsFailingSource(t *testing.T) {
 }
 
 func TestNoSources(t *testing.T) {
-	s := NewSchedule(2, 2, 0, nil)
+	s := New(2, 2, 0, nil)
 	if s.Next() != nil {
 		t.Fatal("requests with no source")
 	}
@@ -168,7 +168,7 @@ func TestNoSources(t *testing.T) {
 // Sources found after every source failed revive the chunks that gave up,
 // and new chunks go to them.
 func TestScheduleAddSourcesRevives(t *testing.T) {
-	s := NewSchedule(4, 2, 1, nil)
+	s := New(4, 2, 1, nil)
 	s.SetMaxTries(2)
 	if reqs := s.Next(); len(reqs) != 2 { // chunks 0 and 1 from source 0
 		t.Fatalf("Next = %v", reqs)
