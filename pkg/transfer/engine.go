@@ -17,6 +17,7 @@ import (
 
 	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/source"
 )
 
 // Store is what the engine needs from the local store (pkg/cache.Store
@@ -178,8 +179,8 @@ type Engine struct {
 	replDropped     atomic.Uint64 // records Replicate did not copy (a full queue)
 	bytesServed     atomic.Uint64
 	bytesFetched    atomic.Uint64
-	bytesIn         [numKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
-	bytesOut        [numKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
+	bytesIn         [source.NumKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
+	bytesOut        [source.NumKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
 	uploadsRefused  atomic.Uint64
 	hedges          atomic.Uint64 // sibling requests doubled by a GET_DIRECT
 	hedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace)
@@ -391,7 +392,7 @@ func (e *Engine) Status() Status {
 		ReplicationsWaiting: e.replWaiting.Load(),
 		ReplicationsDropped: e.replDropped.Load(),
 	}
-	for k := range SourceKind(numKinds) {
+	for k := range SourceKind(source.NumKinds) {
 		st.BytesIn[k.String()] = e.bytesIn[k].Load()
 		st.BytesOut[k.String()] = e.bytesOut[k].Load()
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/source"
 )
 
 // TestServeScripts replays testdata/serve/*.txt (as pkg/tree replays
@@ -240,7 +241,7 @@ func (a serveArgs) dur(t *testing.T, where, k string) time.Duration {
 }
 
 func (a serveArgs) rel(t *testing.T, where string) SourceKind {
-	for k := range SourceKind(numKinds) {
+	for k := range SourceKind(source.NumKinds) {
 		if k.String() == a.kv["rel"] {
 			return k
 		}

@@ -8,6 +8,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/source"
 )
 
 // ProtoFetch is the fetch protocol's ID; docs/protocol.md specifies every
@@ -20,40 +21,28 @@ const ProtoFetch = fetchwire.ProtoFetch
 // stream carries no GET_SIBLING (a client sends a plain GET instead).
 const ProtoFetch110 = fetchwire.ProtoFetch110
 
-// SourceKind says how a source relates to this node: where the bytes a
-// node receives come from, by kind, is what its status reports.
-type SourceKind uint8
+// SourceKind says how a peer relates to this node: where the bytes a node
+// receives come from, and where those it sends go, by kind, is what its
+// status reports (Status.BytesIn, Status.BytesOut, by its String: parent,
+// child, sibling, other).
+type SourceKind = source.Kind
 
+// The kinds of peers.
 const (
 	// KindParent is the node's parent or one of its fallback parents.
-	KindParent SourceKind = iota
-	// KindChild is the child a blob came up through (it was put below).
-	KindChild
+	KindParent = source.KindParent
+	// KindChild is a child of the node (for a source: the child a blob
+	// came up through, it was put below).
+	KindChild = source.KindChild
 	// KindSibling is another node of the same site.
-	KindSibling
+	KindSibling = source.KindSibling
 	// KindOther is any other peer (e.g. a provider found in a DHT).
-	KindOther
-
-	numKinds = 4
+	KindOther = source.KindOther
 )
 
-func (k SourceKind) String() string {
-	switch k {
-	case KindParent:
-		return "parent"
-	case KindChild:
-		return "child"
-	case KindSibling:
-		return "sibling"
-	}
-	return "other"
-}
-
-// Source is a peer that may serve a blob's manifest and chunks.
-type Source struct {
-	ID   peer.ID
-	Kind SourceKind
-}
+// Source is a peer that may serve a blob's manifest and chunks: its ID and
+// Kind (what it is to this node).
+type Source = source.Source
 
 // Provider supplies the sources of blobs: the tree does (the child a blob
 // was announced through, then the parents); siblings of the same site and
