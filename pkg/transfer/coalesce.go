@@ -10,6 +10,7 @@ import (
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
@@ -184,25 +185,25 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Red
 		e.h.Peerstore().AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
 	}
 	type result struct {
-		req  hedgeReq
+		req  exchange.HedgeReq
 		data []byte
 		err  error
 	}
 	sibling := Source{ID: rd.Peer, Kind: KindSibling}
-	from := [numHedgeReqs]Source{reqSibling: sibling, reqHedge: relay, reqDirect: relay}
+	from := [exchange.NumHedgeReqs]Source{exchange.ReqSibling: sibling, exchange.ReqHedge: relay, exchange.ReqDirect: relay}
 	// The policy keeps at most one request of each kind open: no send
 	// blocks, even after this function has returned.
-	results := make(chan result, numHedgeReqs)
+	results := make(chan result, exchange.NumHedgeReqs)
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	e.statMu.Lock()
-	f, act := e.hedge.follow(time.Now(), rd.Peer)
+	f, act := e.hedge.Follow(time.Now(), rd.Peer)
 	e.statMu.Unlock()
 	go func() {
 		data, err := e.fetchVerified(sctx, sibling, q)
-		results <- result{reqSibling, data, err}
+		results <- result{exchange.ReqSibling, data, err}
 	}()
-	askRelay := func(req hedgeReq, dq fetchwire.Request) {
+	askRelay := func(req exchange.HedgeReq, dq fetchwire.Request) {
 		dq.Type = fetchwire.MsgGetDirect
 		go func() {
 			data, err := e.fetchVerified(ctx, relay, dq)
@@ -218,7 +219,7 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Red
 	defer timer.Stop()
 	// carryOut does what act says and arms the timer for its next tick;
 	// cause is the sibling's error when it is given up on for one.
-	carryOut := func(act hedgeAction, cause error) {
+	carryOut := func(act exchange.HedgeAction, cause error) {
 		if act.GiveUp {
 			scancel()
 			if act.TimedOut {
@@ -235,12 +236,12 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Red
 			if act.Slow {
 				dq.Failed, dq.Slow = rd.Peer, true
 			}
-			askRelay(reqHedge, dq)
+			askRelay(exchange.ReqHedge, dq)
 		}
 		if act.Direct {
 			dq := q
 			dq.Failed = rd.Peer
-			askRelay(reqDirect, dq)
+			askRelay(exchange.ReqDirect, dq)
 		}
 		timer.Stop()
 		if !act.Wake.IsZero() {
@@ -256,12 +257,12 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Red
 			}
 			e.statMu.Lock()
 			if r.err == nil {
-				act = e.hedge.arrived(f, time.Now(), r.req)
+				act = e.hedge.Arrived(f, time.Now(), r.req)
 			} else {
-				act = e.hedge.failed(f, time.Now(), r.req)
+				act = e.hedge.Failed(f, time.Now(), r.req)
 			}
 			e.statMu.Unlock()
-			if r.req == reqHedge && r.err != nil && !errors.Is(r.err, blob.ErrNotFound) {
+			if r.req == exchange.ReqHedge && r.err != nil && !errors.Is(r.err, blob.ErrNotFound) {
 				e.log.Debug("hedge failed", "relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
 			}
 			switch {
@@ -276,7 +277,7 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Red
 				return nil, Source{}, ctx.Err()
 			}
 			e.statMu.Lock()
-			act = e.hedge.tick(f, time.Now())
+			act = e.hedge.Tick(f, time.Now())
 			e.statMu.Unlock()
 			carryOut(act, nil)
 		case <-ctx.Done():

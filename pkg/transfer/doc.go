@@ -13,18 +13,16 @@
 //	                   a sibling)
 //
 // Files: engine.go (Config, Engine, Status), sources.go (Source, Provider:
-// the seam to the tree and other providers), internal/schedule (the pure
-// decisions: which chunk next, from which source, retry or give up),
-// distribute.go (the relay's pure choice of a sibling for a child),
-// servestate.go (the relay's serve/redirect/decline decisions as one state
-// machine the server feeds, over the Distributor), hedge.go (a redirected
-// request's pure
-// decisions: when to hedge, when to give up on the sibling),
-// coalesce.go (one upstream fetch per chunk hash), client.go (pipelined
+// the seam to the tree and other providers), coalesce.go (one upstream
+// fetch per chunk hash; following a redirect), client.go (pipelined
 // streams to a peer), server.go (the handler, the per-peer reply budget),
 // manifest.go, open.go (Open, Fetch, Preheat), replicate.go (Replicate's
-// per-child queues); internal/fetchwire holds the protocol's messages
-// (encoders, decoders and their fuzz targets).
+// per-child queues). Internal parts: internal/schedule (a blob fetch's
+// pure decisions: which chunk next, from which source, retry or give up),
+// internal/exchange (the in-site exchange's pure decisions: the relay's
+// Distributor and ServeState, which the server feeds; the Hedger, which
+// the follower of a redirect feeds), internal/fetchwire (the protocol's
+// messages: encoders, decoders and their fuzz targets).
 //
 // Invariants:
 //

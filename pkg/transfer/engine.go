@@ -17,6 +17,7 @@ import (
 
 	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
 )
 
@@ -133,6 +134,19 @@ type Config struct {
 	Logger         *slog.Logger
 }
 
+// DistributorConfig tunes a relay's redirects (Config.Distribution): the
+// copies of a chunk it sends itself before it redirects (Direct, default
+// 1), the siblings one holder is sent per chunk (Fanout, default 2), the
+// failures after which a holder is no target for a blob (MaxFailures,
+// default 2), and how long a blob's state is kept after its last request
+// (Idle, default 10 minutes).
+type DistributorConfig = exchange.DistributorConfig
+
+// HedgeGrace is how long after a relay first sent a chunk into a site it
+// declines hedges for it: the chunk is then still moving from sibling to
+// sibling (Status.HedgesDeclined).
+const HedgeGrace = exchange.HedgeGrace
+
 // Engine moves blob bytes between nodes: it serves the fetch protocol and
 // fetches manifests and chunks from the sources its Provider names, with
 // coalescing, cut-through forwarding and retries. Its methods are safe for
@@ -160,14 +174,14 @@ type Engine struct {
 	closed   bool
 
 	stateMu sync.Mutex
-	state   *ServeState // the server's decisions: served streams, redirects, hedges declined (servestate.go)
-	grouper Grouper     // Sources as a Grouper with SiblingExchange, else nil
+	state   *exchange.ServeState // the server's decisions: served streams, redirects, hedges declined
+	grouper Grouper              // Sources as a Grouper with SiblingExchange, else nil
 
 	errMu     sync.Mutex
 	peerFails map[peer.ID]uint64 // failures blamed on each peer (bounded)
 
 	statMu sync.Mutex
-	hedge  *hedger // the hedging policy: what the redirects followed taught (hedge.go)
+	hedge  *exchange.Hedger // the hedging policy: what the redirects followed taught
 
 	upLimit *rate.Limiter // nil without MaxUploadRate
 
@@ -247,7 +261,7 @@ func New(cfg Config) (*Engine, error) {
 		active:    map[*blobFetch]struct{}{},
 		whole:     map[cid.Cid]*wholeBlobCall{},
 		peerFails: map[peer.ID]uint64{},
-		hedge:     newHedger(cfg.SiblingTimeout),
+		hedge:     exchange.NewHedger(cfg.SiblingTimeout),
 	}
 	if cfg.MaxUploadRate < 0 || cfg.MaxUploadStreams < 0 {
 		return nil, errors.New("transfer: negative upload limit")
@@ -262,7 +276,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.grouper = g
 	}
-	e.state = NewServeState(ServeConfig{SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams})
+	e.state = exchange.NewServeState(exchange.ServeConfig{SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams})
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	return e, nil
 }

@@ -49,7 +49,7 @@ func (g *groupedSources) connect(n *engineNode, on bool) {
 // sibling is a connected child, and never to one its Grouper no longer
 // lists, even before the child's departure reached the engine (ChildLeft):
 // the server finds the target gone, and its decision state decides again
-// (ServeTargetGone). The target's veto used to be a callback into the
+// (exchange.ServeTargetGone). The target's veto used to be a callback into the
 // Grouper under the distribution's lock.
 func TestRedirectOnlyToConnectedChildren(t *testing.T) {
 	gs := &groupedSources{children: map[peer.ID][]ma.Multiaddr{}}

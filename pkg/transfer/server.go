@@ -15,6 +15,7 @@ import (
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
@@ -129,13 +130,13 @@ func replySize(typ byte, index uint32, h blob.Hash, m *blob.Manifest, unknown in
 func (e *Engine) handleFetch(s network.Stream) {
 	p := s.Conn().RemotePeer()
 	rel := e.sources.Relation(p)
-	if e.serveStep(ServeEvent{Kind: ServeStreamOpened, Peer: p, Rel: rel}).Action == ActRefuse {
+	if e.serveStep(exchange.ServeEvent{Kind: exchange.ServeStreamOpened, Peer: p, Rel: rel}).Action == exchange.ActRefuse {
 		e.uploadsRefused.Add(1)
 		e.log.Debug("fetch stream refused: upload stream limit", "peer", p, "limit", e.cfg.MaxUploadStreams)
 		s.Reset()
 		return
 	}
-	defer e.serveStep(ServeEvent{Kind: ServeStreamClosed, Peer: p, Rel: rel})
+	defer e.serveStep(exchange.ServeEvent{Kind: exchange.ServeStreamClosed, Peer: p, Rel: rel})
 	budget := e.budgetFor(p)
 	defer e.dropBudget(p, budget)
 	ctx, cancel := context.WithCancel(e.ctx)
@@ -312,8 +313,8 @@ func (e *Engine) reply(sl *fetchSlot, data []byte, err error) {
 // the blob (never back to the asker).
 func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Request, sl *fetchSlot) {
 	a := e.askOf(p, q)
-	d := e.serveStep(ServeEvent{Kind: ServeAsk, Ask: a})
-	if d.Action == ActDecline {
+	d := e.serveStep(exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a})
+	if d.Action == exchange.ActDecline {
 		e.hedgesDeclined.Add(1)
 		e.reply(sl, nil, fmt.Errorf("chunk %d of %s: sent into the site %v ago, the sibling has it or gets it soon: %w",
 			q.Index, q.ID, (HedgeGrace-d.Wait).Round(time.Millisecond), blob.ErrNotFound))
@@ -367,9 +368,9 @@ func (e *Engine) storeOnlyFor(p peer.ID) bool {
 	return e.cfg.OthersFromStore != nil && e.cfg.OthersFromStore() && e.sources.Relation(p) == KindOther
 }
 
-// serveStep applies ev to the server's decision state (ServeState) at the
+// serveStep applies ev to the server's decision state (exchange.ServeState) at the
 // time now and returns its decision.
-func (e *Engine) serveStep(ev ServeEvent) ServeDecision {
+func (e *Engine) serveStep(ev exchange.ServeEvent) exchange.ServeDecision {
 	e.stateMu.Lock()
 	defer e.stateMu.Unlock()
 	return e.state.Step(time.Now(), ev)
@@ -378,14 +379,14 @@ func (e *Engine) serveStep(ev ServeEvent) ServeDecision {
 // noteSent tells the decision state that chunk q is on its way to its
 // asker.
 func (e *Engine) noteSent(q fetchwire.Request) {
-	e.serveStep(ServeEvent{Kind: ServeSent, Ask: Ask{Blob: q.ID, Index: q.Index}})
+	e.serveStep(exchange.ServeEvent{Kind: exchange.ServeSent, Ask: exchange.Ask{Blob: q.ID, Index: q.Index}})
 }
 
 // askOf is request q from p as the decision state sees it: with p's group
 // if p is a connected child and this node does sibling exchange (the
 // Grouper says; asked before the state's lock is taken).
-func (e *Engine) askOf(p peer.ID, q fetchwire.Request) Ask {
-	a := Ask{Blob: q.ID, Index: q.Index, Child: p, Direct: q.Type == fetchwire.MsgGetDirect, Hedge: q.IfPresent}
+func (e *Engine) askOf(p peer.ID, q fetchwire.Request) exchange.Ask {
+	a := exchange.Ask{Blob: q.ID, Index: q.Index, Child: p, Direct: q.Type == fetchwire.MsgGetDirect, Hedge: q.IfPresent}
 	if q.Slow {
 		a.Slow = q.Failed
 	} else {
@@ -401,12 +402,12 @@ func (e *Engine) askOf(p peer.ID, q fetchwire.Request) Ask {
 // any, with its target's addresses. A target that is no connected child
 // any more (it left before its ChildLeft reached the state) is reported
 // gone, and the state decides again without it.
-func (e *Engine) redirectTo(a Ask, d ServeDecision) (fetchwire.Redirect, bool) {
-	for d.Action == ActRedirect {
+func (e *Engine) redirectTo(a exchange.Ask, d exchange.ServeDecision) (fetchwire.Redirect, bool) {
+	for d.Action == exchange.ActRedirect {
 		if _, addrs, ok := e.grouper.Group(d.Target); ok {
 			return fetchwire.Redirect{Peer: d.Target, Addrs: addrs}, true
 		}
-		d = e.serveStep(ServeEvent{Kind: ServeTargetGone, Peer: d.Target, Ask: a})
+		d = e.serveStep(exchange.ServeEvent{Kind: exchange.ServeTargetGone, Peer: d.Target, Ask: a})
 	}
 	return fetchwire.Redirect{}, false
 }
@@ -417,7 +418,7 @@ func (e *Engine) redirectTo(a Ask, d ServeDecision) (fetchwire.Redirect, bool) {
 // worker that comes back may have lost its store). The tree calls it
 // (tree.Config.OnChildLeft). Safe to call for any peer, at any time.
 func (e *Engine) ChildLeft(p peer.ID) {
-	e.serveStep(ServeEvent{Kind: ServePeerLeft, Peer: p})
+	e.serveStep(exchange.ServeEvent{Kind: exchange.ServePeerLeft, Peer: p})
 }
 
 // serveReport handles a peer's report that the bytes this node sent for

@@ -1,4 +1,4 @@
-package transfer
+package exchange
 
 import (
 	"bufio"
@@ -240,8 +240,8 @@ func (a serveArgs) dur(t *testing.T, where, k string) time.Duration {
 	return d
 }
 
-func (a serveArgs) rel(t *testing.T, where string) SourceKind {
-	for k := range SourceKind(source.NumKinds) {
+func (a serveArgs) rel(t *testing.T, where string) source.Kind {
+	for k := range source.Kind(source.NumKinds) {
 		if k.String() == a.kv["rel"] {
 			return k
 		}

@@ -1,4 +1,4 @@
-package transfer
+package exchange
 
 import (
 	"bufio"
@@ -46,8 +46,8 @@ func runHedgeScript(t *testing.T, path string) {
 	}
 	defer fh.Close()
 	epoch := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
-	var h *hedger
-	fetches := map[string]*siblingFetch{}
+	var h *Hedger
+	fetches := map[string]*SiblingFetch{}
 	var got string
 	pending := false // a command's output awaits its "> " line
 	sc := bufio.NewScanner(fh)
@@ -84,15 +84,15 @@ func runHedgeScript(t *testing.T, path string) {
 			}
 			return epoch.Add(d)
 		}
-		fetch := func() *siblingFetch {
+		fetch := func() *SiblingFetch {
 			if len(pos) == 0 || fetches[pos[0]] == nil {
 				fail("%s: no such redirect %v", cmd, pos)
 			}
 			return fetches[pos[0]]
 		}
-		req := func() hedgeReq {
+		req := func() HedgeReq {
 			if len(pos) == 2 {
-				for r := range numHedgeReqs {
+				for r := range NumHedgeReqs {
 					if r.String() == pos[1] {
 						return r
 					}
@@ -107,22 +107,22 @@ func runHedgeScript(t *testing.T, path string) {
 			if err != nil {
 				fail("argument timeout: %v", err)
 			}
-			h = newHedger(d)
-			fetches = map[string]*siblingFetch{}
+			h = NewHedger(d)
+			fetches = map[string]*SiblingFetch{}
 			got = "hedge after " + h.delay().String()
 		case "follow":
 			if len(pos) != 2 || fetches[pos[0]] != nil {
 				fail("follow F P with a new F: %v", pos)
 			}
-			var act hedgeAction
-			fetches[pos[0]], act = h.follow(at(), peer.ID(pos[1]))
+			var act HedgeAction
+			fetches[pos[0]], act = h.Follow(at(), peer.ID(pos[1]))
 			got = formatHedgeAction(act, epoch)
 		case "arrived":
-			got = formatHedgeAction(h.arrived(fetch(), at(), req()), epoch)
+			got = formatHedgeAction(h.Arrived(fetch(), at(), req()), epoch)
 		case "failed":
-			got = formatHedgeAction(h.failed(fetch(), at(), req()), epoch)
+			got = formatHedgeAction(h.Failed(fetch(), at(), req()), epoch)
 		case "tick":
-			got = formatHedgeAction(h.tick(fetch(), at()), epoch)
+			got = formatHedgeAction(h.Tick(fetch(), at()), epoch)
 		case "policy":
 			got = formatHedger(h)
 		default:
@@ -154,7 +154,7 @@ func parseHedgeCmd(l string) (string, []string, map[string]string) {
 	return fields[0], pos, args
 }
 
-func formatHedgeAction(a hedgeAction, epoch time.Time) string {
+func formatHedgeAction(a HedgeAction, epoch time.Time) string {
 	var parts []string
 	if a.GiveUp {
 		s := "give up on the sibling"
@@ -197,7 +197,7 @@ func scriptTime(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 }
 
-func formatHedger(h *hedger) string {
+func formatHedger(h *Hedger) string {
 	s := fmt.Sprintf("avg %v, hedge after %v", h.avg, h.delay())
 	var ps []string
 	for p, st := range h.stats {
@@ -213,26 +213,26 @@ func formatHedger(h *hedger) string {
 // The per-sibling counts follow recent behaviour: halved at statWindow
 // requests, all forgotten past maxStatPeers siblings.
 func TestHedgerStatsBounded(t *testing.T) {
-	h := newHedger(DefaultSiblingTimeout)
+	h := NewHedger(10 * time.Second) // transfer.DefaultSiblingTimeout
 	now := time.Now()
 	for i := range statWindow - 1 {
-		f, _ := h.follow(now, "s1")
-		h.tick(f, now.Add(h.delay())) // every request hedged
+		f, _ := h.Follow(now, "s1")
+		h.Tick(f, now.Add(h.delay())) // every request hedged
 		if st := h.stats["s1"]; st.asked != i+1 || st.hedged != i+1 {
 			t.Fatalf("after %d requests: %+v", i+1, *st)
 		}
 	}
-	h.follow(now, "s1")
+	h.Follow(now, "s1")
 	if st := h.stats["s1"]; st.asked != statWindow/2 || st.hedged != (statWindow-1)/2 {
 		t.Fatalf("at %d requests the counts are not halved: %+v", statWindow, *st)
 	}
 	for i := range maxStatPeers - 1 {
-		h.follow(now, peer.ID(fmt.Sprint("p", i)))
+		h.Follow(now, peer.ID(fmt.Sprint("p", i)))
 	}
 	if len(h.stats) != maxStatPeers {
 		t.Fatalf("%d siblings counted, want %d", len(h.stats), maxStatPeers)
 	}
-	h.follow(now, "one more")
+	h.Follow(now, "one more")
 	if len(h.stats) != 1 || h.stats["one more"] == nil {
 		t.Fatalf("past %d siblings the counts are not started over: %d counted", maxStatPeers, len(h.stats))
 	}

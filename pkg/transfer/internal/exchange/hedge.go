@@ -1,4 +1,4 @@
-package transfer
+package exchange
 
 import (
 	"time"
@@ -13,7 +13,7 @@ import (
 // actions out (hedge: ask the relay too, if it holds the chunk; give up on
 // the sibling and ask the relay plainly; deliver; fail) and the time to be
 // woken next. Every event carries the time: no clock, no goroutines, no
-// locks. The IO loop (fromSibling in coalesce.go) feeds it and carries its
+// locks. The IO loop (the engine's follower of a redirect, fromSibling) feeds it and carries its
 // actions out. Scripted tests: testdata/hedge/*.txt (hedge_test.go).
 
 // Hedging a sibling request: after hedgeFactor times the moving average
@@ -39,29 +39,30 @@ const (
 	maxStatPeers  = 256
 )
 
-// hedgeReq names one of the requests a followed redirect makes.
-type hedgeReq uint8
+// HedgeReq names one of the requests a followed redirect makes.
+type HedgeReq uint8
 
 const (
-	// reqSibling is the request to the sibling the relay named.
-	reqSibling hedgeReq = iota
-	// reqHedge is a GET_DIRECT "if present" to the relay while the
+	// ReqSibling is the request to the sibling the relay named.
+	ReqSibling HedgeReq = iota
+	// ReqHedge is a GET_DIRECT "if present" to the relay while the
 	// sibling's request runs: the relay answers NOT_FOUND unless it holds
 	// the chunk and has not just sent it into the site (HedgeGrace).
-	reqHedge
-	// reqDirect is the plain GET_DIRECT to the relay, naming the sibling
+	ReqHedge
+	// ReqDirect is the plain GET_DIRECT to the relay, naming the sibling
 	// that failed; made at most once per redirect.
-	reqDirect
-	numHedgeReqs
+	ReqDirect
+	// NumHedgeReqs is the number of kinds of requests.
+	NumHedgeReqs
 )
 
-func (r hedgeReq) String() string {
+func (r HedgeReq) String() string {
 	switch r {
-	case reqSibling:
+	case ReqSibling:
 		return "sibling"
-	case reqHedge:
+	case ReqHedge:
 		return "hedge"
-	case reqDirect:
+	case ReqDirect:
 		return "direct"
 	}
 	return "unknown"
@@ -72,47 +73,47 @@ func (r hedgeReq) String() string {
 // that it follows the sibling's recent behaviour).
 type siblingStat struct{ asked, hedged int }
 
-// hedger is one node's hedging policy: what it learned from the redirects
+// Hedger is one node's hedging policy: what it learned from the redirects
 // it followed (per sibling, how many it followed and how many needed a
 // hedge; the moving average of a sibling chunk's time) and the decisions
-// for each redirect being followed (a siblingFetch). Not safe for
-// concurrent use: the Engine holds statMu around every call.
-type hedger struct {
+// for each redirect being followed (a SiblingFetch). Not safe for
+// concurrent use: the engine holds a mutex around every call.
+type Hedger struct {
 	timeout time.Duration // Config.SiblingTimeout: how long a sibling request may run
 	avg     time.Duration // moving average of a sibling chunk's time; 0 before the first
 	stats   map[peer.ID]*siblingStat
 }
 
-// newHedger returns a policy that gives a sibling request at most timeout
+// NewHedger returns a policy that gives a sibling request at most timeout
 // (> 0).
-func newHedger(timeout time.Duration) *hedger {
-	return &hedger{timeout: timeout, stats: map[peer.ID]*siblingStat{}}
+func NewHedger(timeout time.Duration) *Hedger {
+	return &Hedger{timeout: timeout, stats: map[peer.ID]*siblingStat{}}
 }
 
-// siblingFetch is one redirect being followed: made by follow, changed
-// only by the hedger's methods, owned by the one goroutine that follows
+// SiblingFetch is one redirect being followed: made by Follow, changed
+// only by the Hedger's methods, owned by the one goroutine that follows
 // the redirect.
-type siblingFetch struct {
+type SiblingFetch struct {
 	sibling  peer.ID
 	start    time.Time          // the request to the sibling was sent
 	giveUpAt time.Time          // start + the sibling timeout
 	hedgeAt  time.Time          // a hedge is due (zero: none armed)
-	open     [numHedgeReqs]bool // requests that have not answered
+	open     [NumHedgeReqs]bool // requests that have not answered
 	direct   bool               // the relay was asked plainly (at most once)
 	done     bool               // delivered or failed: nothing more to do
 }
 
-// hedgeAction is what the IO loop does after an event: first GiveUp, then
+// HedgeAction is what the IO loop does after an event: first GiveUp, then
 // Hedge, then Direct; Deliver or Fail end the redirect. Wake is when to
-// call tick next (zero: no timer).
-type hedgeAction struct {
+// call Tick next (zero: no timer).
+type HedgeAction struct {
 	// GiveUp stops the sibling's request and counts it as a sibling
 	// failure: it failed, or it ran past the sibling timeout (TimedOut).
 	GiveUp, TimedOut bool
-	// Hedge asks the relay for the chunk if it holds it (reqHedge); Slow
+	// Hedge asks the relay for the chunk if it holds it (ReqHedge); Slow
 	// names the sibling slow in it (most requests to it needed a hedge).
 	Hedge, Slow bool
-	// Direct asks the relay plainly, naming the sibling failed (reqDirect).
+	// Direct asks the relay plainly, naming the sibling failed (ReqDirect).
 	Direct bool
 	// Deliver: the copy that just arrived wins; the redirect is done.
 	Deliver bool
@@ -122,10 +123,10 @@ type hedgeAction struct {
 	Wake time.Time
 }
 
-// follow starts following a redirect to sibling p: the request to it is
+// Follow starts following a redirect to sibling p: the request to it is
 // sent at now. It counts the request against p and arms the hedge and the
 // sibling timeout.
-func (h *hedger) follow(now time.Time, p peer.ID) (*siblingFetch, hedgeAction) {
+func (h *Hedger) Follow(now time.Time, p peer.ID) (*SiblingFetch, HedgeAction) {
 	st := h.stats[p]
 	if st == nil {
 		if len(h.stats) >= maxStatPeers {
@@ -138,75 +139,75 @@ func (h *hedger) follow(now time.Time, p peer.ID) (*siblingFetch, hedgeAction) {
 	if st.asked >= statWindow {
 		st.asked, st.hedged = st.asked/2, st.hedged/2
 	}
-	f := &siblingFetch{sibling: p, start: now, giveUpAt: now.Add(h.timeout), hedgeAt: now.Add(h.delay())}
-	f.open[reqSibling] = true
-	return f, hedgeAction{Wake: f.wake()}
+	f := &SiblingFetch{sibling: p, start: now, giveUpAt: now.Add(h.timeout), hedgeAt: now.Add(h.delay())}
+	f.open[ReqSibling] = true
+	return f, HedgeAction{Wake: f.wake()}
 }
 
-// arrived applies a verified copy of the chunk from request r at now: the
+// Arrived applies a verified copy of the chunk from request r at now: the
 // first copy wins, whichever request it answers (even one given up on). A
 // sibling's time feeds the moving average.
-func (h *hedger) arrived(f *siblingFetch, now time.Time, r hedgeReq) hedgeAction {
+func (h *Hedger) Arrived(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction {
 	if f.done {
-		return hedgeAction{}
+		return HedgeAction{}
 	}
-	if r == reqSibling {
+	if r == ReqSibling {
 		h.noteTime(now.Sub(f.start))
 	}
 	f.end()
-	return hedgeAction{Deliver: true}
+	return HedgeAction{Deliver: true}
 }
 
-// failed applies the failure of request r at now (any failure: NOT_FOUND,
+// Failed applies the failure of request r at now (any failure: NOT_FOUND,
 // an error reply, corrupt bytes, a broken stream). A failed sibling is
 // replaced by a plain request to the relay at once. A failed hedge, while
 // the sibling's request runs, is a relay that does not hold the chunk yet
 // or declined to serve it (the sibling waits for it too, or has it on its
 // way): the wait goes on, with a new hedge a hedge delay later. The
 // redirect fails when no request is left open.
-func (h *hedger) failed(f *siblingFetch, now time.Time, r hedgeReq) hedgeAction {
+func (h *Hedger) Failed(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction {
 	if f.done {
-		return hedgeAction{}
+		return HedgeAction{}
 	}
 	if !f.open[r] {
-		return hedgeAction{Wake: f.wake()} // a request given up on, or a repeat
+		return HedgeAction{Wake: f.wake()} // a request given up on, or a repeat
 	}
 	f.open[r] = false
-	var act hedgeAction
+	var act HedgeAction
 	switch r {
-	case reqSibling:
+	case ReqSibling:
 		act = f.giveUp()
-	case reqHedge:
-		if f.open[reqSibling] {
+	case ReqHedge:
+		if f.open[ReqSibling] {
 			f.hedgeAt = now.Add(h.delay())
 		}
 	}
-	if f.open == [numHedgeReqs]bool{} {
+	if f.open == [NumHedgeReqs]bool{} {
 		f.end()
-		return hedgeAction{Fail: true}
+		return HedgeAction{Fail: true}
 	}
 	act.Wake = f.wake()
 	return act
 }
 
-// tick applies the clock reaching now: a sibling request past the timeout
+// Tick applies the clock reaching now: a sibling request past the timeout
 // is given up on (and the relay asked plainly); else, when a hedge is due,
 // the relay is asked if it holds the chunk, naming the sibling slow when
 // most requests to it needed a hedge. One hedge at a time, none once the
 // relay was asked plainly.
-func (h *hedger) tick(f *siblingFetch, now time.Time) hedgeAction {
+func (h *Hedger) Tick(f *SiblingFetch, now time.Time) HedgeAction {
 	if f.done {
-		return hedgeAction{}
+		return HedgeAction{}
 	}
-	var act hedgeAction
+	var act HedgeAction
 	switch {
-	case f.open[reqSibling] && !now.Before(f.giveUpAt):
-		f.open[reqSibling] = false
+	case f.open[ReqSibling] && !now.Before(f.giveUpAt):
+		f.open[ReqSibling] = false
 		act = f.giveUp()
 		act.TimedOut = true
 	case !f.hedgeAt.IsZero() && !now.Before(f.hedgeAt):
 		f.hedgeAt = time.Time{}
-		f.open[reqHedge] = true
+		f.open[ReqHedge] = true
 		act.Hedge = true
 		act.Slow = h.hedged(f.sibling)
 	}
@@ -216,28 +217,28 @@ func (h *hedger) tick(f *siblingFetch, now time.Time) hedgeAction {
 
 // giveUp ends the wait for the sibling (no longer open): the relay is asked
 // plainly, once, and no more hedges are made.
-func (f *siblingFetch) giveUp() hedgeAction {
+func (f *SiblingFetch) giveUp() HedgeAction {
 	f.hedgeAt = time.Time{}
-	act := hedgeAction{GiveUp: true}
+	act := HedgeAction{GiveUp: true}
 	if !f.direct {
-		f.direct, f.open[reqDirect] = true, true
+		f.direct, f.open[ReqDirect] = true, true
 		act.Direct = true
 	}
 	return act
 }
 
 // end marks f done: no request is waited for, no tick wanted.
-func (f *siblingFetch) end() {
+func (f *SiblingFetch) end() {
 	f.done = true
-	f.open = [numHedgeReqs]bool{}
+	f.open = [NumHedgeReqs]bool{}
 	f.hedgeAt = time.Time{}
 }
 
 // wake is the next time f needs a tick: the earlier of the hedge due and
 // the sibling's timeout (while its request is open); zero for none.
-func (f *siblingFetch) wake() time.Time {
+func (f *SiblingFetch) wake() time.Time {
 	var w time.Time
-	if f.open[reqSibling] {
+	if f.open[ReqSibling] {
 		w = f.giveUpAt
 	}
 	if !f.hedgeAt.IsZero() && (w.IsZero() || f.hedgeAt.Before(w)) {
@@ -248,7 +249,7 @@ func (f *siblingFetch) wake() time.Time {
 
 // hedged counts a hedge of a request to p and reports whether p is slow:
 // most requests to it needed one.
-func (h *hedger) hedged(p peer.ID) bool {
+func (h *Hedger) hedged(p peer.ID) bool {
 	st := h.stats[p]
 	if st == nil {
 		return false
@@ -258,7 +259,7 @@ func (h *hedger) hedged(p peer.ID) bool {
 }
 
 // delay is how long a sibling request runs alone before it is hedged.
-func (h *hedger) delay() time.Duration {
+func (h *Hedger) delay() time.Duration {
 	d := initialHedge
 	if h.avg > 0 {
 		d = min(max(hedgeFactor*h.avg, minHedge), maxHedge)
@@ -268,7 +269,7 @@ func (h *hedger) delay() time.Duration {
 
 // noteTime folds a sibling chunk's time into the moving average (weight
 // 1/5; the first time is taken whole).
-func (h *hedger) noteTime(d time.Duration) {
+func (h *Hedger) noteTime(d time.Duration) {
 	if h.avg == 0 {
 		h.avg = d
 		return

@@ -1,10 +1,12 @@
-package transfer
+package exchange
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/transfer/internal/source"
 )
 
 // This file holds the server's decisions as one state machine, in the shape
@@ -13,8 +15,8 @@ import (
 // was to be sent to is gone, a child left, time passed), a decision out
 // (serve the stream or refuse it; serve the chunk here, redirect the asker
 // to a sibling, or decline a hedge). The clock is passed in with each
-// event; there are no goroutines, locks or clock reads inside. The server
-// (server.go) holds one mutex around Step, feeds it what happened and acts
+// event; there are no goroutines, locks or clock reads inside. The
+// engine's server holds one mutex around Step, feeds it what happened and acts
 // on what it decides: it reads the store, pulls through, writes replies
 // and counts. The in-site distribution itself is the Distributor
 // (distribute.go), which ServeState drives.
@@ -71,7 +73,7 @@ type ServeEvent struct {
 	Peer peer.ID
 	// Rel is what Peer is to this node (ServeStreamOpened,
 	// ServeStreamClosed).
-	Rel SourceKind
+	Rel source.Kind
 	// Ask is the request (ServeAsk, ServeTargetGone), or the chunk sent
 	// (ServeSent: Blob and Index).
 	Ask Ask
@@ -145,7 +147,7 @@ func NewServeState(cfg ServeConfig) *ServeState {
 func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 	switch ev.Kind {
 	case ServeStreamOpened:
-		if ev.Rel == KindOther && s.maxOther > 0 {
+		if ev.Rel == source.KindOther && s.maxOther > 0 {
 			if s.other >= s.maxOther {
 				return ServeDecision{Action: ActRefuse}
 			}
@@ -153,7 +155,7 @@ func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 		}
 		return ServeDecision{Action: ActServe}
 	case ServeStreamClosed:
-		if ev.Rel == KindOther && s.maxOther > 0 && s.other > 0 {
+		if ev.Rel == source.KindOther && s.maxOther > 0 && s.other > 0 {
 			s.other--
 		}
 	case ServeAsk:

@@ -1,4 +1,4 @@
-package transfer
+package exchange
 
 import (
 	"fmt"
@@ -57,6 +57,12 @@ func TestDistributorSpreadsLoad(t *testing.T) {
 	if got := d.Decide(now, Ask{Blob: sampleID2(), Index: 0, Child: w(5), Group: "siteA"}); got != "" {
 		t.Fatalf("first asker of another blob redirected to %q", got)
 	}
+}
+
+// sampleID is the record of a one-chunk blob.
+func sampleID() blob.Record {
+	m := &blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{7}}}
+	return blob.Record{Name: "a/b", ID: m.CID(), Size: 1}
 }
 
 func sampleID2() cid.Cid {

@@ -1,4 +1,4 @@
-package transfer
+package exchange
 
 import (
 	"time"
@@ -10,7 +10,8 @@ import (
 // This file holds the relay's in-site distribution decisions as plain code:
 // requests in (a child asks for chunk i of a blob), decisions out (send the
 // chunk, or redirect the child to a sibling that holds it or is receiving
-// it). The clock is passed in. The edge is server.go.
+// it). The clock is passed in. ServeState drives it; the edge is the
+// engine's server.
 //
 // The aim is that each chunk crosses the relay's port about once per site:
 // the first children to ask for a chunk get it from the relay (Direct

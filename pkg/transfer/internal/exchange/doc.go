@@ -1,0 +1,29 @@
+// Package exchange holds the in-site exchange's decisions as plain code,
+// in the shape of etcd-io/raft's Step: events with their time in,
+// decisions out; no clock, goroutines, locks or sockets inside, so that
+// each is tested with scripts (testdata/*/*.txt) and without a network.
+//
+//   - Distributor (distribute.go): a relay's choice, for a child's chunk
+//     request, between sending the chunk itself and redirecting the child
+//     to a sibling of its site that holds it or is receiving it, so that
+//     each chunk crosses the relay's port about once per site.
+//   - ServeState (servestate.go): all of the server's decisions, over the
+//     Distributor: serve or refuse a fetch stream (MaxUploadStreams), serve
+//     a chunk, redirect its asker, or decline a hedge (HedgeGrace); who left.
+//   - Hedger (hedge.go): what a node does while it follows a redirect to a
+//     sibling: when to hedge (ask the relay too), when to give up on the
+//     sibling, which copy wins; and what it learned of each sibling.
+//
+// Invariants: a child is only ever redirected to a connected child of its
+// own group (site), never to itself, and never to a peer that left
+// (ServePeerLeft, ServeTargetGone) for what it held before it left; a
+// holder feeds at most Fanout siblings per chunk; a holder reported failed
+// MaxFailures times for a blob is no target for it; one reported slow is
+// a target of last resort for SlowBackoff; the holders remembered per
+// chunk are bounded (maxHolders), and a blob's state is forgotten once it
+// was not asked for during Idle. A followed redirect
+// keeps at most one request of each kind open, asks the relay plainly at
+// most once, and ends (delivers or fails) exactly once. pkg/transfer's
+// server and its redirect follower feed these and carry their decisions
+// out.
+package exchange
