@@ -11,6 +11,7 @@ import (
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
@@ -28,30 +29,6 @@ type chunkCall struct {
 	err     error
 	waiters int
 	cancel  context.CancelFunc
-}
-
-// peerError is a failed request blamed on a peer.
-type peerError struct {
-	peer string // description for messages
-	kind schedule.FailKind
-	err  error
-}
-
-func (e *peerError) Error() string { return fmt.Sprintf("%s: %v", e.peer, e.err) }
-func (e *peerError) Unwrap() error { return e.err }
-
-// failKind classifies err for the scheduler.
-func failKind(err error) schedule.FailKind {
-	if pe, ok := errors.AsType[*peerError](err); ok {
-		return pe.kind
-	}
-	switch {
-	case errors.Is(err, blob.ErrCorrupt):
-		return schedule.FailCorrupt
-	case errors.Is(err, blob.ErrNotFound):
-		return schedule.FailNotFound
-	}
-	return schedule.FailUnreachable
 }
 
 // joinable reports whether a request for a chunk on behalf of asker may
@@ -113,8 +90,8 @@ func (e *Engine) runChunkCall(ctx context.Context, c *chunkCall, q fetchwire.Req
 	defer c.cancel()
 	data, err := e.fetchVerified(ctx, src, q)
 	from := src
-	if rde, ok := errors.AsType[*redirectError](err); ok {
-		data, from, err = e.fromSibling(ctx, src, rde.to, q)
+	if rde, ok := errors.AsType[*fetchclient.RedirectError](err); ok {
+		data, from, err = e.fromSibling(ctx, src, rde.To, q)
 	}
 	e.complete(c, q.Hash, data, from, err)
 }
@@ -144,23 +121,23 @@ func (e *Engine) complete(c *chunkCall, h blob.Hash, data []byte, from Source, e
 // kind.
 func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchwire.Request) ([]byte, error) {
 	q.Sibling = q.Type == fetchwire.MsgGet && src.Kind == KindSibling
-	data, err := e.request(ctx, src.ID, q)
+	data, err := e.client.Request(ctx, src.ID, q)
 	if err == nil {
 		if verr := q.Hash.Verify(data); verr != nil {
-			err = &peerError{peer: e.describe(src.ID), kind: schedule.FailCorrupt, err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
+			err = &fetchclient.PeerError{Peer: e.describe(src.ID), Kind: schedule.FailCorrupt, Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
 			data = nil
-			e.corruptReceived.Add(1)
+			e.stats.CorruptReceived.Add(1)
 			e.goTracked(func() { e.reportCorrupt(src.ID, q) })
 		}
 	}
 	if err != nil {
-		if _, redirected := errors.AsType[*redirectError](err); !redirected && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
+		if _, redirected := errors.AsType[*fetchclient.RedirectError](err); !redirected && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
 			// Corrupt bytes, a broken stream or an ERROR reply; NOT_FOUND is an answer.
 			e.notePeerError(src.ID, "fetch chunk", err)
 		}
 		return nil, err
 	}
-	e.bytesIn[src.Kind].Add(uint64(len(data)))
+	e.stats.BytesIn[src.Kind].Add(uint64(len(data)))
 	return data, nil
 }
 
@@ -180,7 +157,7 @@ func (e *Engine) fetchVerified(ctx context.Context, src Source, q fetchwire.Requ
 // (the relay avoids it for the blob). A hedge names the sibling as slow
 // when most requests to it needed one (the relay avoids it for a while).
 func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Redirect, q fetchwire.Request) ([]byte, Source, error) {
-	e.redirectsTaken.Add(1)
+	e.stats.RedirectsTaken.Add(1)
 	if len(rd.Addrs) > 0 {
 		e.h.Peerstore().AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
 	}
@@ -207,9 +184,9 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Red
 		dq.Type = fetchwire.MsgGetDirect
 		go func() {
 			data, err := e.fetchVerified(ctx, relay, dq)
-			if _, ok := errors.AsType[*redirectError](err); ok {
-				err = &peerError{peer: e.describe(relay.ID), kind: schedule.FailUnreachable,
-					err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
+			if _, ok := errors.AsType[*fetchclient.RedirectError](err); ok {
+				err = &fetchclient.PeerError{Peer: e.describe(relay.ID), Kind: schedule.FailUnreachable,
+					Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
 				e.notePeerError(relay.ID, "fetch chunk", err)
 			}
 			results <- result{req, data, err}
@@ -225,12 +202,12 @@ func (e *Engine) fromSibling(ctx context.Context, relay Source, rd fetchwire.Red
 			if act.TimedOut {
 				cause = fmt.Errorf("no chunk within %v", e.cfg.SiblingTimeout)
 			}
-			e.siblingFailures.Add(1)
+			e.stats.SiblingFailures.Add(1)
 			e.log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
 				"relay", e.describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", cause)
 		}
 		if act.Hedge {
-			e.hedges.Add(1)
+			e.stats.Hedges.Add(1)
 			dq := q
 			dq.IfPresent = true
 			if act.Slow {
@@ -298,7 +275,7 @@ func (e *Engine) reportCorrupt(src peer.ID, q fetchwire.Request) {
 	q.Type = fetchwire.MsgReport
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.RequestTimeout)
 	defer cancel()
-	body, err := e.request(ctx, src, q)
+	body, err := e.client.Request(ctx, src, q)
 	switch {
 	case err != nil:
 		e.log.Info("could not report a corrupt chunk to its sender", "peer", e.describe(src), "blob", q.ID, "chunk", q.Index, "err", err)
@@ -377,7 +354,7 @@ func (e *Engine) obtainChunkFrom(ctx context.Context, q fetchwire.Request, sourc
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		if a := sch.Failed(0, failKind(err)); a == schedule.GiveUp {
+		if a := sch.Failed(0, fetchclient.FailKind(err)); a == schedule.GiveUp {
 			return nil, err
 		}
 	}

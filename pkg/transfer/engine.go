@@ -3,11 +3,8 @@ package transfer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -15,10 +12,11 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
-	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
+	"github.com/omst-project/omst/pkg/transfer/internal/stats"
 )
 
 // Store is what the engine needs from the local store (pkg/cache.Store
@@ -165,7 +163,6 @@ type Engine struct {
 
 	mu       sync.Mutex
 	inflight map[blob.Hash]*chunkCall
-	peers    map[peer.ID]*fetchPeer
 	replicas map[cid.Cid]*backgroundFetch // blobs being fetched with no reader (Replicate, Preheat)
 	repl     map[string]*replQueue        // Replicate's queues, by origin (replicate.go)
 	active   map[*blobFetch]struct{}      // blob fetches under way (Transfers)
@@ -177,8 +174,9 @@ type Engine struct {
 	state   *exchange.ServeState // the server's decisions: served streams, redirects, hedges declined
 	grouper Grouper              // Sources as a Grouper with SiblingExchange, else nil
 
-	errMu     sync.Mutex
-	peerFails map[peer.ID]uint64 // failures blamed on each peer (bounded)
+	stats *stats.Counters // what every part counts (Status)
+
+	client *fetchclient.Client // the fetch streams to the peers this node asks
 
 	statMu sync.Mutex
 	hedge  *exchange.Hedger // the hedging policy: what the redirects followed taught
@@ -188,24 +186,6 @@ type Engine struct {
 	budgetMu sync.Mutex
 	budgets  map[peer.ID]*peerBudget // reply bytes each peer's fetch streams may hold (server.go)
 
-	replyHeld       atomic.Int64  // reply bytes held for peers now
-	replWaiting     atomic.Int64  // records waiting in the Replicate queues
-	replDropped     atomic.Uint64 // records Replicate did not copy (a full queue)
-	bytesServed     atomic.Uint64
-	bytesFetched    atomic.Uint64
-	bytesIn         [source.NumKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
-	bytesOut        [source.NumKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
-	uploadsRefused  atomic.Uint64
-	hedges          atomic.Uint64 // sibling requests doubled by a GET_DIRECT
-	hedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace)
-	pushSent        atomic.Uint64 // chunk bytes pushed after a FOUND (push.go)
-	pushReceived    atomic.Uint64 // verified chunk bytes a parent pushed
-	redirectsSent   atomic.Uint64
-	redirectsTaken  atomic.Uint64
-	siblingFailures atomic.Uint64
-	peerErrors      atomic.Uint64
-	corruptReceived atomic.Uint64
-	reportsReceived atomic.Uint64
 }
 
 // New checks cfg, fills in defaults and returns an Engine; Start makes it
@@ -247,22 +227,23 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{
-		cfg:       cfg,
-		h:         cfg.Host,
-		store:     cfg.Store,
-		sources:   cfg.Sources,
-		log:       cfg.Logger.With("component", "transfer"),
-		self:      cfg.Host.ID(),
-		inflight:  map[blob.Hash]*chunkCall{},
-		peers:     map[peer.ID]*fetchPeer{},
-		replicas:  map[cid.Cid]*backgroundFetch{},
-		repl:      map[string]*replQueue{},
-		budgets:   map[peer.ID]*peerBudget{},
-		active:    map[*blobFetch]struct{}{},
-		whole:     map[cid.Cid]*wholeBlobCall{},
-		peerFails: map[peer.ID]uint64{},
-		hedge:     exchange.NewHedger(cfg.SiblingTimeout),
+		cfg:      cfg,
+		h:        cfg.Host,
+		store:    cfg.Store,
+		sources:  cfg.Sources,
+		log:      cfg.Logger.With("component", "transfer"),
+		self:     cfg.Host.ID(),
+		inflight: map[blob.Hash]*chunkCall{},
+		replicas: map[cid.Cid]*backgroundFetch{},
+		repl:     map[string]*replQueue{},
+		budgets:  map[peer.ID]*peerBudget{},
+		active:   map[*blobFetch]struct{}{},
+		whole:    map[cid.Cid]*wholeBlobCall{},
+		stats:    &stats.Counters{},
+		hedge:    exchange.NewHedger(cfg.SiblingTimeout),
 	}
+	e.client = fetchclient.New(fetchclient.Config{Host: cfg.Host, DialTimeout: cfg.DialTimeout, RequestTimeout: cfg.RequestTimeout,
+		StreamsPerPeer: cfg.StreamsPerPeer, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats})
 	if cfg.MaxUploadRate < 0 || cfg.MaxUploadStreams < 0 {
 		return nil, errors.New("transfer: negative upload limit")
 	}
@@ -307,20 +288,17 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
-	peers := e.peers
-	e.peers = map[peer.ID]*fetchPeer{}
 	e.mu.Unlock()
 	e.h.RemoveStreamHandler(ProtoFetch)
 	e.h.RemoveStreamHandler(ProtoFetch110)
 	e.cancel()
-	for _, fp := range peers {
-		fp.close(errClosed)
-	}
+	e.client.Close()
 	e.wg.Wait()
 	return nil
 }
 
-var errClosed = errors.New("transfer engine closed")
+// errClosed is the error of what is asked of a closed engine.
+var errClosed = fetchclient.ErrClosed
 
 // goTracked runs f in a goroutine that Close waits for; it returns false
 // (and runs nothing) once Close has begun.
@@ -364,7 +342,7 @@ type Status struct {
 	// PeerErrors counts failed requests blamed on a peer: corrupt data,
 	// broken streams, ERROR replies, malformed messages (NOT_FOUND is an
 	// answer, not an error). ErrorsByPeer splits them by peer (for at most
-	// maxErrorPeers peers).
+	// 64 peers).
 	PeerErrors   uint64
 	ErrorsByPeer map[peer.ID]uint64
 	// CorruptReceived counts chunks received from peers that did not match
@@ -386,64 +364,39 @@ type Status struct {
 // Status returns a snapshot.
 func (e *Engine) Status() Status {
 	st := Status{
-		BytesServed:     e.bytesServed.Load(),
-		BytesFetched:    e.bytesFetched.Load(),
+		BytesServed:     e.stats.BytesServed.Load(),
+		BytesFetched:    e.stats.BytesFetched.Load(),
 		BytesIn:         map[string]uint64{},
 		BytesOut:        map[string]uint64{},
-		UploadsRefused:  e.uploadsRefused.Load(),
-		Hedges:          e.hedges.Load(),
-		HedgesDeclined:  e.hedgesDeclined.Load(),
-		PushSent:        e.pushSent.Load(),
-		PushReceived:    e.pushReceived.Load(),
-		RedirectsSent:   e.redirectsSent.Load(),
-		RedirectsTaken:  e.redirectsTaken.Load(),
-		SiblingFailures: e.siblingFailures.Load(),
-		PeerErrors:      e.peerErrors.Load(),
-		CorruptReceived: e.corruptReceived.Load(),
-		CorruptReports:  e.reportsReceived.Load(),
+		UploadsRefused:  e.stats.UploadsRefused.Load(),
+		Hedges:          e.stats.Hedges.Load(),
+		HedgesDeclined:  e.stats.HedgesDeclined.Load(),
+		PushSent:        e.stats.PushSent.Load(),
+		PushReceived:    e.stats.PushReceived.Load(),
+		RedirectsSent:   e.stats.RedirectsSent.Load(),
+		RedirectsTaken:  e.stats.RedirectsTaken.Load(),
+		SiblingFailures: e.stats.SiblingFailures.Load(),
+		PeerErrors:      e.stats.PeerErrors.Load(),
+		CorruptReceived: e.stats.CorruptReceived.Load(),
+		CorruptReports:  e.stats.ReportsReceived.Load(),
 
-		ReplyBytesHeld:      e.replyHeld.Load(),
-		ReplicationsWaiting: e.replWaiting.Load(),
-		ReplicationsDropped: e.replDropped.Load(),
+		ReplyBytesHeld:      e.stats.ReplyHeld.Load(),
+		ReplicationsWaiting: e.stats.ReplWaiting.Load(),
+		ReplicationsDropped: e.stats.ReplDropped.Load(),
 	}
 	for k := range SourceKind(source.NumKinds) {
-		st.BytesIn[k.String()] = e.bytesIn[k].Load()
-		st.BytesOut[k.String()] = e.bytesOut[k].Load()
+		st.BytesIn[k.String()] = e.stats.BytesIn[k].Load()
+		st.BytesOut[k.String()] = e.stats.BytesOut[k].Load()
 	}
-	e.errMu.Lock()
-	st.ErrorsByPeer = maps.Clone(e.peerFails)
-	e.errMu.Unlock()
+	st.ErrorsByPeer = e.stats.ErrorsByPeer()
 	return st
 }
-
-// maxErrorPeers bounds the peers Status.ErrorsByPeer keeps counts for.
-const maxErrorPeers = 64
 
 // describe names a peer for messages.
 func (e *Engine) describe(p peer.ID) string { return e.sources.Describe(p) }
 
 // notePeerError counts and logs a failure blamed on p.
 func (e *Engine) notePeerError(p peer.ID, what string, err error) {
-	e.peerErrors.Add(1)
-	e.errMu.Lock()
-	if _, ok := e.peerFails[p]; ok || len(e.peerFails) < maxErrorPeers {
-		e.peerFails[p]++
-	}
-	e.errMu.Unlock()
+	e.stats.PeerError(p)
 	e.log.Warn("peer error", "peer", e.describe(p), "what", what, "err", err)
-}
-
-// connect makes sure there is a connection to p (at the addresses the
-// peerstore knows), bounded by DialTimeout; failures wrap
-// blob.ErrUnreachable (the caller names the peer).
-func (e *Engine) connect(ctx context.Context, p peer.ID) error {
-	if len(e.h.Network().ConnsToPeer(p)) > 0 {
-		return nil
-	}
-	dctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
-	defer cancel()
-	if err := e.h.Connect(dctx, peer.AddrInfo{ID: p}); err != nil {
-		return fmt.Errorf("%w: %s", blob.ErrUnreachable, dialerr.Text(err))
-	}
-	return nil
 }

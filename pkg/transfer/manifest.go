@@ -79,7 +79,7 @@ func (e *Engine) fetchManifest(ctx context.Context, id cid.Cid, sources []Source
 	}
 	var errs []error
 	for _, src := range sources {
-		b, err := e.request(ctx, src.ID, fetchwire.Request{Type: fetchwire.MsgManifest, ID: id})
+		b, err := e.client.Request(ctx, src.ID, fetchwire.Request{Type: fetchwire.MsgManifest, ID: id})
 		if err != nil {
 			if !errors.Is(err, blob.ErrNotFound) && ctx.Err() == nil {
 				e.notePeerError(src.ID, "fetch manifest", err)

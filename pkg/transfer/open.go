@@ -12,6 +12,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
@@ -124,7 +125,7 @@ func (bf *blobFetch) run(req schedule.Request) {
 		if bf.ctx.Err() != nil {
 			return
 		}
-		a := bf.sch.Failed(i, failKind(err))
+		a := bf.sch.Failed(i, fetchclient.FailKind(err))
 		bf.e.log.Info("chunk request failed", "blob", bf.r.ID, "chunk", i, "err", err, "decision", a)
 		if a == schedule.GiveUp {
 			switch {

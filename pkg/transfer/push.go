@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
@@ -63,9 +64,9 @@ func (e *Engine) WaitUpload(ctx context.Context, n int) error {
 
 // Pushed counts n chunk bytes pushed to asker as served.
 func (e *Engine) Pushed(asker peer.ID, n int) {
-	e.pushSent.Add(uint64(n))
-	e.bytesServed.Add(uint64(n))
-	e.bytesOut[e.sources.Relation(asker)].Add(uint64(n))
+	e.stats.PushSent.Add(uint64(n))
+	e.stats.BytesServed.Add(uint64(n))
+	e.stats.BytesOut[e.sources.Relation(asker)].Add(uint64(n))
 }
 
 // ExpectPush registers chunks first .. first+count-1 of r's blob, which
@@ -107,17 +108,17 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 		calls[k] = nil
 		h := m.Chunks[i]
 		if err := h.Verify(data); err != nil {
-			e.corruptReceived.Add(1)
+			e.stats.CorruptReceived.Add(1)
 			q := fetchwire.Request{Type: fetchwire.MsgGet, ID: r.ID, Index: uint32(i), Hash: h}
 			e.goTracked(func() { e.reportCorrupt(parent, q) })
-			perr := &peerError{peer: e.describe(parent), kind: schedule.FailCorrupt, err: fmt.Errorf("pushed chunk %d of %s: %w", i, r.ID, err)}
+			perr := &fetchclient.PeerError{Peer: e.describe(parent), Kind: schedule.FailCorrupt, Err: fmt.Errorf("pushed chunk %d of %s: %w", i, r.ID, err)}
 			e.notePeerError(parent, "pushed chunk", perr)
 			e.complete(c, h, nil, Source{}, perr)
 			return
 		}
-		e.pushReceived.Add(uint64(len(data)))
-		e.bytesFetched.Add(uint64(len(data)))
-		e.bytesIn[src.Kind].Add(uint64(len(data)))
+		e.stats.PushReceived.Add(uint64(len(data)))
+		e.stats.BytesFetched.Add(uint64(len(data)))
+		e.stats.BytesIn[src.Kind].Add(uint64(len(data)))
 		e.complete(c, h, data, src, nil)
 	}
 	end := func(err error) {
@@ -127,8 +128,8 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 		for k, c := range calls {
 			if c != nil {
 				calls[k] = nil
-				e.complete(c, m.Chunks[first+k], nil, Source{}, &peerError{peer: e.describe(parent), kind: schedule.FailUnreachable,
-					err: fmt.Errorf("pushed chunk %d of %s: %w: %v", first+k, r.ID, blob.ErrUnreachable, err)})
+				e.complete(c, m.Chunks[first+k], nil, Source{}, &fetchclient.PeerError{Peer: e.describe(parent), Kind: schedule.FailUnreachable,
+					Err: fmt.Errorf("pushed chunk %d of %s: %w: %v", first+k, r.ID, blob.ErrUnreachable, err)})
 			}
 		}
 	}

@@ -50,13 +50,13 @@ func (e *Engine) Replicate(r blob.Record) {
 		}
 	}
 	if len(q.waiting) >= e.cfg.ReplicateQueue {
-		e.replDropped.Add(1)
+		e.stats.ReplDropped.Add(1)
 		e.log.Warn("not copying a child's put: too many of its puts wait to be copied",
 			"name", r.Name, "id", r.ID, "origin", r.Origin, "waiting", len(q.waiting))
 		return
 	}
 	q.waiting = append(q.waiting, r)
-	e.replWaiting.Add(1)
+	e.stats.ReplWaiting.Add(1)
 }
 
 // replicateLoop copies first, then origin's waiting records one at a time,
@@ -72,14 +72,14 @@ func (e *Engine) replicateLoop(origin string, q *replQueue, first blob.Record) {
 		}
 		e.mu.Lock()
 		if len(q.waiting) == 0 || e.closed || e.ctx.Err() != nil {
-			e.replWaiting.Add(-int64(len(q.waiting)))
+			e.stats.ReplWaiting.Add(-int64(len(q.waiting)))
 			delete(e.repl, origin)
 			e.mu.Unlock()
 			return
 		}
 		r = q.waiting[0]
 		q.waiting = q.waiting[1:]
-		e.replWaiting.Add(-1)
+		e.stats.ReplWaiting.Add(-1)
 		e.mu.Unlock()
 	}
 }

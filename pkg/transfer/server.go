@@ -131,7 +131,7 @@ func (e *Engine) handleFetch(s network.Stream) {
 	p := s.Conn().RemotePeer()
 	rel := e.sources.Relation(p)
 	if e.serveStep(exchange.ServeEvent{Kind: exchange.ServeStreamOpened, Peer: p, Rel: rel}).Action == exchange.ActRefuse {
-		e.uploadsRefused.Add(1)
+		e.stats.UploadsRefused.Add(1)
 		e.log.Debug("fetch stream refused: upload stream limit", "peer", p, "limit", e.cfg.MaxUploadStreams)
 		s.Reset()
 		return
@@ -171,7 +171,7 @@ func (e *Engine) handleFetch(s network.Stream) {
 		if err = budget.sem.Acquire(ctx, w); err != nil {
 			break
 		}
-		e.replyHeld.Add(w)
+		e.stats.ReplyHeld.Add(w)
 		sl := &fetchSlot{tag: q.Tag, asker: askerKind(rel, q), weight: w}
 		serving.Go(func() {
 			switch q.Type {
@@ -233,15 +233,15 @@ func (e *Engine) writeReplies(ctx context.Context, cancel context.CancelFunc, s 
 				failed = true
 				cancel()
 			} else if sl.status == fetchwire.StatusOK {
-				e.bytesServed.Add(uint64(len(sl.body)))
+				e.stats.BytesServed.Add(uint64(len(sl.body)))
 				if sl.chunk {
-					e.bytesOut[sl.asker].Add(uint64(len(sl.body)))
+					e.stats.BytesOut[sl.asker].Add(uint64(len(sl.body)))
 				}
 			}
 		}
 		if sl.weight > 0 {
 			budget.sem.Release(sl.weight)
-			e.replyHeld.Add(-sl.weight)
+			e.stats.ReplyHeld.Add(-sl.weight)
 		}
 		sl.body = nil
 		select {
@@ -315,7 +315,7 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Request,
 	a := e.askOf(p, q)
 	d := e.serveStep(exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a})
 	if d.Action == exchange.ActDecline {
-		e.hedgesDeclined.Add(1)
+		e.stats.HedgesDeclined.Add(1)
 		e.reply(sl, nil, fmt.Errorf("chunk %d of %s: sent into the site %v ago, the sibling has it or gets it soon: %w",
 			q.Index, q.ID, (HedgeGrace-d.Wait).Round(time.Millisecond), blob.ErrNotFound))
 		return
@@ -329,7 +329,7 @@ func (e *Engine) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Request,
 		}
 	}
 	if redirected {
-		e.redirectsSent.Add(1)
+		e.stats.RedirectsSent.Add(1)
 		sl.status, sl.body = fetchwire.StatusRedirect, fetchwire.AppendRedirect(nil, rd)
 		return
 	}
@@ -426,7 +426,7 @@ func (e *Engine) ChildLeft(p peer.ID) {
 // and verified, and dropped if damaged, so that the peer's next request is
 // served from a fresh copy (pulled from this node's own sources).
 func (e *Engine) serveReport(p peer.ID, q fetchwire.Request, sl *fetchSlot) {
-	e.reportsReceived.Add(1)
+	e.stats.ReportsReceived.Add(1)
 	damaged, err := e.store.RecheckChunk(q.Hash)
 	e.log.Warn("peer reports that a chunk it received from us does not match its hash",
 		"peer", e.describe(p), "blob", q.ID, "chunk", q.Index, "hash", q.Hash, "our_copy_damaged", damaged, "err", err)
