@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/coalesce"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
@@ -162,7 +163,6 @@ type Engine struct {
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	inflight map[blob.Hash]*chunkCall
 	replicas map[cid.Cid]*backgroundFetch // blobs being fetched with no reader (Replicate, Preheat)
 	repl     map[string]*replQueue        // Replicate's queues, by origin (replicate.go)
 	active   map[*blobFetch]struct{}      // blob fetches under way (Transfers)
@@ -178,8 +178,7 @@ type Engine struct {
 
 	client *fetchclient.Client // the fetch streams to the peers this node asks
 
-	statMu sync.Mutex
-	hedge  *exchange.Hedger // the hedging policy: what the redirects followed taught
+	chunks *coalesce.Chunks // the chunk fetches in flight, one per hash
 
 	upLimit *rate.Limiter // nil without MaxUploadRate
 
@@ -226,6 +225,17 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxUploadRate < 0 || cfg.MaxUploadStreams < 0 {
+		return nil, errors.New("transfer: negative upload limit")
+	}
+	var grouper Grouper
+	if cfg.SiblingExchange {
+		g, ok := cfg.Sources.(Grouper)
+		if !ok {
+			return nil, errors.New("transfer: sibling exchange needs a source provider that knows its children (a Grouper)")
+		}
+		grouper = g
+	}
 	e := &Engine{
 		cfg:      cfg,
 		h:        cfg.Host,
@@ -233,32 +243,24 @@ func New(cfg Config) (*Engine, error) {
 		sources:  cfg.Sources,
 		log:      cfg.Logger.With("component", "transfer"),
 		self:     cfg.Host.ID(),
-		inflight: map[blob.Hash]*chunkCall{},
 		replicas: map[cid.Cid]*backgroundFetch{},
 		repl:     map[string]*replQueue{},
 		budgets:  map[peer.ID]*peerBudget{},
 		active:   map[*blobFetch]struct{}{},
 		whole:    map[cid.Cid]*wholeBlobCall{},
 		stats:    &stats.Counters{},
-		hedge:    exchange.NewHedger(cfg.SiblingTimeout),
+		grouper:  grouper,
 	}
-	e.client = fetchclient.New(fetchclient.Config{Host: cfg.Host, DialTimeout: cfg.DialTimeout, RequestTimeout: cfg.RequestTimeout,
-		StreamsPerPeer: cfg.StreamsPerPeer, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats})
-	if cfg.MaxUploadRate < 0 || cfg.MaxUploadStreams < 0 {
-		return nil, errors.New("transfer: negative upload limit")
-	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if cfg.MaxUploadRate > 0 {
 		e.upLimit = rate.NewLimiter(rate.Limit(cfg.MaxUploadRate), int(max(cfg.MaxUploadRate/10, 256<<10)))
 	}
-	if cfg.SiblingExchange {
-		g, ok := cfg.Sources.(Grouper)
-		if !ok {
-			return nil, errors.New("transfer: sibling exchange needs a source provider that knows its children (a Grouper)")
-		}
-		e.grouper = g
-	}
+	e.client = fetchclient.New(fetchclient.Config{Host: cfg.Host, DialTimeout: cfg.DialTimeout, RequestTimeout: cfg.RequestTimeout,
+		StreamsPerPeer: cfg.StreamsPerPeer, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats})
+	e.chunks = coalesce.New(coalesce.Config{Client: e.client, Store: cfg.Store, Addrs: cfg.Host.Peerstore(), Ctx: e.ctx, Go: e.goTracked,
+		SiblingTimeout: cfg.SiblingTimeout, RequestTimeout: cfg.RequestTimeout, Describe: e.describe, NotePeerError: e.notePeerError,
+		Stats: e.stats, Log: e.log})
 	e.state = exchange.NewServeState(exchange.ServeConfig{SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams})
-	e.ctx, e.cancel = context.WithCancel(context.Background())
 	return e, nil
 }
 
@@ -289,6 +291,7 @@ func (e *Engine) Close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	e.chunks.Close()
 	e.h.RemoveStreamHandler(ProtoFetch)
 	e.h.RemoveStreamHandler(ProtoFetch110)
 	e.cancel()

@@ -58,27 +58,6 @@ func TestNoSource(t *testing.T) {
 	}
 }
 
-// A request made for a peer never waits on a fetch that asks that very
-// peer (it asks us because it lacks the chunk).
-func TestJoinable(t *testing.T) {
-	a, b := peer.ID("a"), peer.ID("b")
-	for _, tc := range []struct {
-		c     *chunkCall
-		asker peer.ID
-		want  bool
-	}{
-		{nil, "", false},
-		{nil, a, false},
-		{&chunkCall{src: a}, "", true},
-		{&chunkCall{src: a}, b, true},
-		{&chunkCall{src: a}, a, false},
-	} {
-		if got := joinable(tc.c, tc.asker); got != tc.want {
-			t.Errorf("joinable(%+v, asker %q) = %v, want %v", tc.c, tc.asker, got, tc.want)
-		}
-	}
-}
-
 // A server answers a malformed request with an ERROR reply (tag 0) after
 // the replies to the requests before it, closes the stream, and keeps
 // serving.

@@ -12,6 +12,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/coalesce"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
@@ -109,9 +110,9 @@ func (bf *blobFetch) run(req schedule.Request) {
 	q := fetchwire.Request{Type: fetchwire.MsgGet, ID: bf.r.ID, Index: uint32(i), Hash: bf.m.Chunks[i]}
 	var data []byte
 	var from Source
-	err := sleepCtx(bf.ctx, schedule.RetryDelay(req.Attempt))
+	err := coalesce.Pause(bf.ctx, req.Attempt)
 	if err == nil {
-		data, from, err = bf.e.chunkFrom(bf.ctx, q, bf.sources[req.Source], "")
+		data, from, err = bf.e.chunks.Get(bf.ctx, q, bf.sources[req.Source], "")
 	}
 	if err == nil && len(data) != bf.m.ChunkLen(i) {
 		err = fmt.Errorf("chunk %d of %s has %d bytes, manifest says %d: %w", i, bf.r.ID, len(data), bf.m.ChunkLen(i), blob.ErrCorrupt)
@@ -361,7 +362,7 @@ func (e *Engine) fetchAll(ctx context.Context, r blob.Record, w Want) error {
 		if e.store.HasChunk(h) {
 			continue
 		}
-		if err := e.waitStored(ctx, h); err != nil {
+		if err := e.chunks.WaitStored(ctx, h); err != nil {
 			return fmt.Errorf("fetch %q: chunk %d: %w", r.Name, i, err)
 		}
 		if !e.store.HasChunk(h) {

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/coalesce"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
@@ -83,22 +84,16 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 		return nil, nil
 	}
 	src := Source{ID: parent, Kind: e.sources.Relation(parent)}
-	calls := make([]*chunkCall, count)
 	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
 		return nil, nil
 	}
+	calls := make([]*coalesce.Call, count)
 	for k := range calls {
-		h := m.Chunks[first+k]
-		if e.inflight[h] != nil || e.store.HasChunk(h) {
-			continue
-		}
-		c := &chunkCall{src: parent, done: make(chan struct{}), stored: make(chan struct{}), cancel: func() {}}
-		e.inflight[h] = c
-		calls[k] = c
+		calls[k] = e.chunks.Expect(m.Chunks[first+k], parent) // nil: stored or in flight already
 	}
-	e.mu.Unlock()
 	deliver := func(i int, data []byte) {
 		k := i - first
 		if k < 0 || k >= count || calls[k] == nil {
@@ -110,16 +105,16 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 		if err := h.Verify(data); err != nil {
 			e.stats.CorruptReceived.Add(1)
 			q := fetchwire.Request{Type: fetchwire.MsgGet, ID: r.ID, Index: uint32(i), Hash: h}
-			e.goTracked(func() { e.reportCorrupt(parent, q) })
+			e.goTracked(func() { e.chunks.ReportCorrupt(parent, q) })
 			perr := &fetchclient.PeerError{Peer: e.describe(parent), Kind: schedule.FailCorrupt, Err: fmt.Errorf("pushed chunk %d of %s: %w", i, r.ID, err)}
 			e.notePeerError(parent, "pushed chunk", perr)
-			e.complete(c, h, nil, Source{}, perr)
+			e.chunks.Complete(c, h, nil, Source{}, perr)
 			return
 		}
 		e.stats.PushReceived.Add(uint64(len(data)))
 		e.stats.BytesFetched.Add(uint64(len(data)))
 		e.stats.BytesIn[src.Kind].Add(uint64(len(data)))
-		e.complete(c, h, data, src, nil)
+		e.chunks.Complete(c, h, data, src, nil)
 	}
 	end := func(err error) {
 		if err == nil {
@@ -128,7 +123,7 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 		for k, c := range calls {
 			if c != nil {
 				calls[k] = nil
-				e.complete(c, m.Chunks[first+k], nil, Source{}, &fetchclient.PeerError{Peer: e.describe(parent), Kind: schedule.FailUnreachable,
+				e.chunks.Complete(c, m.Chunks[first+k], nil, Source{}, &fetchclient.PeerError{Peer: e.describe(parent), Kind: schedule.FailUnreachable,
 					Err: fmt.Errorf("pushed chunk %d of %s: %w: %v", first+k, r.ID, blob.ErrUnreachable, err)})
 			}
 		}

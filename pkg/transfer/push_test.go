@@ -39,7 +39,7 @@ func TestExpectPush(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		q := fetchwire.Request{Type: fetchwire.MsgGet, ID: r.ID, Index: 0, Hash: m.Chunks[0]}
-		b, _, err := n.eng.chunkFrom(ctx, q, Source{ID: src.h.ID(), Kind: KindParent}, "")
+		b, _, err := n.eng.chunks.Get(ctx, q, Source{ID: src.h.ID(), Kind: KindParent}, "")
 		if err != nil {
 			t.Error(err)
 		}
@@ -64,10 +64,7 @@ func TestExpectPush(t *testing.T) {
 	if !n.mem.HasChunk(m.Chunks[0]) || n.mem.HasChunk(m.Chunks[1]) || n.mem.HasChunk(m.Chunks[2]) {
 		t.Fatal("only the verified pushed chunk should be stored")
 	}
-	n.eng.mu.Lock()
-	left := len(n.eng.inflight)
-	n.eng.mu.Unlock()
-	if left != 0 {
+	if left := n.eng.chunks.InFlight(); left != 0 {
 		t.Fatalf("%d chunk calls left in flight after the push ended", left)
 	}
 	// The rest comes from the source as usual.

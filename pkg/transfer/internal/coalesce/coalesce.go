@@ -1,0 +1,462 @@
+// Package coalesce holds the chunk fetches a node has in flight, one per
+// chunk hash: every local reader and every downstream request that wants a
+// chunk waits on the same upstream fetch (Chunks.Get), which verifies what
+// it receives, hands it to its waiters the moment it arrives (cut-through)
+// and then stores it. It follows a relay's redirect to a sibling, carrying
+// out the hedging policy (exchange.Hedger), and reports corrupt chunks to
+// their senders.
+//
+// Invariants:
+//
+//   - At most one upstream fetch per chunk hash is in flight, except that
+//     a request made for a peer never waits on a fetch from that same peer
+//     (it asks because it lacks the chunk): it gets a fetch of its own.
+//   - A fetch is cancelled only when its last waiter leaves; a waiter's
+//     ctx bounds its own wait only.
+//   - Bytes are verified against their hash before any waiter sees them or
+//     they are stored; a corrupt chunk is counted, blamed on its sender and
+//     reported to it (REPORT), and the fetch fails (the caller asks again).
+//   - A call leaves the in-flight set once its chunk is stored (or failed):
+//     WaitStored then tells whether the store holds it.
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+
+	"github.com/omst-project/omst/internal/wire"
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
+	"github.com/omst-project/omst/pkg/transfer/internal/source"
+	"github.com/omst-project/omst/pkg/transfer/internal/stats"
+)
+
+// Store is what the fetches need of the local store (pkg/transfer's Store
+// states the contracts).
+type Store interface {
+	HasChunk(h blob.Hash) bool
+	ReadChunk(h blob.Hash) ([]byte, error)
+	PutVerifiedChunk(h blob.Hash, data []byte) error
+}
+
+// Config configures New; every field is needed.
+type Config struct {
+	Client *fetchclient.Client
+	Store  Store
+	// Addrs keeps the addresses a redirect gives for its sibling.
+	Addrs peerstore.AddrBook
+	// Ctx lives as long as the engine: fetches run under it, and end
+	// with it.
+	Ctx context.Context
+	// Go runs f in a goroutine the engine waits for when it closes; it
+	// returns false (and runs nothing) once the engine is closing.
+	Go func(f func()) bool
+	// SiblingTimeout bounds a request to a sibling a relay redirected
+	// this node to (exchange.NewHedger); RequestTimeout a corruption
+	// report.
+	SiblingTimeout, RequestTimeout time.Duration
+	// Describe names a peer for messages; NotePeerError counts and logs a
+	// failure blamed on a peer.
+	Describe      func(peer.ID) string
+	NotePeerError func(p peer.ID, what string, err error)
+	Stats         *stats.Counters
+	Log           *slog.Logger
+}
+
+// Chunks is the set of chunk fetches in flight on a node. Its methods are
+// safe for concurrent use.
+type Chunks struct {
+	cfg Config
+
+	mu       sync.Mutex
+	inflight map[blob.Hash]*Call
+	closed   bool
+
+	hedgeMu sync.Mutex
+	hedge   *exchange.Hedger // the hedging policy: what the redirects followed taught
+}
+
+// New returns an empty set of fetches.
+func New(cfg Config) *Chunks {
+	return &Chunks{cfg: cfg, inflight: map[blob.Hash]*Call{}, hedge: exchange.NewHedger(cfg.SiblingTimeout)}
+}
+
+// Close makes Get fail with fetchclient.ErrClosed from now on (the engine
+// is closing); the fetches in flight end with Ctx.
+func (c *Chunks) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+}
+
+// Call is one upstream fetch of a chunk, shared by every requester of
+// that hash on this node (except one that asked on behalf of src itself).
+type Call struct {
+	src     peer.ID       // the peer asked
+	done    chan struct{} // closed when data/err are set
+	stored  chan struct{} // closed after the chunk was stored (or storing failed)
+	data    []byte
+	from    source.Source // the peer that delivered data
+	err     error
+	waiters int
+	cancel  context.CancelFunc
+}
+
+func newCall(src peer.ID, cancel context.CancelFunc) *Call {
+	return &Call{src: src, done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
+}
+
+// joinable reports whether a request for a chunk on behalf of asker may
+// wait on the fetch c in flight for it: not when c asks asker itself.
+func joinable(c *Call, asker peer.ID) bool {
+	return c != nil && (asker == "" || c.src != asker)
+}
+
+// Get returns the verified bytes of chunk q: from the store if it is
+// there, else from the fetch already in flight for its hash, else from a
+// new fetch from src. A fetched chunk is verified, handed to every waiter
+// and then stored. ctx bounds this caller's wait only; the shared fetch is
+// cancelled when its last waiter leaves. asker, when not empty, is the
+// peer this chunk is wanted for: a fetch in flight from asker itself is
+// not joined (asker is asking because it lacks the chunk), the chunk is
+// then fetched from src on its own. It also returns the peer that
+// delivered the bytes (none when they came from the store).
+func (c *Chunks) Get(ctx context.Context, q fetchwire.Request, src source.Source, asker peer.ID) ([]byte, source.Source, error) {
+	if c.cfg.Store.HasChunk(q.Hash) {
+		// Verified by the store; a damaged copy is dropped there and
+		// fetched again below.
+		if data, err := c.cfg.Store.ReadChunk(q.Hash); err == nil {
+			return data, source.Source{}, nil
+		}
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, source.Source{}, fetchclient.ErrClosed
+	}
+	call := c.inflight[q.Hash]
+	if !joinable(call, asker) {
+		cctx, cancel := context.WithCancel(c.cfg.Ctx)
+		call = newCall(src.ID, cancel)
+		if !c.cfg.Go(func() { c.run(cctx, call, q, src) }) {
+			c.mu.Unlock()
+			cancel()
+			return nil, source.Source{}, fetchclient.ErrClosed
+		}
+		if c.inflight[q.Hash] == nil {
+			c.inflight[q.Hash] = call
+		}
+	}
+	call.waiters++
+	c.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.data, call.from, call.err
+	case <-ctx.Done():
+		c.mu.Lock()
+		call.waiters--
+		if call.waiters == 0 {
+			call.cancel()
+		}
+		c.mu.Unlock()
+		return nil, source.Source{}, ctx.Err()
+	}
+}
+
+func (c *Chunks) run(ctx context.Context, call *Call, q fetchwire.Request, src source.Source) {
+	defer call.cancel()
+	data, err := c.fetchVerified(ctx, src, q)
+	from := src
+	if rde, ok := errors.AsType[*fetchclient.RedirectError](err); ok {
+		data, from, err = c.fromSibling(ctx, src, rde.To, q)
+	}
+	c.Complete(call, q.Hash, data, from, err)
+}
+
+// Expect registers a fetch of chunk h from src that arrives by other
+// means than a request (a parent's push), unless h is stored or in flight
+// already (nil). Requests for h wait on it until Complete ends it.
+func (c *Chunks) Expect(h blob.Hash, src peer.ID) *Call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inflight[h] != nil || c.cfg.Store.HasChunk(h) {
+		return nil
+	}
+	call := newCall(src, func() {})
+	c.inflight[h] = call
+	return call
+}
+
+// Complete ends call, the fetch of chunk h: its waiters get data (which
+// the caller verified) or err at once (cut-through), then the chunk is
+// stored and the call leaves the in-flight set.
+func (c *Chunks) Complete(call *Call, h blob.Hash, data []byte, from source.Source, err error) {
+	call.data, call.from, call.err = data, from, err
+	close(call.done) // waiters take the chunk now: cut-through
+	if err == nil {
+		if perr := c.cfg.Store.PutVerifiedChunk(h, data); perr != nil {
+			c.cfg.Log.Warn("store chunk", "hash", h, "err", perr)
+		}
+	}
+	c.mu.Lock()
+	if c.inflight[h] == call {
+		delete(c.inflight, h)
+	}
+	c.mu.Unlock()
+	close(call.stored)
+}
+
+// InFlight returns the number of chunk fetches in flight.
+func (c *Chunks) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.inflight)
+}
+
+// fetchVerified asks src for chunk q and verifies what it sends. A corrupt
+// chunk is counted and reported to src; a failure other than NOT_FOUND (or
+// a redirect) counts as src's error. Verified bytes are counted by src's
+// kind.
+func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwire.Request) ([]byte, error) {
+	q.Sibling = q.Type == fetchwire.MsgGet && src.Kind == source.KindSibling
+	data, err := c.cfg.Client.Request(ctx, src.ID, q)
+	if err == nil {
+		if verr := q.Hash.Verify(data); verr != nil {
+			err = &fetchclient.PeerError{Peer: c.cfg.Describe(src.ID), Kind: schedule.FailCorrupt, Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
+			data = nil
+			c.cfg.Stats.CorruptReceived.Add(1)
+			c.cfg.Go(func() { c.ReportCorrupt(src.ID, q) })
+		}
+	}
+	if err != nil {
+		if _, redirected := errors.AsType[*fetchclient.RedirectError](err); !redirected && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
+			// Corrupt bytes, a broken stream or an ERROR reply; NOT_FOUND is an answer.
+			c.cfg.NotePeerError(src.ID, "fetch chunk", err)
+		}
+		return nil, err
+	}
+	c.cfg.Stats.BytesIn[src.Kind].Add(uint64(len(data)))
+	return data, nil
+}
+
+// fromSibling follows relay's redirect of chunk q to sibling rd: it asks
+// the sibling and carries out what the hedging policy (exchange.Hedger)
+// decides on each answer and tick.
+//
+// If the sibling has not delivered after the hedge delay (a few times the
+// recent sibling chunk time, 2 to 4 s), the chunk is also asked from the
+// relay itself, but only if the relay holds it already (a hedge:
+// GET_DIRECT "if present"); when it does not, the sibling is merely waiting
+// for the chunk too (a site fed over a WAN) and the wait goes on, with a
+// new hedge later. The first verified copy wins: a slow sibling costs a
+// little time, never a stall, and a site fed over a WAN pays no extra
+// copies for it. A sibling that fails (gone, NOT_FOUND, corrupt bytes, past
+// SiblingTimeout) is replaced by a plain GET_DIRECT at once, which names it
+// (the relay avoids it for the blob). A hedge names the sibling as slow
+// when most requests to it needed one (the relay avoids it for a while).
+func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchwire.Redirect, q fetchwire.Request) ([]byte, source.Source, error) {
+	c.cfg.Stats.RedirectsTaken.Add(1)
+	if len(rd.Addrs) > 0 {
+		c.cfg.Addrs.AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
+	}
+	type result struct {
+		req  exchange.HedgeReq
+		data []byte
+		err  error
+	}
+	sibling := source.Source{ID: rd.Peer, Kind: source.KindSibling}
+	from := [exchange.NumHedgeReqs]source.Source{exchange.ReqSibling: sibling, exchange.ReqHedge: relay, exchange.ReqDirect: relay}
+	// The policy keeps at most one request of each kind open: no send
+	// blocks, even after this function has returned.
+	results := make(chan result, exchange.NumHedgeReqs)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	c.hedgeMu.Lock()
+	f, act := c.hedge.Follow(time.Now(), rd.Peer)
+	c.hedgeMu.Unlock()
+	go func() {
+		data, err := c.fetchVerified(sctx, sibling, q)
+		results <- result{exchange.ReqSibling, data, err}
+	}()
+	askRelay := func(req exchange.HedgeReq, dq fetchwire.Request) {
+		dq.Type = fetchwire.MsgGetDirect
+		go func() {
+			data, err := c.fetchVerified(ctx, relay, dq)
+			if _, ok := errors.AsType[*fetchclient.RedirectError](err); ok {
+				err = &fetchclient.PeerError{Peer: c.cfg.Describe(relay.ID), Kind: schedule.FailUnreachable,
+					Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
+				c.cfg.NotePeerError(relay.ID, "fetch chunk", err)
+			}
+			results <- result{req, data, err}
+		}()
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	// carryOut does what act says and arms the timer for its next tick;
+	// cause is the sibling's error when it is given up on for one.
+	carryOut := func(act exchange.HedgeAction, cause error) {
+		if act.GiveUp {
+			scancel()
+			if act.TimedOut {
+				cause = fmt.Errorf("no chunk within %v", c.cfg.SiblingTimeout)
+			}
+			c.cfg.Stats.SiblingFailures.Add(1)
+			c.cfg.Log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
+				"relay", c.cfg.Describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", cause)
+		}
+		if act.Hedge {
+			c.cfg.Stats.Hedges.Add(1)
+			dq := q
+			dq.IfPresent = true
+			if act.Slow {
+				dq.Failed, dq.Slow = rd.Peer, true
+			}
+			askRelay(exchange.ReqHedge, dq)
+		}
+		if act.Direct {
+			dq := q
+			dq.Failed = rd.Peer
+			askRelay(exchange.ReqDirect, dq)
+		}
+		timer.Stop()
+		if !act.Wake.IsZero() {
+			timer.Reset(time.Until(act.Wake))
+		}
+	}
+	carryOut(act, nil)
+	for {
+		select {
+		case r := <-results:
+			if r.err != nil && ctx.Err() != nil {
+				return nil, source.Source{}, ctx.Err() // not the requests' failure: nothing more to ask
+			}
+			c.hedgeMu.Lock()
+			if r.err == nil {
+				act = c.hedge.Arrived(f, time.Now(), r.req)
+			} else {
+				act = c.hedge.Failed(f, time.Now(), r.req)
+			}
+			c.hedgeMu.Unlock()
+			if r.req == exchange.ReqHedge && r.err != nil && !errors.Is(r.err, blob.ErrNotFound) {
+				c.cfg.Log.Debug("hedge failed", "relay", c.cfg.Describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
+			}
+			switch {
+			case act.Deliver:
+				return r.data, from[r.req], nil
+			case act.Fail:
+				return nil, source.Source{}, r.err
+			}
+			carryOut(act, r.err)
+		case <-timer.C:
+			if ctx.Err() != nil {
+				return nil, source.Source{}, ctx.Err()
+			}
+			c.hedgeMu.Lock()
+			act = c.hedge.Tick(f, time.Now())
+			c.hedgeMu.Unlock()
+			carryOut(act, nil)
+		case <-ctx.Done():
+			return nil, source.Source{}, ctx.Err()
+		}
+	}
+}
+
+// siblingAddrTTL is how long the addresses of a sibling named in a
+// redirect are kept.
+const siblingAddrTTL = time.Hour
+
+// ReportCorrupt tells src that the bytes it sent for chunk q did not match
+// the chunk's hash, so that a node serving from a damaged disk learns it
+// (it re-reads and re-verifies its copy, and drops it if damaged). Best
+// effort: a failure is only logged. It waits for the answer, at most
+// RequestTimeout.
+func (c *Chunks) ReportCorrupt(src peer.ID, q fetchwire.Request) {
+	q.Type = fetchwire.MsgReport
+	ctx, cancel := context.WithTimeout(c.cfg.Ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	body, err := c.cfg.Client.Request(ctx, src, q)
+	switch {
+	case err != nil:
+		c.cfg.Log.Info("could not report a corrupt chunk to its sender", "peer", c.cfg.Describe(src), "blob", q.ID, "chunk", q.Index, "err", err)
+	case len(body) == 1 && body[0] == fetchwire.ReportDamaged:
+		c.cfg.Log.Info("sender found its copy of a chunk damaged and dropped it", "peer", c.cfg.Describe(src), "blob", q.ID, "chunk", q.Index)
+	default:
+		c.cfg.Log.Info("sender found its copy of a chunk intact", "peer", c.cfg.Describe(src), "blob", q.ID, "chunk", q.Index)
+	}
+}
+
+// WaitStored waits until a fetch of h in flight has stored it (or failed
+// to), so that HasChunk then tells whether it is in the store.
+func (c *Chunks) WaitStored(ctx context.Context, h blob.Hash) error {
+	c.mu.Lock()
+	call := c.inflight[h]
+	c.mu.Unlock()
+	if call == nil {
+		return nil
+	}
+	select {
+	case <-call.stored:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Pause waits schedule.RetryDelay(attempt) before request number attempt
+// for a chunk (none before the first); it returns ctx's error if ctx ends
+// first.
+func Pause(ctx context.Context, attempt int) error {
+	d := schedule.RetryDelay(attempt)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// Obtain gets chunk q for asker (see Get) from sources, best first, with
+// the scheduler's retry rule (schedule.Decide): a corrupt chunk is asked
+// once more of the same source, other failures move to the next source,
+// at most schedule.DefaultMaxTries requests in all.
+func (c *Chunks) Obtain(ctx context.Context, q fetchwire.Request, sources []source.Source, asker peer.ID) ([]byte, error) {
+	if len(sources) == 0 {
+		return nil, fmt.Errorf("chunk %d of %s: %w (no source to ask)", q.Index, q.ID, blob.ErrNotFound)
+	}
+	sch := schedule.New(1, 1, len(sources), nil)
+	for {
+		reqs := sch.Next()
+		if len(reqs) == 0 {
+			return nil, errors.New("scheduler returned no request") // unreachable
+		}
+		r := reqs[0]
+		if err := Pause(ctx, r.Attempt); err != nil {
+			return nil, err
+		}
+		data, _, err := c.Get(ctx, q, sources[r.Source], asker)
+		if err == nil {
+			return data, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if a := sch.Failed(0, fetchclient.FailKind(err)); a == schedule.GiveUp {
+			return nil, err
+		}
+	}
+}
