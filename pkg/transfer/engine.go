@@ -10,12 +10,12 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"golang.org/x/time/rate"
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/coalesce"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
+	"github.com/omst-project/omst/pkg/transfer/internal/server"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
 	"github.com/omst-project/omst/pkg/transfer/internal/stats"
 )
@@ -65,6 +65,11 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultStreamsPerPeer = 2
 	DefaultSiblingTimeout = 10 * time.Second
+	// DefaultPeerReplyBytes is Config.PeerReplyBytes's default: what one
+	// peer's requests may make this node hold (internal/server says how).
+	DefaultPeerReplyBytes = 64 << 20
+	// DefaultWriteStall is Config.WriteStall's default.
+	DefaultWriteStall = 10 * time.Second
 )
 
 // Config configures New.
@@ -133,6 +138,13 @@ type Config struct {
 	Logger         *slog.Logger
 }
 
+// ChildLeft tells the engine that p is no longer a connected child (its
+// tree session ended): as a relay, it forgets p as a holder of chunks, so
+// that no child is sent to p for what it held, even once p is back (a
+// worker that comes back may have lost its store). The tree calls it
+// (tree.Config.OnChildLeft). Safe to call for any peer, at any time.
+func (e *Engine) ChildLeft(p peer.ID) { e.server.ChildLeft(p) }
+
 // DistributorConfig tunes a relay's redirects (Config.Distribution): the
 // copies of a chunk it sends itself before it redirects (Direct, default
 // 1), the siblings one holder is sent per chunk (Fanout, default 2), the
@@ -170,20 +182,13 @@ type Engine struct {
 	started  bool
 	closed   bool
 
-	stateMu sync.Mutex
-	state   *exchange.ServeState // the server's decisions: served streams, redirects, hedges declined
-	grouper Grouper              // Sources as a Grouper with SiblingExchange, else nil
-
 	stats *stats.Counters // what every part counts (Status)
 
 	client *fetchclient.Client // the fetch streams to the peers this node asks
 
 	chunks *coalesce.Chunks // the chunk fetches in flight, one per hash
 
-	upLimit *rate.Limiter // nil without MaxUploadRate
-
-	budgetMu sync.Mutex
-	budgets  map[peer.ID]*peerBudget // reply bytes each peer's fetch streams may hold (server.go)
+	server *server.Server // serves the fetch protocol: decisions, reply budgets, upload limit
 
 }
 
@@ -245,22 +250,21 @@ func New(cfg Config) (*Engine, error) {
 		self:     cfg.Host.ID(),
 		replicas: map[cid.Cid]*backgroundFetch{},
 		repl:     map[string]*replQueue{},
-		budgets:  map[peer.ID]*peerBudget{},
 		active:   map[*blobFetch]struct{}{},
 		whole:    map[cid.Cid]*wholeBlobCall{},
 		stats:    &stats.Counters{},
-		grouper:  grouper,
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	if cfg.MaxUploadRate > 0 {
-		e.upLimit = rate.NewLimiter(rate.Limit(cfg.MaxUploadRate), int(max(cfg.MaxUploadRate/10, 256<<10)))
-	}
 	e.client = fetchclient.New(fetchclient.Config{Host: cfg.Host, DialTimeout: cfg.DialTimeout, RequestTimeout: cfg.RequestTimeout,
 		StreamsPerPeer: cfg.StreamsPerPeer, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats})
 	e.chunks = coalesce.New(coalesce.Config{Client: e.client, Store: cfg.Store, Addrs: cfg.Host.Peerstore(), Ctx: e.ctx, Go: e.goTracked,
 		SiblingTimeout: cfg.SiblingTimeout, RequestTimeout: cfg.RequestTimeout, Describe: e.describe, NotePeerError: e.notePeerError,
 		Stats: e.stats, Log: e.log})
-	e.state = exchange.NewServeState(exchange.ServeConfig{SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams})
+	e.server = server.New(server.Config{Store: cfg.Store, Peers: cfg.Sources, Upstream: upstream{e}, Grouper: grouper,
+		SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams,
+		OthersFromStore: cfg.OthersFromStore, StoreForward: cfg.Mode == ModeStoreForward, MaxUploadRate: cfg.MaxUploadRate,
+		PeerReplyBytes: cfg.PeerReplyBytes, WriteStall: cfg.WriteStall, RequestTimeout: cfg.RequestTimeout, Self: e.self,
+		Ctx: e.ctx, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats, Log: e.log})
 	return e, nil
 }
 
@@ -276,8 +280,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Unlock()
 	stop := context.AfterFunc(ctx, e.cancel)
 	e.wg.Go(func() { <-e.ctx.Done(); stop() })
-	e.h.SetStreamHandler(ProtoFetch, e.handleFetch)
-	e.h.SetStreamHandler(ProtoFetch110, e.handleFetch)
+	e.h.SetStreamHandler(ProtoFetch, e.server.HandleStream)
+	e.h.SetStreamHandler(ProtoFetch110, e.server.HandleStream)
 	return nil
 }
 

@@ -25,7 +25,7 @@ import (
 // MaxUploadRate at most one second of it: a push is a head start on the
 // asker's requests, and under a limit more would only queue behind it.
 func (e *Engine) PushChunks(r blob.Record, max int) [][]byte {
-	if e.upLimit != nil {
+	if e.cfg.MaxUploadRate > 0 {
 		max = int(min(int64(max), e.cfg.MaxUploadRate))
 	}
 	m, err := e.store.Manifest(r.ID)
@@ -57,10 +57,7 @@ func (e *Engine) HoldsStart(id cid.Cid) bool {
 // WaitUpload blocks until MaxUploadRate, if set, lets n more bytes out
 // (the limit fetch replies obey); it fails only when ctx ends first.
 func (e *Engine) WaitUpload(ctx context.Context, n int) error {
-	if e.upLimit == nil {
-		return nil
-	}
-	return e.waitUpload(ctx, n)
+	return e.server.WaitUpload(ctx, n)
 }
 
 // Pushed counts n chunk bytes pushed to asker as served.
