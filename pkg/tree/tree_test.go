@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,42 +111,6 @@ func TestReannounceOnReconnect(t *testing.T) {
 		c.Close()
 	}
 	waitFor(t, "re-announced record", 10*time.Second, func() bool { _, err := root.store.Record("a/b"); return err == nil })
-}
-
-// corruptOnce serves a wrong copy of one chunk the first time it is read.
-type corruptOnce struct {
-	*memStore
-	target blob.Hash
-	done   atomic.Bool
-}
-
-func (c *corruptOnce) ReadChunk(h blob.Hash) ([]byte, error) {
-	b, err := c.memStore.ReadChunk(h)
-	if err == nil && h == c.target && c.done.CompareAndSwap(false, true) {
-		b = bytes.Clone(b)
-		b[len(b)/2] ^= 0xff
-	}
-	return b, err
-}
-
-func TestCorruptChunkRefetched(t *testing.T) {
-	var bad *corruptOnce
-	root := newNode(t, nil, "master", func(m *memStore) nodeStore { bad = &corruptOnce{memStore: m}; return bad })
-	w := newNode(t, root, "siteA", nil)
-	waitConnected(t, w)
-	data := randBlob(200<<10, 4)
-	rec := put(t, root, "x", data, 16<<10)
-	m, _ := root.store.Manifest(rec.ID)
-	bad.target = m.Chunks[5]
-	if b := readAll(t, w, "x"); !bytes.Equal(b, data) {
-		t.Fatal("wrong bytes")
-	}
-	if !bad.done.Load() {
-		t.Fatal("the corrupt chunk was never served")
-	}
-	if st := w.eng.Status(); st.PeerErrors < 1 {
-		t.Fatalf("peer errors = %d, want >= 1", st.PeerErrors)
-	}
 }
 
 func TestUnreachableParent(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
@@ -154,5 +155,19 @@ func TestInvalidInputOnTheWire(t *testing.T) {
 	w := newNode(t, root, "s", nil)
 	if got := readAll(t, w, "ok"); !bytes.Equal(got, data) {
 		t.Fatal("node stopped serving")
+	}
+}
+
+// A long error message fits a names ERROR frame: code byte plus 1024
+// bytes of message, cut at a rune boundary.
+func TestLongNamesError(t *testing.T) {
+	long := errors.New(strings.Repeat("é", 2000))
+	typ, payload, err := readFrame(bufio.NewReader(bytes.NewReader(errorFrame(long))))
+	if err != nil {
+		t.Fatalf("long ERROR frame rejected: %v", err)
+	}
+	rep, err := decodeNamesReply(typ, payload)
+	if err != nil || rep.Type != msgError || len(rep.Message) > maxErrorMsg || !utf8.ValidString(rep.Message) {
+		t.Fatalf("decoded %d-byte message, valid UTF-8 %v, err %v", len(rep.Message), utf8.ValidString(rep.Message), err)
 	}
 }

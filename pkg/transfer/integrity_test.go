@@ -1,16 +1,12 @@
-package tree
+package transfer_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -143,20 +139,6 @@ func TestErrorRepliesCounted(t *testing.T) {
 	}
 }
 
-// A long error message fits a names ERROR frame: code byte plus 1024
-// bytes of message, cut at a rune boundary.
-func TestLongNamesError(t *testing.T) {
-	long := errors.New(strings.Repeat("é", 2000))
-	typ, payload, err := readFrame(bufio.NewReader(bytes.NewReader(errorFrame(long))))
-	if err != nil {
-		t.Fatalf("long ERROR frame rejected: %v", err)
-	}
-	rep, err := decodeNamesReply(typ, payload)
-	if err != nil || rep.Type != msgError || len(rep.Message) > maxErrorMsg || !utf8.ValidString(rep.Message) {
-		t.Fatalf("decoded %d-byte message, valid UTF-8 %v, err %v", len(rep.Message), utf8.ValidString(rep.Message), err)
-	}
-}
-
 // sibling exchange on: the relay redirects its children to each other.
 func siblings(c *nodeCfg) { c.Engine.SiblingExchange = true }
 
@@ -212,5 +194,41 @@ func TestSiblingExchange(t *testing.T) {
 	}
 	if rs := root.eng.Status(); rs.BytesServed > n+n/10 {
 		t.Errorf("root served %d bytes, want about one copy (%d)", rs.BytesServed, n)
+	}
+}
+
+// corruptOnce serves a wrong copy of one chunk the first time it is read.
+type corruptOnce struct {
+	*memStore
+	target blob.Hash
+	done   atomic.Bool
+}
+
+func (c *corruptOnce) ReadChunk(h blob.Hash) ([]byte, error) {
+	b, err := c.memStore.ReadChunk(h)
+	if err == nil && h == c.target && c.done.CompareAndSwap(false, true) {
+		b = bytes.Clone(b)
+		b[len(b)/2] ^= 0xff
+	}
+	return b, err
+}
+
+func TestCorruptChunkRefetched(t *testing.T) {
+	var bad *corruptOnce
+	root := newNode(t, nil, "master", func(m *memStore) nodeStore { bad = &corruptOnce{memStore: m}; return bad })
+	w := newNode(t, root, "siteA", nil)
+	waitConnected(t, w)
+	data := randBlob(200<<10, 4)
+	rec := put(t, root, "x", data, 16<<10)
+	m, _ := root.store.Manifest(rec.ID)
+	bad.target = m.Chunks[5]
+	if b := readAll(t, w, "x"); !bytes.Equal(b, data) {
+		t.Fatal("wrong bytes")
+	}
+	if !bad.done.Load() {
+		t.Fatal("the corrupt chunk was never served")
+	}
+	if st := w.eng.Status(); st.PeerErrors < 1 {
+		t.Fatalf("peer errors = %d, want >= 1", st.PeerErrors)
 	}
 }

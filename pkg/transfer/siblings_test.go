@@ -1,4 +1,4 @@
-package tree
+package transfer_test
 
 import (
 	"bytes"
