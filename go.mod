@@ -28,6 +28,7 @@ require (
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.15.0
 	google.golang.org/protobuf v1.36.11
+	lukechampine.com/blake3 v1.4.1
 )
 
 require (
@@ -132,5 +133,4 @@ require (
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/tools v0.48.0 // indirect
 	gonum.org/v1/gonum v0.17.0 // indirect
-	lukechampine.com/blake3 v1.4.1 // indirect
 )

@@ -279,6 +279,7 @@ var (
 	mReplDropped   = desc("omst_replications_dropped_total", "Children's puts not copied because 64 of that child's were waiting already.")
 	mHedges        = desc("omst_hedges_total", "Sibling requests slow enough to be asked of the relay too.")
 	mHedgesDecl    = desc("omst_hedges_declined_total", "Children's hedges this relay declined (it had just sent the chunk into the site).")
+	mPassedOn      = desc("omst_bytes_passed_on_total", "Chunk bytes sent on in verified pieces while the chunk was still arriving (fetch 1.3.0).")
 	mPushSent      = desc("omst_push_sent_bytes_total", "Chunk bytes pushed with answers to lookups of children in other sites.")
 	mPushRecv      = desc("omst_push_received_bytes_total", "Verified chunk bytes the parent pushed with its answers to lookups.")
 
@@ -318,7 +319,7 @@ var (
 
 var allDescs = []*prometheus.Desc{
 	mInfo, mChunkReceived, mChunkSent, mReceived, mSent, mTransfers, mCorrupt, mCorruptRep, mPeerErrors,
-	mRedirSent, mRedirTaken, mSibFail, mUpRefused, mHedges, mHedgesDecl, mPushSent, mPushRecv,
+	mRedirSent, mRedirTaken, mSibFail, mUpRefused, mHedges, mHedgesDecl, mPassedOn, mPushSent, mPushRecv,
 	mReplyHeld, mReplWaiting, mReplDropped,
 	mCacheUsed, mCacheCap, mCachePinned, mCacheOrphaned, mCacheChunks, mEvictions, mEvictedBytes, mDamaged, mPins, mNames,
 	mPeers, mParentConnected, mChildren, mChildrenConn, mChildRefused, mUnrouted,
@@ -372,6 +373,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(mUpRefused, es.UploadsRefused)
 	counter(mHedges, es.Hedges)
 	counter(mHedgesDecl, es.HedgesDeclined)
+	counter(mPassedOn, es.BytesPassedOn)
 	counter(mPushSent, es.PushSent)
 	counter(mPushRecv, es.PushReceived)
 	gauge(mReplyHeld, float64(es.ReplyBytesHeld))

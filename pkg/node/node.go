@@ -631,6 +631,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		Hedges:          es.Hedges,
 		DHTProvided:     n.provN.Load(),
 		HedgesDeclined:  es.HedgesDeclined,
+		BytesPassedOn:   es.BytesPassedOn,
 		PushSent:        es.PushSent,
 		PushReceived:    es.PushReceived,
 		Warnings:        hostWarnings(),

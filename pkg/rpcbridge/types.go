@@ -103,6 +103,9 @@ type Status struct {
 	// HedgesDeclined counts children's hedges this relay declined: it had
 	// sent the chunk into the site moments before, so the sibling has it.
 	HedgesDeclined uint64 `json:"hedges_declined"`
+	// BytesPassedOn counts chunk bytes this node sent on in verified pieces
+	// while it was still receiving the chunk (fetch 1.3.0's cut-through).
+	BytesPassedOn uint64 `json:"bytes_passed_on"`
 	// PushSent counts chunk bytes this node pushed with its answers to
 	// lookups of children in other sites; PushReceived the verified bytes
 	// its parent pushed to it (names 1.2.0, docs/protocol.md).

@@ -6,11 +6,12 @@
 //
 // One protocol, specified byte by byte in docs/protocol.md:
 //
-//	/omst/fetch/1.2.0  tagged GET, GET_SIBLING, GET_DIRECT, REPORT and
-//	                   MANIFEST (1.1.0, without GET_SIBLING, is served and
-//	                   spoken too)
-//	                   requests; replies as they are ready (REDIRECT: ask
-//	                   a sibling)
+//	/omst/fetch/1.3.0  tagged GET, GET_SIBLING, GET_DIRECT, REPORT and
+//	                   MANIFEST requests; replies as they are ready
+//	                   (REDIRECT: ask a sibling), a chunk in verified
+//	                   pieces (OUTBOARD, then PIECEs) that a relay passes
+//	                   on as they arrive (1.2.0, chunks whole, and 1.1.0,
+//	                   without GET_SIBLING, are served and spoken too)
 //
 // Files: engine.go (Config, Engine, Status), sources.go (Source, Provider:
 // the seam to the tree and other providers), coalesce.go (one upstream
@@ -22,12 +23,16 @@
 // internal/exchange (the in-site exchange's pure decisions: the relay's
 // Distributor and ServeState, which the server feeds; the Hedger, which
 // the follower of a redirect feeds), internal/fetchwire (the protocol's
-// messages: encoders, decoders and their fuzz targets).
+// messages: encoders, decoders and their fuzz targets), internal/piece (a
+// chunk's outboard, the verification of pieces, and Partial: a chunk as
+// it arrives, read by whoever passes it on).
 //
 // Invariants:
 //
 //   - Every chunk is verified against its hash on arrival, before it is
-//     stored or handed to any reader or downstream peer; a manifest is
+//     stored or handed to any reader or downstream peer (one that comes in
+//     pieces, piece by piece against its verified outboard, and a piece
+//     is passed on only once verified); a manifest is
 //     verified against the blob ID (blob.VerifyManifest) before use. A
 //     corrupt chunk is dropped, logged, counted against the peer that sent
 //     it (Status.PeerErrors, Status.CorruptReceived), reported to that peer

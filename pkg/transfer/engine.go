@@ -281,6 +281,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, e.cancel)
 	e.wg.Go(func() { <-e.ctx.Done(); stop() })
 	e.h.SetStreamHandler(ProtoFetch, e.server.HandleStream)
+	e.h.SetStreamHandler(ProtoFetch120, e.server.HandleStream)
 	e.h.SetStreamHandler(ProtoFetch110, e.server.HandleStream)
 	return nil
 }
@@ -297,6 +298,7 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	e.chunks.Close()
 	e.h.RemoveStreamHandler(ProtoFetch)
+	e.h.RemoveStreamHandler(ProtoFetch120)
 	e.h.RemoveStreamHandler(ProtoFetch110)
 	e.cancel()
 	e.client.Close()
@@ -338,6 +340,10 @@ type Status struct {
 	// HedgesDeclined counts children's hedges this relay declined because
 	// it had sent the chunk into the site less than HedgeGrace before.
 	HedgesDeclined uint64
+	// BytesPassedOn counts the chunk bytes this node sent in verified
+	// pieces (fetch 1.3.0) while it was itself still receiving the chunk:
+	// what cut-through below the chunk saved a store-and-forward hop.
+	BytesPassedOn uint64
 	// PushSent counts the chunk bytes this node pushed to children in
 	// other sites with its answers to their lookups, PushReceived the
 	// verified bytes its parent pushed to it (push.go).
@@ -378,6 +384,7 @@ func (e *Engine) Status() Status {
 		UploadsRefused:  e.stats.UploadsRefused.Load(),
 		Hedges:          e.stats.Hedges.Load(),
 		HedgesDeclined:  e.stats.HedgesDeclined.Load(),
+		BytesPassedOn:   e.stats.BytesPassedOn.Load(),
 		PushSent:        e.stats.PushSent.Load(),
 		PushReceived:    e.stats.PushReceived.Load(),
 		RedirectsSent:   e.stats.RedirectsSent.Load(),

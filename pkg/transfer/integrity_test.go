@@ -55,12 +55,15 @@ func (s *lyingStore) RecheckChunk(h blob.Hash) (bool, error) {
 	return true, nil
 }
 
-// A worker that receives a corrupt chunk from its head tells the head,
-// which re-checks its copy, drops it and serves a fresh one from the root.
+// A worker that receives a corrupt chunk from its head (a 1.2.0 head,
+// which sends a chunk whole: one that sends pieces finds the damage
+// itself, TestDamagedCopyNotSent) tells the head, which re-checks its
+// copy, drops it and serves a fresh one from the root.
 func TestCorruptReportedToSender(t *testing.T) {
 	var liar *lyingStore
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", func(m *memStore) nodeStore { liar = &lyingStore{memStore: m, repairs: true}; return liar })
+	head.speaks120()
 	w := newNode(t, head, "siteA", nil)
 	waitConnected(t, head, w)
 	data := randBlob(300<<10, 7)
@@ -86,13 +89,14 @@ func TestCorruptReportedToSender(t *testing.T) {
 	}
 }
 
-// A head that keeps sending a corrupt chunk (and insists its copy is
-// fine) is given up on for that chunk: the worker gets it from its
-// fallback parent, the root.
+// A head (speaking 1.2.0) that keeps sending a corrupt chunk (and insists
+// its copy is fine) is given up on for that chunk: the worker gets it
+// from its fallback parent, the root.
 func TestCorruptSourceFallsBack(t *testing.T) {
 	var liar *lyingStore
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", func(m *memStore) nodeStore { liar = &lyingStore{memStore: m}; return liar })
+	head.speaks120()
 	w := newNode(t, head, "siteA", nil, func(c *nodeCfg) { c.Fallbacks = []peer.AddrInfo{*root.info()} })
 	waitConnected(t, head, w)
 	data := randBlob(200<<10, 8)
@@ -216,6 +220,7 @@ func (c *corruptOnce) ReadChunk(h blob.Hash) ([]byte, error) {
 func TestCorruptChunkRefetched(t *testing.T) {
 	var bad *corruptOnce
 	root := newNode(t, nil, "master", func(m *memStore) nodeStore { bad = &corruptOnce{memStore: m}; return bad })
+	root.speaks120() // a 1.3.0 root finds the damage before it sends
 	w := newNode(t, root, "siteA", nil)
 	waitConnected(t, w)
 	data := randBlob(200<<10, 4)

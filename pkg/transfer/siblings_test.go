@@ -119,6 +119,7 @@ func TestCorruptSiblingDropped(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", nil, siblings)
 	bad := newNode(t, head, "siteA", func(m *memStore) nodeStore { return &corruptAll{m} }, siblings)
+	bad.speaks120() // sends chunks whole: TestCorruptPiecesRefused has a liar in pieces
 	var ws []*testNode
 	for range 4 {
 		ws = append(ws, newNode(t, head, "siteA", nil, siblings))

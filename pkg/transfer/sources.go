@@ -14,8 +14,12 @@ import (
 // ProtoFetch is the fetch protocol's ID; docs/protocol.md specifies every
 // message byte by byte. 1.1.0 added REPORT, MANIFEST (manifests moved here
 // from the names protocol), GET_DIRECT and the REDIRECT reply; 1.2.0 adds
-// GET_SIBLING, a GET that says the asker is of the server's site.
+// GET_SIBLING, a GET that says the asker is of the server's site; 1.3.0
+// lets a chunk's reply come in verified pieces.
 const ProtoFetch = fetchwire.ProtoFetch
+
+// ProtoFetch120 is the version before pieces, still served and spoken.
+const ProtoFetch120 = fetchwire.ProtoFetch120
 
 // ProtoFetch110 is the previous version, still served and spoken: a 1.1.0
 // stream carries no GET_SIBLING (a client sends a plain GET instead).

@@ -13,6 +13,10 @@
 //     (it asks because it lacks the chunk): it gets a fetch of its own.
 //   - A fetch is cancelled only when its last waiter leaves; a waiter's
 //     ctx bounds its own wait only.
+//   - Each fetch fills a piece.Partial: a reply in pieces (fetch 1.3.0)
+//     publishes each verified piece as it arrives, a whole reply the whole
+//     chunk once verified. A server passing the chunk on follows it
+//     (piece.WithWatch) and sends each piece the moment it is published.
 //   - Bytes are verified against their hash before any waiter sees them or
 //     they are stored; a corrupt chunk is counted, blamed on its sender and
 //     reported to it (REPORT), and the fetch fails (the caller asks again).
@@ -36,6 +40,7 @@ import (
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
 	"github.com/omst-project/omst/pkg/transfer/internal/stats"
@@ -102,9 +107,10 @@ func (c *Chunks) Close() {
 // Call is one upstream fetch of a chunk, shared by every requester of
 // that hash on this node (except one that asked on behalf of src itself).
 type Call struct {
-	src     peer.ID       // the peer asked
-	done    chan struct{} // closed when data/err are set
-	stored  chan struct{} // closed after the chunk was stored (or storing failed)
+	src     peer.ID        // the peer asked
+	partial *piece.Partial // the chunk as it arrives
+	done    chan struct{}  // closed when data/err are set
+	stored  chan struct{}  // closed after the chunk was stored (or storing failed)
 	data    []byte
 	from    source.Source // the peer that delivered data
 	err     error
@@ -112,8 +118,8 @@ type Call struct {
 	cancel  context.CancelFunc
 }
 
-func newCall(src peer.ID, cancel context.CancelFunc) *Call {
-	return &Call{src: src, done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
+func newCall(h blob.Hash, src peer.ID, cancel context.CancelFunc) *Call {
+	return &Call{src: src, partial: piece.NewPartial(h), done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
 }
 
 // joinable reports whether a request for a chunk on behalf of asker may
@@ -147,7 +153,7 @@ func (c *Chunks) Get(ctx context.Context, q fetchwire.Request, src source.Source
 	call := c.inflight[q.Hash]
 	if !joinable(call, asker) {
 		cctx, cancel := context.WithCancel(c.cfg.Ctx)
-		call = newCall(src.ID, cancel)
+		call = newCall(q.Hash, src.ID, cancel)
 		if !c.cfg.Go(func() { c.run(cctx, call, q, src) }) {
 			c.mu.Unlock()
 			cancel()
@@ -159,6 +165,9 @@ func (c *Chunks) Get(ctx context.Context, q fetchwire.Request, src source.Source
 	}
 	call.waiters++
 	c.mu.Unlock()
+	if w := piece.WatchFrom(ctx); w != nil {
+		w(call.partial)
+	}
 	select {
 	case <-call.done:
 		return call.data, call.from, call.err
@@ -175,10 +184,10 @@ func (c *Chunks) Get(ctx context.Context, q fetchwire.Request, src source.Source
 
 func (c *Chunks) run(ctx context.Context, call *Call, q fetchwire.Request, src source.Source) {
 	defer call.cancel()
-	data, err := c.fetchVerified(ctx, src, q)
+	data, err := c.fetchVerified(ctx, src, q, call.partial)
 	from := src
 	if rde, ok := errors.AsType[*fetchclient.RedirectError](err); ok {
-		data, from, err = c.fromSibling(ctx, src, rde.To, q)
+		data, from, err = c.fromSibling(ctx, src, rde.To, q, call.partial)
 	}
 	c.Complete(call, q.Hash, data, from, err)
 }
@@ -192,7 +201,7 @@ func (c *Chunks) Expect(h blob.Hash, src peer.ID) *Call {
 	if c.inflight[h] != nil || c.cfg.Store.HasChunk(h) {
 		return nil
 	}
-	call := newCall(src, func() {})
+	call := newCall(h, src, func() {})
 	c.inflight[h] = call
 	return call
 }
@@ -202,6 +211,11 @@ func (c *Chunks) Expect(h blob.Hash, src peer.ID) *Call {
 // stored and the call leaves the in-flight set.
 func (c *Chunks) Complete(call *Call, h blob.Hash, data []byte, from source.Source, err error) {
 	call.data, call.from, call.err = data, from, err
+	if err == nil {
+		call.partial.Complete(data)
+	} else {
+		call.partial.Fail(err)
+	}
 	close(call.done) // waiters take the chunk now: cut-through
 	if err == nil {
 		if perr := c.cfg.Store.PutVerifiedChunk(h, data); perr != nil {
@@ -223,14 +237,19 @@ func (c *Chunks) InFlight() int {
 	return len(c.inflight)
 }
 
-// fetchVerified asks src for chunk q and verifies what it sends. A corrupt
-// chunk is counted and reported to src; a failure other than NOT_FOUND (or
-// a redirect) counts as src's error. Verified bytes are counted by src's
-// kind.
-func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwire.Request) ([]byte, error) {
+// fetchVerified asks src for chunk q and verifies what it sends; a reply
+// in pieces is published to sink as it arrives (verified piece by piece).
+// A corrupt chunk is counted and reported to src; a failure other than
+// NOT_FOUND (or a redirect) counts as src's error. Verified bytes are
+// counted by src's kind.
+func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwire.Request, sink *piece.Partial) ([]byte, error) {
 	q.Sibling = q.Type == fetchwire.MsgGet && src.Kind == source.KindSibling
-	data, err := c.cfg.Client.Request(ctx, src.ID, q)
-	if err == nil {
+	data, verified, err := c.cfg.Client.RequestChunk(ctx, src.ID, q, sink)
+	if fetchclient.FailKind(err) == schedule.FailCorrupt && q.Type != fetchwire.MsgReport {
+		// A piece or outboard failed verification (counted by the client).
+		c.cfg.Go(func() { c.ReportCorrupt(src.ID, q) })
+	}
+	if err == nil && !verified {
 		if verr := q.Hash.Verify(data); verr != nil {
 			err = &fetchclient.PeerError{Peer: c.cfg.Describe(src.ID), Kind: schedule.FailCorrupt, Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
 			data = nil
@@ -264,7 +283,7 @@ func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwi
 // SiblingTimeout) is replaced by a plain GET_DIRECT at once, which names it
 // (the relay avoids it for the blob). A hedge names the sibling as slow
 // when most requests to it needed one (the relay avoids it for a while).
-func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchwire.Redirect, q fetchwire.Request) ([]byte, source.Source, error) {
+func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchwire.Redirect, q fetchwire.Request, sink *piece.Partial) ([]byte, source.Source, error) {
 	c.cfg.Stats.RedirectsTaken.Add(1)
 	if len(rd.Addrs) > 0 {
 		c.cfg.Addrs.AddAddrs(rd.Peer, rd.Addrs, siblingAddrTTL)
@@ -285,13 +304,13 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 	f, act := c.hedge.Follow(time.Now(), rd.Peer)
 	c.hedgeMu.Unlock()
 	go func() {
-		data, err := c.fetchVerified(sctx, sibling, q)
+		data, err := c.fetchVerified(sctx, sibling, q, sink)
 		results <- result{exchange.ReqSibling, data, err}
 	}()
 	askRelay := func(req exchange.HedgeReq, dq fetchwire.Request) {
 		dq.Type = fetchwire.MsgGetDirect
 		go func() {
-			data, err := c.fetchVerified(ctx, relay, dq)
+			data, err := c.fetchVerified(ctx, relay, dq, sink)
 			if _, ok := errors.AsType[*fetchclient.RedirectError](err); ok {
 				err = &fetchclient.PeerError{Peer: c.cfg.Describe(relay.ID), Kind: schedule.FailUnreachable,
 					Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}

@@ -1,9 +1,14 @@
 // Package fetchclient is the client side of omst's fetch protocol
-// (/omst/fetch/1.2.0, speaking 1.1.0 to a peer that knows only that): a
+// (/omst/fetch/1.3.0, speaking 1.2.0 or 1.1.0 to a peer that knows only
+// that): a
 // Client keeps up to StreamsPerPeer pipelined streams to each peer it asks,
 // writes tagged requests as they come and matches the replies, which come
-// in the order they are ready, to them by tag. It verifies nothing: the
-// caller checks the bytes it gets against their hash.
+// in the order they are ready, to them by tag. A chunk that comes in one
+// OK reply is not verified here: the caller checks it against its hash. A
+// chunk that comes in pieces (1.3.0: OUTBOARD, then PIECEs) is verified
+// here, the outboard whole and each piece as it arrives, and each piece is
+// published at once to the caller's piece.Partial (RequestChunk), so that
+// the caller can pass it on before the chunk is complete.
 //
 // Invariants: a reply is accepted only for a tag outstanding on its stream
 // (or one whose caller left, whose reply is read and dropped), and only
@@ -17,6 +22,7 @@ package fetchclient
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +37,7 @@ import (
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 	"github.com/omst-project/omst/pkg/transfer/internal/stats"
 )
@@ -103,12 +110,14 @@ type fetchStream struct {
 	wmu sync.Mutex
 	bw  *bufio.Writer
 	buf []byte
-	// v110: the peer speaks only /omst/fetch/1.1.0 (no GET_SIBLING).
-	v110 bool
+	// v110: the peer speaks only /omst/fetch/1.1.0 (no GET_SIBLING);
+	// v130: it speaks 1.3.0 (chunk replies may come in pieces).
+	v110, v130 bool
+	scratch    []byte // a piece being read and verified (readReplies only)
 
 	mu      sync.Mutex
 	pending map[uint32]*pendingReq // nil once the stream failed
-	late    map[uint32]int         // tags whose caller left (their reply limit); their replies are discarded
+	late    map[uint32]*pendingReq // tags whose caller left: their replies are read (pieces still published) and dropped
 	nextTag uint32
 	err     error
 }
@@ -116,10 +125,18 @@ type fetchStream struct {
 // pendingReq is a request waiting for its reply.
 type pendingReq struct {
 	limit  int // largest OK body allowed (fetchwire.Request.ReplyLimit)
+	hash   blob.Hash
+	sink   *piece.Partial // a chunk request's, for a reply in pieces; nil: none allowed
 	done   chan struct{}
 	status byte
 	body   []byte
 	err    error
+
+	// A reply in pieces (readReplies only): the sender's verified
+	// outboard, the chunk's length, the next offset expected.
+	ob      []byte
+	n, next int
+	pieces  bool // the reply came in pieces, all verified
 }
 
 func (c *Client) peerFor(p peer.ID) (*fetchPeer, error) {
@@ -163,13 +180,13 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
-	s, err := c.cfg.Host.NewStream(sctx, fp.id, fetchwire.ProtoFetch, fetchwire.ProtoFetch110)
+	s, err := c.cfg.Host.NewStream(sctx, fp.id, fetchwire.ProtoFetch, fetchwire.ProtoFetch120, fetchwire.ProtoFetch110)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("open fetch stream: %w: %s", blob.ErrUnreachable, dialerr.Text(err))
 	}
 	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), v110: s.Protocol() == fetchwire.ProtoFetch110,
-		pending: map[uint32]*pendingReq{}, late: map[uint32]int{}}
+		v130: s.Protocol() == fetchwire.ProtoFetch, pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}}
 	fp.streams = append(fp.streams, fs)
 	go fs.readReplies()
 	return fs, nil
@@ -197,9 +214,13 @@ func (fp *fetchPeer) close(err error) {
 	}
 }
 
-// send registers q under a new tag and writes it.
-func (fs *fetchStream) send(q fetchwire.Request) (*pendingReq, error) {
-	pr := &pendingReq{limit: q.ReplyLimit(), done: make(chan struct{})}
+// send registers q under a new tag and writes it; a reply in pieces, if
+// sink is not nil, is published to sink.
+func (fs *fetchStream) send(q fetchwire.Request, sink *piece.Partial) (*pendingReq, error) {
+	pr := &pendingReq{limit: q.ReplyLimit(), hash: q.Hash, done: make(chan struct{})}
+	if q.IsGet() {
+		pr.sink = sink
+	}
 	fs.wmu.Lock()
 	defer fs.wmu.Unlock()
 	fs.mu.Lock()
@@ -242,7 +263,7 @@ func (fs *fetchStream) forget(pr *pendingReq) {
 	for tag, p := range fs.pending {
 		if p == pr {
 			delete(fs.pending, tag)
-			fs.late[tag] = p.limit
+			fs.late[tag] = p
 			return
 		}
 	}
@@ -262,7 +283,9 @@ func (fs *fetchStream) fail(err error) {
 	fs.s.Reset()
 	fs.fp.remove(fs)
 	for _, pr := range pending {
-		pr.err = err
+		if pr.err == nil { // a corrupt reply's own error stays
+			pr.err = err
+		}
 		close(pr.done)
 	}
 }
@@ -280,39 +303,54 @@ func (fs *fetchStream) readReplies() {
 		tag, status, n := fetchwire.ParseReplyHeader(hdr)
 		fs.mu.Lock()
 		pr, ok := fs.pending[tag]
-		lateLimit, late := fs.late[tag]
+		if !ok {
+			pr = fs.late[tag]
+		}
 		fs.mu.Unlock()
-		limit := lateLimit
-		if ok {
-			limit = pr.limit
-		} else if !late {
+		if pr == nil {
 			err := wire.Malformed("reply to tag %d, which has no request outstanding", tag)
 			c.cfg.NotePeerError(fs.fp.id, "fetch reply", err)
 			fs.fail(err)
 			return
 		}
-		if err := fetchwire.CheckReplyLen(status, n, limit); err != nil {
+		if err := fetchwire.CheckReplyLen(status, n, pr.limit); err != nil {
 			c.cfg.NotePeerError(fs.fp.id, "fetch reply", err)
 			fs.fail(err)
 			return
 		}
-		body, err := wire.ReadN(br, int(n))
+		var body []byte
+		var err error
+		end := true // the request's last reply frame
+		switch status {
+		case fetchwire.StatusOutboard, fetchwire.StatusPiece:
+			end, err = fs.readPieces(br, pr, status, int(n))
+		default:
+			if pr.ob != nil && (status == fetchwire.StatusOK || status == fetchwire.StatusRedirect) {
+				err = wire.Malformed("reply status %d after an OUTBOARD", status)
+			} else {
+				body, err = wire.ReadN(br, int(n))
+			}
+		}
 		if err != nil {
+			if errors.Is(err, wire.ErrMalformed) || errors.Is(err, blob.ErrCorrupt) {
+				c.cfg.NotePeerError(fs.fp.id, "fetch reply", err)
+			}
 			fs.fail(err)
 			return
+		}
+		if !end {
+			continue
 		}
 		fs.mu.Lock()
 		if fs.pending == nil { // failed meanwhile
 			fs.mu.Unlock()
 			return
 		}
-		delete(fs.late, tag)
-		if ok {
-			if fs.pending[tag] != pr {
-				ok = false
-			} else {
-				delete(fs.pending, tag)
-			}
+		if fs.late[tag] == pr {
+			delete(fs.late, tag)
+			ok = false
+		} else if ok = fs.pending[tag] == pr; ok {
+			delete(fs.pending, tag)
 		}
 		fs.mu.Unlock()
 		if status == fetchwire.StatusOK {
@@ -320,10 +358,84 @@ func (fs *fetchStream) readReplies() {
 		}
 		if ok {
 			pr.status, pr.body = status, body
+			if pr.pieces {
+				pr.status = fetchwire.StatusOK
+			}
 			close(pr.done)
 		}
 	}
 }
+
+// readPieces reads the body of an OUTBOARD or PIECE reply frame (n bytes)
+// to request pr, verifies it and publishes each verified piece to the
+// request's sink. end reports the request's last frame (the piece that
+// reaches the chunk's end). A frame out of place is malformed; bytes that
+// fail verification are an error wrapping blob.ErrCorrupt, and pr gets a
+// PeerError of kind FailCorrupt (the stream then ends: its sender lies).
+func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte, n int) (end bool, err error) {
+	c := fs.fp.c
+	corrupt := func(err error) error {
+		c.cfg.Stats.CorruptReceived.Add(1)
+		pr.err = &PeerError{Peer: c.cfg.Describe(fs.fp.id), Kind: schedule.FailCorrupt, Err: err}
+		return err
+	}
+	if !fs.v130 || pr.sink == nil {
+		return false, wire.Malformed("reply status %d to a request that allows no pieces", status)
+	}
+	if status == fetchwire.StatusOutboard {
+		if pr.ob != nil {
+			return false, wire.Malformed("second OUTBOARD for one request")
+		}
+		ob, err := wire.ReadN(br, n)
+		if err != nil {
+			return false, err
+		}
+		k, err := piece.VerifyOutboard(ob, pr.hash, pr.limit)
+		if err != nil {
+			return false, corrupt(err)
+		}
+		pr.ob, pr.n = ob, k
+		pr.sink.Begin(ob, k)
+		return false, nil
+	}
+	if pr.ob == nil {
+		return false, wire.Malformed("PIECE before its OUTBOARD")
+	}
+	var off [fetchwire.PieceHeaderLen]byte
+	if _, err := io.ReadFull(br, off[:]); err != nil {
+		return false, wire.Unexpected(err)
+	}
+	at, k := int(binary.BigEndian.Uint32(off[:])), n-fetchwire.PieceHeaderLen
+	if at != pr.next || at+k > pr.n || (k%piece.GroupSize != 0 && at+k != pr.n) {
+		return false, wire.Malformed("PIECE of %d bytes at offset %d (expected offset %d, chunk of %d bytes)", k, at, pr.next, pr.n)
+	}
+	if fs.scratch == nil {
+		fs.scratch = make([]byte, scratchGroups*piece.GroupSize)
+	}
+	for k > 0 {
+		g := fs.scratch[:min(k, len(fs.scratch))]
+		if _, err := io.ReadFull(br, g); err != nil {
+			return false, wire.Unexpected(err)
+		}
+		if err := piece.VerifyPiece(g, pr.ob, at, pr.hash); err != nil {
+			return false, corrupt(err)
+		}
+		pr.sink.Add(at, g)
+		c.cfg.Stats.BytesFetched.Add(uint64(len(g)))
+		at, k = at+len(g), k-len(g)
+	}
+	pr.next = at
+	if at == pr.n {
+		pr.pieces = true
+		return true, nil
+	}
+	return false, nil
+}
+
+// scratchGroups is how many groups readPieces reads, verifies and
+// publishes at a time: a relay passes bytes on in units of at most this
+// many groups (64 KiB).
+const scratchGroups = 4
 
 // Request sends q to p over a pipelined fetch stream and returns the body
 // of an OK reply. The body is not verified here. A REDIRECT (to a GET) is
@@ -331,28 +443,39 @@ func (fs *fetchStream) readReplies() {
 // *PeerError, which names the peer (a NOT_FOUND reply's wraps
 // blob.ErrNotFound, an unreachable peer's blob.ErrUnreachable).
 func (c *Client) Request(ctx context.Context, p peer.ID, q fetchwire.Request) ([]byte, error) {
+	data, _, err := c.RequestChunk(ctx, p, q, nil)
+	return data, err
+}
+
+// RequestChunk is Request for a chunk whose reply may come in pieces
+// (1.3.0) when sink is not nil: each verified piece is published to sink
+// as it arrives, and the returned bytes are then sink's, verified
+// (verified reports it). A corrupt outboard or piece is a *PeerError of
+// kind schedule.FailCorrupt (and counted as CorruptReceived); what sink
+// received before stays published.
+func (c *Client) RequestChunk(ctx context.Context, p peer.ID, q fetchwire.Request, sink *piece.Partial) (data []byte, verified bool, err error) {
 	who := c.cfg.Describe(p)
 	what := fmt.Sprintf("chunk %d of %s", q.Index, q.ID)
 	if q.Type == fetchwire.MsgManifest {
 		what = fmt.Sprintf("manifest %s", q.ID)
 	}
 	unreachable := func(err error) error {
-		return &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: %w: %v", what, blob.ErrUnreachable, err)}
+		return &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: %w: %w", what, blob.ErrUnreachable, err)}
 	}
 	fp, err := c.peerFor(p)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	fs, err := fp.stream(ctx)
 	if err != nil {
 		if errors.Is(err, blob.ErrUnreachable) {
-			return nil, &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: %w", what, err)}
+			return nil, false, &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: %w", what, err)}
 		}
-		return nil, unreachable(err)
+		return nil, false, unreachable(err)
 	}
-	pr, err := fs.send(q)
+	pr, err := fs.send(q, sink)
 	if err != nil {
-		return nil, unreachable(err)
+		return nil, false, unreachable(err)
 	}
 	tm := time.NewTimer(c.cfg.RequestTimeout)
 	defer tm.Stop()
@@ -360,18 +483,24 @@ func (c *Client) Request(ctx context.Context, p peer.ID, q fetchwire.Request) ([
 	case <-pr.done:
 	case <-ctx.Done():
 		fs.forget(pr) // the reply, when it comes, is dropped
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	case <-tm.C:
 		err := fmt.Errorf("no reply within %v", c.cfg.RequestTimeout)
 		fs.fail(err)
-		return nil, unreachable(err)
+		return nil, false, unreachable(err)
 	}
 	if pr.err != nil {
-		return nil, unreachable(pr.err)
+		if pe, ok := errors.AsType[*PeerError](pr.err); ok {
+			return nil, false, pe
+		}
+		return nil, false, unreachable(pr.err)
 	}
 	switch pr.status {
 	case fetchwire.StatusOK:
-		return pr.body, nil
+		if pr.pieces {
+			return sink.State().Data, true, nil
+		}
+		return pr.body, false, nil
 	case fetchwire.StatusRedirect:
 		rd, err := fetchwire.DecodeRedirect(pr.body)
 		if err == nil && !q.IsGet() {
@@ -381,13 +510,13 @@ func (c *Client) Request(ctx context.Context, p peer.ID, q fetchwire.Request) ([
 			err = wire.Malformed("REDIRECT to %s", rd.Peer)
 		}
 		if err != nil {
-			return nil, &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: %w", what, err)}
+			return nil, false, &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: %w", what, err)}
 		}
-		return nil, &RedirectError{From: p, To: rd}
+		return nil, false, &RedirectError{From: p, To: rd}
 	case fetchwire.StatusNotFound:
-		return nil, &PeerError{Peer: who, Kind: schedule.FailNotFound, Err: fmt.Errorf("%s: %w: %s", what, blob.ErrNotFound, pr.body)}
+		return nil, false, &PeerError{Peer: who, Kind: schedule.FailNotFound, Err: fmt.Errorf("%s: %w: %s", what, blob.ErrNotFound, pr.body)}
 	default:
-		return nil, &PeerError{Peer: who, Kind: schedule.FailNotFound, Err: fmt.Errorf("%s: error reply: %s", what, pr.body)}
+		return nil, false, &PeerError{Peer: who, Kind: schedule.FailNotFound, Err: fmt.Errorf("%s: error reply: %s", what, pr.body)}
 	}
 }
 

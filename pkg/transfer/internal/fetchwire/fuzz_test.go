@@ -8,6 +8,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 )
 
 func FuzzDecodeFetchRequest(f *testing.F) {
@@ -32,14 +33,17 @@ func FuzzDecodeFetchRequest(f *testing.F) {
 func FuzzDecodeFetchReply(f *testing.F) {
 	f.Add(append(AppendReplyHeader(nil, 1, StatusOK, 2), 1, 2), blob.MaxChunkSize)
 	f.Add(AppendReplyHeader(nil, 2, StatusError, 0), 1)
+	f.Add(append(AppendPieceHeader(nil, 3, 16384, 2), 7, 8), 1<<20)
+	f.Add(append(AppendReplyHeader(nil, 4, StatusOutboard, 8), 0, 0, 1, 0, 0, 0, 0, 0), 1<<20)
 	f.Fuzz(func(t *testing.T, b []byte, limit int) {
 		limit = min(max(limit, 0), MaxManifestBytes)
 		_, st, body, err := DecodeReply(b, limit)
 		if err != nil {
 			return
 		}
-		if st > StatusRedirect || (st == StatusRedirect && len(body) > MaxRedirectBody) ||
-			(st != StatusOK && st != StatusRedirect && len(body) > MaxErrorMsg) || (st == StatusOK && len(body) > limit) {
+		if st > StatusPiece || (st == StatusPiece && (len(body) <= PieceHeaderLen || len(body) > PieceHeaderLen+limit)) ||
+			(st == StatusOutboard && len(body) > piece.OutboardLen(min(limit, blob.MaxChunkSize))) || (st == StatusRedirect && len(body) > MaxRedirectBody) ||
+			((st == StatusNotFound || st == StatusError) && len(body) > MaxErrorMsg) || (st == StatusOK && len(body) > limit) {
 			t.Fatal("reply over its limits")
 		}
 	})

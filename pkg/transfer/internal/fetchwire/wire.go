@@ -1,7 +1,8 @@
 // Package fetchwire holds the messages of omst's fetch protocol
-// (/omst/fetch/1.2.0 and 1.1.0), specified byte by byte in
+// (/omst/fetch/1.3.0, 1.2.0 and 1.1.0), specified byte by byte in
 // docs/protocol.md: the requests (GET, GET_SIBLING, GET_DIRECT, REPORT,
-// MANIFEST), the reply header and statuses, the REDIRECT body, their
+// MANIFEST), the reply header and statuses (OUTBOARD and PIECE for a chunk
+// in pieces), the REDIRECT body, their
 // encoders and decoders. Decoders are pure, check every length against an
 // explicit limit (which for a reply depends on the request) before
 // allocating, and never panic; what they refuse wraps wire.ErrMalformed.
@@ -21,13 +22,20 @@ import (
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 )
 
 // ProtoFetch is the fetch protocol's ID; docs/protocol.md specifies every
 // message byte by byte. 1.1.0 added REPORT, MANIFEST (manifests moved here
 // from the names protocol), GET_DIRECT and the REDIRECT reply; 1.2.0 adds
-// GET_SIBLING, a GET that says the asker is of the server's site.
-const ProtoFetch protocol.ID = "/omst/fetch/1.2.0"
+// GET_SIBLING, a GET that says the asker is of the server's site; 1.3.0
+// lets a chunk's reply come in verified pieces (OUTBOARD, then PIECEs),
+// so that a relay passes each piece on as it arrives.
+const ProtoFetch protocol.ID = "/omst/fetch/1.3.0"
+
+// ProtoFetch120 is the version before pieces, still served and spoken: a
+// 1.2.0 stream carries every chunk in one OK reply.
+const ProtoFetch120 protocol.ID = "/omst/fetch/1.2.0"
 
 // ProtoFetch110 is the previous version, still served and spoken: a 1.1.0
 // stream carries no GET_SIBLING (a client sends a plain GET instead).
@@ -47,6 +55,18 @@ const (
 	StatusNotFound byte = 1
 	StatusError    byte = 2
 	StatusRedirect byte = 3 // ask the sibling named in the body
+	// StatusOutboard (1.3.0, a chunk request only) starts a reply in
+	// pieces: the body is the chunk's outboard (package piece); PIECE
+	// frames with the same tag follow.
+	StatusOutboard byte = 4
+	// StatusPiece (1.3.0) carries bytes of a chunk whose OUTBOARD came
+	// earlier under the same tag: offset u32, then the bytes; the pieces of
+	// a reply come in order, contiguous from offset 0, and the reply ends
+	// with the piece that reaches the chunk's end, or with a NOT_FOUND or
+	// ERROR under the same tag.
+	StatusPiece byte = 5
+	// PieceHeaderLen is the offset before a PIECE's bytes.
+	PieceHeaderLen = 4
 
 	directSlow      byte = 1 // GET_DIRECT flag: the sibling named was slow, not failed
 	directIfPresent byte = 2 // GET_DIRECT flag: only if the chunk is stored here now (a hedge)
@@ -242,6 +262,13 @@ func DecodeRequest(b []byte) (Request, error) {
 	return q, nil
 }
 
+// AppendPieceHeader appends the header of a PIECE reply to request tag
+// carrying n bytes at offset off.
+func AppendPieceHeader(b []byte, tag uint32, off, n int) []byte {
+	b = AppendReplyHeader(b, tag, StatusPiece, PieceHeaderLen+n)
+	return binary.BigEndian.AppendUint32(b, uint32(off))
+}
+
 // AppendReplyHeader appends the fixed part of a reply to request tag.
 func AppendReplyHeader(b []byte, tag uint32, status byte, n int) []byte {
 	b = binary.BigEndian.AppendUint32(b, tag)
@@ -271,6 +298,14 @@ func CheckReplyLen(status byte, n uint32, limit int) error {
 	case StatusRedirect:
 		if n > MaxRedirectBody {
 			return wire.Malformed("redirect of %d bytes exceeds %d", n, MaxRedirectBody)
+		}
+	case StatusOutboard:
+		if n > uint32(piece.OutboardLen(min(limit, blob.MaxChunkSize))) {
+			return wire.Malformed("outboard of %d bytes exceeds %d", n, piece.OutboardLen(min(limit, blob.MaxChunkSize)))
+		}
+	case StatusPiece:
+		if n <= PieceHeaderLen || uint64(n) > PieceHeaderLen+uint64(limit) {
+			return wire.Malformed("piece of %d bytes (at most %d)", n, PieceHeaderLen+limit)
 		}
 	default:
 		return wire.Malformed("unknown fetch status %d", status)

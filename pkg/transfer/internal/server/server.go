@@ -1,6 +1,9 @@
 // Package server is the server side of omst's fetch protocol
-// (/omst/fetch/1.2.0 and 1.1.0): it resolves a stream's tagged requests
-// concurrently and writes each reply as soon as it is ready. A chunk or
+// (/omst/fetch/1.3.0, 1.2.0 and 1.1.0): it resolves a stream's tagged
+// requests concurrently and writes each reply as soon as it is ready. On a
+// 1.3.0 stream a chunk goes out in verified pieces (its outboard, then its
+// bytes): one that this node is itself still fetching is passed on piece
+// by piece as each arrives and verifies (cut-through below the chunk). A chunk or
 // manifest comes from the store, else from the rest of the engine
 // (Upstream: a pull-through from this node's sources, never from the
 // asker); with sibling exchange, a relay's decisions for its children's
@@ -124,11 +127,13 @@ type Server struct {
 
 	budgetMu sync.Mutex
 	budgets  map[peer.ID]*peerBudget // reply bytes each peer's fetch streams may hold
+
+	outboards *outboardCache // of chunks recently sent in pieces
 }
 
 // New returns a Server for cfg.
 func New(cfg Config) *Server {
-	srv := &Server{cfg: cfg, budgets: map[peer.ID]*peerBudget{},
+	srv := &Server{cfg: cfg, budgets: map[peer.ID]*peerBudget{}, outboards: newOutboardCache(outboardCacheEntries),
 		state: exchange.NewServeState(exchange.ServeConfig{SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams})}
 	if cfg.SiblingExchange {
 		srv.grouper = cfg.Grouper
@@ -171,13 +176,19 @@ const maxQueuedPerStream = 64
 // writePiece is the most a reply write sends under one deadline.
 const writePiece = 256 << 10
 
+// fetchSlot is one reply frame to write: a whole reply, or one frame of a
+// reply in pieces (OUTBOARD, PIECE; only the last frame is final).
 type fetchSlot struct {
 	tag    uint32
 	chunk  bool        // a reply to GET or GET_DIRECT
 	asker  source.Kind // what the asker is to this node, for Status.BytesOut
 	status byte
+	off    int // a PIECE's offset
 	body   []byte
-	weight int64 // of the peer's budget, held until the reply is written
+	// notFinal: more frames of this reply follow; the request's token and
+	// budget share (weight) are released with its final frame.
+	notFinal bool
+	weight   int64 // of the peer's budget, held until the reply is written
 }
 
 // peerBudget is the reply bytes one peer's fetch streams may hold.
@@ -261,6 +272,7 @@ func (srv *Server) HandleStream(s network.Stream) {
 	defer srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeStreamClosed, Peer: p, Rel: rel})
 	budget := srv.budgetFor(p)
 	defer srv.dropBudget(p, budget)
+	pieces := s.Protocol() == fetchwire.ProtoFetch
 	ctx, cancel := context.WithCancel(srv.cfg.Ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
@@ -303,7 +315,11 @@ func (srv *Server) HandleStream(s network.Stream) {
 				srv.serveManifest(ctx, p, q.ID, sl)
 			default:
 				sl.chunk = true
-				srv.serveChunk(ctx, p, q, sl)
+				var pc *pieceSender
+				if pieces {
+					pc = &pieceSender{srv: srv, ctx: ctx, sl: sl, ready: ready}
+				}
+				srv.serveChunk(ctx, p, q, sl, pc)
 			}
 			ready <- sl
 		})
@@ -340,7 +356,8 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 	var hdr []byte
 	failed := false
 	for sl := range ready {
-		if !failed && ctx.Err() == nil && sl.status == fetchwire.StatusOK && srv.upLimit != nil {
+		data := sl.status == fetchwire.StatusOK || sl.status == fetchwire.StatusPiece
+		if !failed && ctx.Err() == nil && data && srv.upLimit != nil {
 			// Flush what is buffered first: the wait must not hold it back.
 			_ = s.SetWriteDeadline(time.Now().Add(srv.writeStall()))
 			if bw.Flush() != nil || srv.waitUpload(ctx, len(sl.body)) != nil {
@@ -349,17 +366,24 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 			}
 		}
 		if !failed && ctx.Err() == nil {
-			hdr = fetchwire.AppendReplyHeader(hdr[:0], sl.tag, sl.status, len(sl.body))
+			if sl.status == fetchwire.StatusPiece {
+				hdr = fetchwire.AppendPieceHeader(hdr[:0], sl.tag, sl.off, len(sl.body))
+			} else {
+				hdr = fetchwire.AppendReplyHeader(hdr[:0], sl.tag, sl.status, len(sl.body))
+			}
 			err := srv.writeReply(s, bw, hdr, sl.body, len(ready) == 0)
 			if err != nil {
 				failed = true
 				cancel()
-			} else if sl.status == fetchwire.StatusOK {
+			} else if data {
 				srv.cfg.Stats.BytesServed.Add(uint64(len(sl.body)))
 				if sl.chunk {
 					srv.cfg.Stats.BytesOut[sl.asker].Add(uint64(len(sl.body)))
 				}
 			}
+		}
+		if sl.notFinal {
+			continue
 		}
 		if sl.weight > 0 {
 			budget.sem.Release(sl.weight)
@@ -432,8 +456,10 @@ func (srv *Server) reply(sl *fetchSlot, data []byte, err error) {
 
 // serveChunk resolves one request: from the store (verified there; a
 // damaged copy is dropped), else pull-through from this node's sources for
-// the blob (never back to the asker).
-func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Request, sl *fetchSlot) {
+// the blob (never back to the asker). With pc (a 1.3.0 stream), the chunk
+// goes out in pieces, passed on as they arrive when it is being fetched
+// here; sl is then the reply's final frame.
+func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Request, sl *fetchSlot, pc *pieceSender) {
 	a := srv.askOf(p, q)
 	d := srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a})
 	if d.Action == exchange.ActDecline {
@@ -455,8 +481,12 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 		sl.status, sl.body = fetchwire.StatusRedirect, fetchwire.AppendRedirect(nil, rd)
 		return
 	}
-	if data, err := srv.cfg.Store.ReadChunk(q.Hash); err == nil {
-		sl.status, sl.body = fetchwire.StatusOK, data
+	if data, err := srv.cfg.Store.ReadChunk(q.Hash); err == nil && (pc == nil || pc.fromStore(q.Hash, data)) {
+		if pc != nil {
+			pc.finish(q.Hash, data, nil)
+		} else {
+			sl.status, sl.body = fetchwire.StatusOK, data
+		}
 		srv.noteSent(q)
 		return
 	}
@@ -470,16 +500,23 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 	}
 	var data []byte
 	var err error
-	if srv.cfg.StoreForward {
+	switch {
+	case srv.cfg.StoreForward:
 		// Store and forward: serve nothing of a blob until all of it is here.
 		if err = srv.cfg.Upstream.WholeBlob(ctx, q.ID, p); err == nil {
 			data, err = srv.cfg.Store.ReadChunk(q.Hash)
 		}
-	} else {
+	case pc != nil:
+		data, err = pc.passOn(q, p)
+	default:
 		data, err = srv.cfg.Upstream.Chunk(ctx, q, p)
 	}
 	if err == nil {
 		srv.noteSent(q)
+	}
+	if pc != nil {
+		pc.finish(q.Hash, data, err)
+		return
 	}
 	srv.reply(sl, data, err)
 }

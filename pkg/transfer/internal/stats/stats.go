@@ -30,6 +30,7 @@ type Counters struct {
 	UploadsRefused  atomic.Uint64
 	Hedges          atomic.Uint64 // sibling requests doubled by a GET_DIRECT
 	HedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace)
+	BytesPassedOn   atomic.Uint64 // chunk bytes sent in pieces before the whole chunk was here
 	PushSent        atomic.Uint64 // chunk bytes pushed after a FOUND
 	PushReceived    atomic.Uint64 // verified chunk bytes a parent pushed
 	RedirectsSent   atomic.Uint64

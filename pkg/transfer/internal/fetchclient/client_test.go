@@ -1,0 +1,178 @@
+package fetchclient
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	mh "github.com/multiformats/go-multihash"
+
+	"github.com/omst-project/omst/internal/p2ptest"
+	"github.com/omst-project/omst/internal/wire"
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
+	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
+	"github.com/omst-project/omst/pkg/transfer/internal/stats"
+)
+
+// pair starts a server host answering each request on proto with the
+// bytes reply returns, and a Client that knows its address.
+func pair(t *testing.T, proto protocol.ID, reply func(q fetchwire.Request) []byte) (*Client, peer.ID, *stats.Counters) {
+	srv := p2ptest.NewHost(t)
+	srv.SetStreamHandler(proto, func(s network.Stream) {
+		defer s.Close()
+		br := bufio.NewReader(s)
+		for {
+			q, err := fetchwire.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if _, err := s.Write(reply(q)); err != nil {
+				return
+			}
+		}
+	})
+	h := p2ptest.NewHost(t)
+	h.Peerstore().AddAddrs(srv.ID(), srv.Addrs(), peerstore.PermanentAddrTTL)
+	st := &stats.Counters{}
+	c := New(Config{Host: h, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second, StreamsPerPeer: 1,
+		Describe: func(p peer.ID) string { return p.String() }, NotePeerError: func(peer.ID, string, error) {}, Stats: st})
+	t.Cleanup(c.Close)
+	return c, srv.ID(), st
+}
+
+func chunkOf(n int) ([]byte, blob.Hash, []byte) {
+	r := rand.New(rand.NewPCG(uint64(n), 2))
+	data := make([]byte, n)
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	h := blob.HashChunk(data)
+	ob, _ := piece.Outboard(data, h)
+	return data, h, ob
+}
+
+func testCID(t *testing.T) cid.Cid {
+	d, err := mh.Sum([]byte("x"), mh.SHA2_256, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cid.NewCidV1(cid.Raw, d)
+}
+
+func outboard(tag uint32, ob []byte) []byte {
+	return append(fetchwire.AppendReplyHeader(nil, tag, fetchwire.StatusOutboard, len(ob)), ob...)
+}
+
+func pieceAt(tag uint32, off int, b []byte) []byte {
+	return append(fetchwire.AppendPieceHeader(nil, tag, off, len(b)), b...)
+}
+
+// Replies in pieces: verified and published as they come; each way a
+// sender can get them wrong is refused, naming what was wrong.
+func TestRequestChunkPieces(t *testing.T) {
+	data, h, ob := chunkOf(5*piece.GroupSize + 300)
+	flipped := bytes.Clone(data)
+	flipped[4*piece.GroupSize+1] ^= 1 // in the second unit read (scratchGroups)
+	badOb := bytes.Clone(ob)
+	badOb[40] ^= 1
+	g := piece.GroupSize
+	cases := []struct {
+		name    string
+		proto   protocol.ID
+		frames  func(tag uint32) []byte
+		ok      bool              // the chunk arrives
+		kind    schedule.FailKind // of a failure
+		wantErr error             // what a failure wraps
+		have    int               // bytes published before a failure
+	}{
+		{"three pieces", fetchwire.ProtoFetch, func(tag uint32) []byte {
+			return bytes.Join([][]byte{outboard(tag, ob), pieceAt(tag, 0, data[:2*g]), pieceAt(tag, 2*g, data[2*g:4*g]), pieceAt(tag, 4*g, data[4*g:])}, nil)
+		}, true, 0, nil, len(data)},
+		{"whole reply on 1.2.0", fetchwire.ProtoFetch120, func(tag uint32) []byte {
+			return append(fetchwire.AppendReplyHeader(nil, tag, fetchwire.StatusOK, len(data)), data...)
+		}, true, 0, nil, 0},
+		{"corrupt piece", fetchwire.ProtoFetch, func(tag uint32) []byte {
+			return bytes.Join([][]byte{outboard(tag, ob), pieceAt(tag, 0, flipped)}, nil)
+		}, false, schedule.FailCorrupt, blob.ErrCorrupt, scratchGroups * g},
+		{"corrupt outboard", fetchwire.ProtoFetch, func(tag uint32) []byte {
+			return bytes.Join([][]byte{outboard(tag, badOb), pieceAt(tag, 0, data)}, nil)
+		}, false, schedule.FailCorrupt, blob.ErrCorrupt, 0},
+		{"piece before outboard", fetchwire.ProtoFetch, func(tag uint32) []byte {
+			return pieceAt(tag, 0, data)
+		}, false, schedule.FailUnreachable, wire.ErrMalformed, 0},
+		{"gap", fetchwire.ProtoFetch, func(tag uint32) []byte {
+			return bytes.Join([][]byte{outboard(tag, ob), pieceAt(tag, 0, data[:g]), pieceAt(tag, 2*g, data[2*g:])}, nil)
+		}, false, schedule.FailUnreachable, wire.ErrMalformed, g},
+		{"piece past the end", fetchwire.ProtoFetch, func(tag uint32) []byte {
+			return bytes.Join([][]byte{outboard(tag, ob), pieceAt(tag, 0, append(bytes.Clone(data), 0))}, nil)
+		}, false, schedule.FailUnreachable, wire.ErrMalformed, 0},
+		{"OK after outboard", fetchwire.ProtoFetch, func(tag uint32) []byte {
+			return bytes.Join([][]byte{outboard(tag, ob), fetchwire.AppendReplyHeader(nil, tag, fetchwire.StatusOK, 0)}, nil)
+		}, false, schedule.FailUnreachable, wire.ErrMalformed, 0},
+		{"pieces on 1.2.0", fetchwire.ProtoFetch120, func(tag uint32) []byte {
+			return bytes.Join([][]byte{outboard(tag, ob), pieceAt(tag, 0, data)}, nil)
+		}, false, schedule.FailUnreachable, wire.ErrMalformed, 0},
+		{"error after some pieces", fetchwire.ProtoFetch, func(tag uint32) []byte {
+			msg := []byte("upstream gone")
+			return bytes.Join([][]byte{outboard(tag, ob), pieceAt(tag, 0, data[:2*g]),
+				append(fetchwire.AppendReplyHeader(nil, tag, fetchwire.StatusError, len(msg)), msg...)}, nil)
+		}, false, schedule.FailNotFound, nil, 2 * g},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, srv, st := pair(t, tc.proto, func(q fetchwire.Request) []byte { return tc.frames(q.Tag) })
+			sink := piece.NewPartial(h)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got, verified, err := c.RequestChunk(ctx, srv, fetchwire.Request{Type: fetchwire.MsgGet, ID: testCID(t), Index: 0, Hash: h}, sink)
+			pub := len(sink.State().Data)
+			if tc.ok {
+				if err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("err %v, %d bytes", err, len(got))
+				}
+				if verified != (tc.have > 0) || pub != tc.have {
+					t.Fatalf("verified %v, published %d, want %v, %d", verified, pub, tc.have > 0, tc.have)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if FailKind(err) != tc.kind || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
+				t.Fatalf("error %v (kind %v), want kind %v wrapping %v", err, FailKind(err), tc.kind, tc.wantErr)
+			}
+			if pub != tc.have {
+				t.Fatalf("published %d bytes before the failure, want %d", pub, tc.have)
+			}
+			if want := uint64(0); tc.kind == schedule.FailCorrupt {
+				if st.CorruptReceived.Load() != 1 {
+					t.Fatalf("corrupt counted %d times, want 1", st.CorruptReceived.Load())
+				}
+			} else if st.CorruptReceived.Load() != want {
+				t.Fatalf("corrupt counted %d times", st.CorruptReceived.Load())
+			}
+		})
+	}
+}
+
+// A reply in pieces to a request that allows none (a MANIFEST) is
+// malformed.
+func TestOutboardToManifestRefused(t *testing.T) {
+	_, _, ob := chunkOf(100)
+	c, srv, _ := pair(t, fetchwire.ProtoFetch, func(q fetchwire.Request) []byte { return outboard(q.Tag, ob) })
+	_, err := c.Request(context.Background(), srv, fetchwire.Request{Type: fetchwire.MsgManifest, ID: testCID(t)})
+	if !errors.Is(err, wire.ErrMalformed) {
+		t.Fatalf("err = %v, want malformed", err)
+	}
+}

@@ -1,0 +1,217 @@
+package server
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
+)
+
+// pieceSender writes one chunk reply in pieces (fetch 1.3.0): the
+// chunk's outboard first, then its bytes in order, each frame as soon as
+// it is verified here. Every frame but the last goes to ready on its own;
+// the last is sl, which the caller sends.
+type pieceSender struct {
+	srv   *Server
+	ctx   context.Context
+	sl    *fetchSlot
+	ready chan<- *fetchSlot
+
+	obSent bool
+	sent   int // bytes sent so far
+}
+
+// frame queues a frame of the reply that is not its last.
+func (pc *pieceSender) frame(status byte, off int, body []byte) bool {
+	f := &fetchSlot{tag: pc.sl.tag, chunk: true, asker: pc.sl.asker, status: status, off: off, body: body, notFinal: true}
+	select {
+	case pc.ready <- f:
+		return true
+	case <-pc.ctx.Done():
+		return false
+	}
+}
+
+// sendFrom sends what st holds beyond what was sent: the outboard once
+// known, then the verified bytes, until the chunk is complete (the rest
+// then goes in the final frame: finish). It reports false when the stream
+// is gone.
+func (pc *pieceSender) sendFrom(h blob.Hash, st piece.State) bool {
+	if !pc.obSent {
+		if st.Outboard == nil {
+			return true
+		}
+		pc.srv.outboards.put(h, st.Outboard)
+		if !pc.frame(fetchwire.StatusOutboard, 0, st.Outboard) {
+			return false
+		}
+		pc.obSent = true
+	}
+	if st.Done() {
+		return true // the whole chunk goes in the final frame (finish)
+	}
+	end := len(st.Data) - len(st.Data)%piece.GroupSize
+	if end <= pc.sent {
+		return true
+	}
+	if !pc.frame(fetchwire.StatusPiece, pc.sent, st.Data[pc.sent:end]) {
+		return false
+	}
+	pc.srv.cfg.Stats.BytesPassedOn.Add(uint64(end - pc.sent))
+	pc.sent = end
+	return true
+}
+
+// passOn fetches chunk q from this node's sources for asker p (as
+// Upstream.Chunk) and, while the fetch is in flight, sends each verified
+// piece of it as it arrives. It returns the whole chunk (or the fetch's
+// error); finish sends the rest.
+func (pc *pieceSender) passOn(q fetchwire.Request, p peer.ID) ([]byte, error) {
+	var mu sync.Mutex
+	var cur *piece.Partial
+	moved := make(chan struct{}, 1)
+	watch := func(pt *piece.Partial) {
+		mu.Lock()
+		cur = pt
+		mu.Unlock()
+		select {
+		case moved <- struct{}{}:
+		default:
+		}
+	}
+	type result struct {
+		data []byte
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		data, err := pc.srv.cfg.Upstream.Chunk(piece.WithWatch(pc.ctx, watch), q, p)
+		res <- result{data, err}
+	}()
+	var changed <-chan struct{}
+	for {
+		select {
+		case r := <-res:
+			return r.data, r.err
+		case <-moved:
+		case <-changed:
+		case <-pc.ctx.Done():
+			r := <-res // Upstream.Chunk ends with ctx
+			return r.data, r.err
+		}
+		mu.Lock()
+		pt := cur
+		mu.Unlock()
+		changed = nil
+		if pt == nil || pt.Hash() != q.Hash {
+			continue
+		}
+		st := pt.State()
+		if st.Err == nil && !st.Done() {
+			changed = st.Changed
+		}
+		if !pc.sendFrom(q.Hash, st) {
+			r := <-res
+			return r.data, r.err
+		}
+	}
+}
+
+// fromStore prepares to send data, read from the store, in pieces: it
+// computes (or finds) its outboard, which checks data against h. A copy
+// that does not hash to h (a store that failed to verify it) is re-checked
+// by the store, which drops it if damaged, and reported false: the chunk
+// is then fetched afresh as if it were not here.
+func (pc *pieceSender) fromStore(h blob.Hash, data []byte) bool {
+	if pc.srv.outboards.get(h, len(data)) != nil {
+		return true
+	}
+	ob, err := piece.Outboard(data, h)
+	if err != nil {
+		damaged, rerr := pc.srv.cfg.Store.RecheckChunk(h)
+		pc.srv.cfg.Log.Warn("a chunk read from the store does not match its hash: not sent", "hash", h, "dropped", damaged, "err", rerr)
+		return false
+	}
+	pc.srv.outboards.put(h, ob)
+	return true
+}
+
+// finish makes sl the reply's final frame: the rest of data (verified)
+// after the outboard if not sent yet; or, on err, NOT_FOUND or ERROR
+// (which, after an OUTBOARD, ends the reply in pieces as a failure).
+func (pc *pieceSender) finish(h blob.Hash, data []byte, err error) {
+	var ob []byte
+	if err == nil && !pc.obSent {
+		if ob = pc.srv.outboards.get(h, len(data)); ob == nil {
+			if ob, err = piece.Outboard(data, h); err != nil {
+				err = fmt.Errorf("chunk %s: %w", h, err) // never: data was verified
+			}
+		}
+	}
+	if err != nil {
+		pc.srv.reply(pc.sl, nil, err)
+		return
+	}
+	if ob != nil {
+		pc.srv.outboards.put(h, ob)
+		if !pc.frame(fetchwire.StatusOutboard, 0, ob) {
+			pc.srv.reply(pc.sl, nil, pc.ctx.Err())
+			return
+		}
+		pc.obSent = true
+	}
+	pc.sl.status, pc.sl.off, pc.sl.body = fetchwire.StatusPiece, pc.sent, data[pc.sent:]
+}
+
+// outboardCacheEntries bounds the outboards a server keeps (about 4 KiB
+// each for 1 MiB chunks: 16 MiB).
+const outboardCacheEntries = 4096
+
+// outboardCache keeps the outboards of the chunks most recently sent in
+// pieces, so that a chunk sent to many children is hashed for its
+// outboard once. Safe for concurrent use.
+type outboardCache struct {
+	mu    sync.Mutex
+	max   int
+	order *list.List // of blob.Hash, most recent first
+	m     map[blob.Hash]*list.Element
+	obs   map[blob.Hash][]byte
+}
+
+func newOutboardCache(max int) *outboardCache {
+	return &outboardCache{max: max, order: list.New(), m: map[blob.Hash]*list.Element{}, obs: map[blob.Hash][]byte{}}
+}
+
+// get returns h's outboard if kept and it is for a chunk of n bytes.
+func (c *outboardCache) get(h blob.Hash, n int) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[h]
+	if e == nil || len(c.obs[h]) != piece.OutboardLen(n) {
+		return nil
+	}
+	c.order.MoveToFront(e)
+	return c.obs[h]
+}
+
+func (c *outboardCache) put(h blob.Hash, ob []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[h]; e != nil {
+		c.order.MoveToFront(e)
+		return
+	}
+	c.m[h] = c.order.PushFront(h)
+	c.obs[h] = ob
+	for c.order.Len() > c.max {
+		old := c.order.Remove(c.order.Back()).(blob.Hash)
+		delete(c.m, old)
+		delete(c.obs, old)
+	}
+}
