@@ -48,10 +48,12 @@ func (e *Engine) PushChunks(r blob.Record, max int) [][]byte {
 	return out
 }
 
-// HoldsStart reports whether the first chunk of blob id is stored here.
+// HoldsStart reports whether the first chunk of blob id is stored here
+// or on its way (a fetch or a push of it in flight): a push of it would
+// only bring a second copy.
 func (e *Engine) HoldsStart(id cid.Cid) bool {
 	m, err := e.store.Manifest(id)
-	return err == nil && len(m.Chunks) > 0 && e.store.HasChunk(m.Chunks[0])
+	return err == nil && len(m.Chunks) > 0 && (e.store.HasChunk(m.Chunks[0]) || e.chunks.Fetching(m.Chunks[0]))
 }
 
 // WaitUpload blocks until MaxUploadRate, if set, lets n more bytes out

@@ -127,7 +127,7 @@ func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, 
 	q := namesRequest{Type: typ, Name: name}
 	if typ == msgLookupGet {
 		var release func()
-		q, release = t.pushRequest(q, local, haveLocal)
+		q, release = t.pushRequest(ctx, q, local, haveLocal)
 		defer release()
 	}
 	rep, parent, ps, err := t.lookupUp(ctx, q)

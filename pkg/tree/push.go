@@ -40,7 +40,7 @@ type Pusher interface {
 	// in all (none if chunk 0 is missing or bigger).
 	PushChunks(r blob.Record, max int) [][]byte
 	// HoldsStart reports whether this node holds the first chunk of blob
-	// id, so that a push of it would bring nothing new.
+	// id, or is fetching it, so that a push of it would bring nothing new.
 	HoldsStart(id cid.Cid) bool
 	// WaitUpload blocks until the node's upload rate limit, if it has
 	// one, lets n more bytes out; it fails only when ctx ends first.
@@ -76,21 +76,31 @@ func (ps *pushStream) close() {
 // blob when this node holds its first chunk (a record alone, left by a
 // stat, does not stop a push), and turns q into a plain LOOKUP while
 // another LOOKUP_GET for the name is under way here (so that concurrent
-// gets of one name bring one push). The returned release must be called
-// when the lookup is done.
-func (t *Tree) pushRequest(q namesRequest, local blob.Record, haveLocal bool) (namesRequest, func()) {
+// gets of one name bring one push), after waiting (within ctx) for that
+// one to end: its pushed chunks are then registered as fetches in flight,
+// which the gets that follow this lookup wait for instead of asking for
+// them again (a plain LOOKUP's FOUND, coming first, used to let them ask,
+// and the pushed copies then crossed the WAN for nothing). The returned
+// release must be called when the lookup is done.
+func (t *Tree) pushRequest(ctx context.Context, q namesRequest, local blob.Record, haveLocal bool) (namesRequest, func()) {
 	if t.cfg.Pusher == nil {
 		q.Type = msgLookup
 		return q, func() {}
 	}
 	holds := haveLocal && t.cfg.Pusher.HoldsStart(local.ID)
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.pushing[q.Name] {
+	if under := t.pushing[q.Name]; under != nil {
+		t.mu.Unlock()
+		select {
+		case <-under:
+		case <-ctx.Done():
+		}
 		q.Type = msgLookup
 		return q, func() {}
 	}
-	t.pushing[q.Name] = true
+	done := make(chan struct{})
+	t.pushing[q.Name] = done
+	t.mu.Unlock()
 	if holds {
 		q.Have = local.ID
 	}
@@ -98,6 +108,7 @@ func (t *Tree) pushRequest(q namesRequest, local blob.Record, haveLocal bool) (n
 		t.mu.Lock()
 		delete(t.pushing, q.Name)
 		t.mu.Unlock()
+		close(done)
 	}
 }
 

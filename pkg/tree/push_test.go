@@ -228,3 +228,42 @@ func TestPushObeysUploadRate(t *testing.T) {
 		t.Fatalf("3 MiB came out of a 1 MiB/s root in %v", el)
 	}
 }
+
+// TestPushConcurrentGets: the workers of a site all get a name at once.
+// One LOOKUP_GET goes up and brings the push; the other lookups wait for
+// it (they used to go up as plain LOOKUPs, whose FOUND often came first:
+// the workers asked the head for the first chunks, the head fetched them
+// from the root, and the pushed copies then crossed the WAN for nothing).
+// The root sends the blob once.
+func TestPushConcurrentGets(t *testing.T) {
+	root := newNode(t, nil, "root", nil)
+	head := newNode(t, root, "a", nil)
+	var ws []*testNode
+	for range 8 {
+		ws = append(ws, newNode(t, head, "a", nil))
+	}
+	waitConnected(t, append([]*testNode{head}, ws...)...)
+	const chunk = 1 << 20
+	data := randBlob(8*chunk, 3)
+	put(t, root, "push/all", data, chunk)
+	got := make([][]byte, len(ws))
+	done := make(chan int)
+	for i, w := range ws {
+		go func() { got[i] = getToGet(t, w, "push/all"); done <- i }()
+	}
+	for range ws {
+		<-done
+	}
+	for i := range ws {
+		if !bytes.Equal(got[i], data) {
+			t.Fatalf("worker %d got other bytes", i)
+		}
+	}
+	rs, hs := root.eng.Status(), head.eng.Status()
+	if rs.PushSent != MaxPushBytes || hs.PushReceived != MaxPushBytes {
+		t.Fatalf("root pushed %d, head received %d; want %d both", rs.PushSent, hs.PushReceived, MaxPushBytes)
+	}
+	if rs.BytesServed != uint64(len(data)) {
+		t.Fatalf("root served %d bytes for a blob of %d: pushed chunks were fetched again", rs.BytesServed, len(data))
+	}
+}

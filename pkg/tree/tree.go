@@ -120,12 +120,12 @@ type Tree struct {
 
 	mu         sync.Mutex
 	children   map[peer.ID]*childInfo
-	via        map[cid.Cid]peer.ID // blob ID -> child it was announced through
-	origins    map[cid.Cid]string  // blob ID -> origin of the newest record seen for it
-	parentSite string              // the last parent's site (its WELCOME)
-	parentSeen bool                // a parent has welcomed this node
-	pushing    map[string]bool     // names with a LOOKUP_GET to the parent under way
-	connected  bool                // the parent session is up
+	via        map[cid.Cid]peer.ID      // blob ID -> child it was announced through
+	origins    map[cid.Cid]string       // blob ID -> origin of the newest record seen for it
+	parentSite string                   // the last parent's site (its WELCOME)
+	parentSeen bool                     // a parent has welcomed this node
+	pushing    map[string]chan struct{} // names with a LOOKUP_GET to the parent under way; closed when it is done
+	connected  bool                     // the parent session is up
 	started    bool
 	closed     bool
 
@@ -179,7 +179,7 @@ func New(cfg Config) (*Tree, error) {
 		children: map[peer.ID]*childInfo{},
 		via:      map[cid.Cid]peer.ID{},
 		origins:  map[cid.Cid]string{},
-		pushing:  map[string]bool{},
+		pushing:  map[string]chan struct{}{},
 	}
 	if cfg.Parent != nil {
 		t.parents = append(t.parents, *cfg.Parent)

@@ -230,6 +230,14 @@ func (c *Chunks) Complete(call *Call, h blob.Hash, data []byte, from source.Sour
 	close(call.stored)
 }
 
+// Fetching reports whether a fetch (or an expected push) of chunk h is in
+// flight.
+func (c *Chunks) Fetching(h blob.Hash) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inflight[h] != nil
+}
+
 // InFlight returns the number of chunk fetches in flight.
 func (c *Chunks) InFlight() int {
 	c.mu.Lock()
