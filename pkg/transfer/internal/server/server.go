@@ -40,6 +40,7 @@ import (
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
 	"github.com/omst-project/omst/pkg/transfer/internal/stats"
 )
@@ -357,28 +358,35 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 	failed := false
 	for sl := range ready {
 		data := sl.status == fetchwire.StatusOK || sl.status == fetchwire.StatusPiece
-		if !failed && ctx.Err() == nil && data && srv.upLimit != nil {
-			// Flush what is buffered first: the wait must not hold it back.
-			_ = s.SetWriteDeadline(time.Now().Add(srv.writeStall()))
-			if bw.Flush() != nil || srv.waitUpload(ctx, len(sl.body)) != nil {
-				failed = true
-				cancel()
+		// Under an upload limit a PIECE goes out in parts of at most the
+		// limiter's burst, each once the limit allows it, so that the
+		// bytes leave (and a relay downstream passes them on) at the
+		// limit's pace rather than a chunk at a time.
+		for part := range srv.parts(sl) {
+			if failed || ctx.Err() != nil {
+				break
 			}
-		}
-		if !failed && ctx.Err() == nil {
+			if data && srv.upLimit != nil {
+				// Flush what is buffered first: the wait must not hold it back.
+				_ = s.SetWriteDeadline(time.Now().Add(srv.writeStall()))
+				if bw.Flush() != nil || srv.waitUpload(ctx, len(part.body)) != nil {
+					failed = true
+					cancel()
+					break
+				}
+			}
 			if sl.status == fetchwire.StatusPiece {
-				hdr = fetchwire.AppendPieceHeader(hdr[:0], sl.tag, sl.off, len(sl.body))
+				hdr = fetchwire.AppendPieceHeader(hdr[:0], sl.tag, part.off, len(part.body))
 			} else {
-				hdr = fetchwire.AppendReplyHeader(hdr[:0], sl.tag, sl.status, len(sl.body))
+				hdr = fetchwire.AppendReplyHeader(hdr[:0], sl.tag, sl.status, len(part.body))
 			}
-			err := srv.writeReply(s, bw, hdr, sl.body, len(ready) == 0)
-			if err != nil {
+			if err := srv.writeReply(s, bw, hdr, part.body, len(ready) == 0); err != nil {
 				failed = true
 				cancel()
 			} else if data {
-				srv.cfg.Stats.BytesServed.Add(uint64(len(sl.body)))
+				srv.cfg.Stats.BytesServed.Add(uint64(len(part.body)))
 				if sl.chunk {
-					srv.cfg.Stats.BytesOut[sl.asker].Add(uint64(len(sl.body)))
+					srv.cfg.Stats.BytesOut[sl.asker].Add(uint64(len(part.body)))
 				}
 			}
 		}
@@ -398,6 +406,31 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 	if !failed {
 		_ = s.SetWriteDeadline(time.Now().Add(srv.writeStall()))
 		_ = bw.Flush()
+	}
+}
+
+// framePart is a frame's body, or a part of a PIECE's, with its offset.
+type framePart struct {
+	off  int
+	body []byte
+}
+
+// parts yields sl's body whole, or, for a PIECE under an upload limit,
+// in parts of whole groups of at most the limiter's burst.
+func (srv *Server) parts(sl *fetchSlot) func(yield func(framePart) bool) {
+	return func(yield func(framePart) bool) {
+		unit := len(sl.body)
+		if sl.status == fetchwire.StatusPiece && srv.upLimit != nil {
+			unit = max(piece.GroupSize, srv.upLimit.Burst()/piece.GroupSize*piece.GroupSize)
+		}
+		off, body := sl.off, sl.body
+		for {
+			n := min(len(body), unit)
+			if !yield(framePart{off, body[:n]}) || n == len(body) {
+				return
+			}
+			off, body = off+n, body[n:]
+		}
 	}
 }
 
