@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
+	"github.com/omst-project/omst/internal/faultinject"
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
@@ -316,6 +317,9 @@ func (srv *Server) HandleStream(s network.Stream) {
 				srv.serveManifest(ctx, p, q.ID, sl)
 			default:
 				sl.chunk = true
+				if faultinject.Enabled && srv.refuseSibling(ctx, p, q, sl) { // a constant: compiled out of every other build
+					break
+				}
 				var pc *pieceSender
 				if pieces {
 					pc = &pieceSender{srv: srv, ctx: ctx, sl: sl, ready: ready}
@@ -374,6 +378,9 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 					cancel()
 					break
 				}
+			}
+			if faultinject.Enabled && data { // a constant: compiled out of every other build
+				part.body = srv.corruptForSibling(s.Conn().RemotePeer(), sl, part)
 			}
 			if sl.status == fetchwire.StatusPiece {
 				hdr = fetchwire.AppendPieceHeader(hdr[:0], sl.tag, part.off, len(part.body))

@@ -1,0 +1,61 @@
+// Package faultinject lets a daemon built for the fault suite misbehave on
+// purpose, so that internal/faults can test how its peers cope with a
+// worker that lies to its siblings (docs/faults.md: worker-corrupt,
+// worker-liar).
+//
+// The hook exists only in a build with the tag omstfault (the suite's
+// bin/omst-fault, built by `make faults`): there Enabled is true and
+// Current returns the fault named by the environment variable OMST_FAULT
+// of the process (read once, at start; an unknown value makes the process
+// exit at once with a message naming it). In every other build, the omst
+// binary users run included, Enabled is the constant false and Current
+// returns None whatever the environment holds, so the compiler drops every
+// call site (`if faultinject.Enabled { ... }`) and the binary holds no
+// fault code (cmd/omst's TestDefaultBuildHasNoFaultInjection checks the
+// binary; the suite checks both binaries before it runs).
+package faultinject
+
+import "fmt"
+
+// Mode is the fault a daemon injects.
+type Mode uint8
+
+const (
+	// None: the daemon behaves.
+	None Mode = iota
+	// CorruptServe: every chunk the daemon sends to a sibling (a peer of
+	// its site that asked with GET_SIBLING) has one byte flipped.
+	CorruptServe
+	// NotFoundServe: the daemon answers every chunk request of a sibling
+	// NOT_FOUND, although it holds or fetches the chunk (the relay
+	// believes it holds it and keeps sending siblings to it).
+	NotFoundServe
+	// SilentServe: the daemon never answers a chunk request of a sibling
+	// (the reply is held until the stream ends).
+	SilentServe
+)
+
+// modeNames are the values OMST_FAULT takes, by Mode.
+var modeNames = [...]string{None: "", CorruptServe: "corrupt-serve", NotFoundServe: "notfound-serve", SilentServe: "silent-serve"}
+
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		if m == None {
+			return "none"
+		}
+		return modeNames[m]
+	}
+	return fmt.Sprintf("mode(%d)", m)
+}
+
+// Parse reads a value of OMST_FAULT: "" (None), corrupt-serve,
+// notfound-serve or silent-serve. Any other value is an error that names
+// it and lists the values.
+func Parse(s string) (Mode, error) {
+	for m, name := range modeNames {
+		if s == name {
+			return Mode(m), nil
+		}
+	}
+	return None, fmt.Errorf("unknown fault %q (want one of corrupt-serve, notfound-serve, silent-serve)", s)
+}
