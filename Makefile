@@ -11,9 +11,10 @@ FUZZTIME ?= 10s
 SEED    ?=
 CASES   ?=
 SOAK    ?= 30m
-FAULTS  = bin/omst-faults -bin $(BIN) $(if $(SEED),-seed $(SEED)) $(if $(CASES),-cases $(CASES))
+FAULTBIN := bin/omst-fault
+FAULTS  = bin/omst-faults -bin $(BIN) -fault-bin $(FAULTBIN) $(if $(SEED),-seed $(SEED)) $(if $(CASES),-cases $(CASES))
 
-.PHONY: all build demo test check unit race integration faults soak bindings ctest pytest examples wan-small fuzz bench bench-bindings bench-wan clean deps
+.PHONY: all build demo test check unit race integration faultbin faults soak bindings ctest pytest examples wan-small fuzz bench bench-bindings bench-wan clean deps
 
 all: build
 
@@ -57,11 +58,16 @@ race: ## unit tests (with fuzz seed corpora) under the race detector
 integration: ## multi-process tests: real daemons on loopback
 	$(GO) test -count=1 -timeout 15m -run 'Test' ./cmd/omst/
 
-faults: build ## fault injection, small form: each case once against real daemons (~1 min; SEED=n replays, CASES=a,b)
+# The lying workers of the fault suite run omst built with -tags omstfault
+# (internal/faultinject); bin/omst itself never holds that code.
+faultbin: deps
+	CGO_ENABLED=0 $(GO) build -tags omstfault -ldflags "-X main.buildCommit=$(COMMIT)" -o $(FAULTBIN) ./cmd/omst
+
+faults: build faultbin ## fault injection, small form: each case once against real daemons (~1 min; SEED=n replays, CASES=a,b)
 	$(GO) build -o bin/omst-faults ./cmd/omst-faults
 	./$(FAULTS)
 
-soak: build ## fault injection in randomized rounds until SOAK has passed (make soak SOAK=1h; SEED=n, CASES=a,b)
+soak: build faultbin ## fault injection in randomized rounds until SOAK has passed (make soak SOAK=1h; SEED=n, CASES=a,b)
 	$(GO) build -o bin/omst-faults ./cmd/omst-faults
 	./$(FAULTS) -duration $(SOAK)
 

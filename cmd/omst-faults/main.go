@@ -4,7 +4,7 @@
 // cache caps, parent restarts, bursts of gets) at points drawn from a
 // seeded RNG, and checks invariants after each (see docs/faults.md).
 //
-//	omst-faults [-bin bin/omst] [-seed N] [-duration 0|30m] [-cases a,b] [-keep] [-v]
+//	omst-faults [-bin bin/omst] [-fault-bin bin/omst-fault] [-seed N] [-duration 0|30m] [-cases a,b] [-keep] [-v]
 //
 // -duration 0 (the default) runs each case once: the small form, part of
 // `make test`. A duration repeats rounds of every case, each round with a
@@ -37,6 +37,7 @@ func main() {
 func run() int {
 	fs := flag.NewFlagSet("omst-faults", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/omst", "the omst binary to test")
+	faultBin := fs.String("fault-bin", "bin/omst-fault", "the same omst built with -tags omstfault (make faults builds it): the lying workers of worker-corrupt and worker-liar run it")
 	seed := fs.Uint64("seed", 0, "RNG seed (0: $SEED if set, else draw one); printed at the start and with every failure")
 	duration := fs.Duration("duration", 0, "0: each case once (small form); else rounds until this has passed (soak)")
 	cases := fs.String("cases", "", "comma-separated cases to run (default all): "+strings.Join(faults.CaseNames(), ","))
@@ -113,7 +114,7 @@ func run() int {
 	}()
 
 	sum, err := faults.Run(ctx, faults.Config{
-		Bin: *bin, Seed: *seed, Duration: *duration, Cases: names, Keep: *keep, Verbose: *verbose, Out: os.Stdout,
+		Bin: *bin, FaultBin: *faultBin, Seed: *seed, Duration: *duration, Cases: names, Keep: *keep, Verbose: *verbose, Out: os.Stdout,
 	})
 	for _, l := range faults.Cleanup(*keep) {
 		fmt.Fprintln(os.Stderr, "omst-faults: cleanup:", l)

@@ -3,6 +3,7 @@ package faults
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // broadcastGets is a get of one name started at several daemons at once,
@@ -13,16 +14,23 @@ type broadcastGets struct {
 	modes   []GetMode
 	outs    []string
 	results []CLIResult
+	// Started is when the gets were started; ends[i] is when get i ended
+	// (zero while it runs, under mu).
+	Started time.Time
+	mu      sync.Mutex
+	ends    []time.Time
 	wg      sync.WaitGroup
 }
 
 // startGets starts `omst get name` at every daemon of ds at once; wait
 // for them with (*broadcastGets).judge.
 func (e *Env) startGets(ds []*Daemon, name string) *broadcastGets {
-	g := &broadcastGets{name: name, ds: ds, modes: make([]GetMode, len(ds)), outs: make([]string, len(ds)), results: make([]CLIResult, len(ds))}
+	g := &broadcastGets{name: name, ds: ds, modes: make([]GetMode, len(ds)), outs: make([]string, len(ds)), results: make([]CLIResult, len(ds)),
+		ends: make([]time.Time, len(ds))}
 	for i := range ds {
 		g.modes[i], g.outs[i] = e.RandGetMode(), e.Path("out-")
 	}
+	g.Started = time.Now()
 	for i, d := range ds {
 		g.wg.Go(func() {
 			args := []string{"--home", d.Home, "get", name}
@@ -30,9 +38,26 @@ func (e *Env) startGets(ds []*Daemon, name string) *broadcastGets {
 				args = append(args, "-o", g.outs[i])
 			}
 			g.results[i] = RunCLI(e.Ctx, e.Bin, OpTimeout, nil, args...)
+			g.mu.Lock()
+			g.ends[i] = time.Now()
+			g.mu.Unlock()
 		})
 	}
 	return g
+}
+
+// End returns when get i ended, and whether it has.
+func (g *broadcastGets) End(i int) (time.Time, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ends[i], !g.ends[i].IsZero()
+}
+
+// Took returns how long get i took from the start of the gets (valid
+// once it ended).
+func (g *broadcastGets) Took(i int) time.Duration {
+	end, _ := g.End(i)
+	return end.Sub(g.Started)
 }
 
 // wait waits for every get to end.

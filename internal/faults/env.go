@@ -45,14 +45,16 @@ const (
 
 // Env is what a case works with.
 type Env struct {
-	Ctx     context.Context
-	Bin     string
-	Dir     string // the case's temp directory (homes, logs, blobs, outputs)
-	Case    string
-	Seed    uint64
-	Rng     *rand.Rand
-	Ledger  *Ledger
-	Verbose bool
+	Ctx context.Context
+	Bin string
+	// FaultBin is the fault-injection build of Bin (Config.FaultBin).
+	FaultBin string
+	Dir      string // the case's temp directory (homes, logs, blobs, outputs)
+	Case     string
+	Seed     uint64
+	Rng      *rand.Rand
+	Ledger   *Ledger
+	Verbose  bool
 
 	out     io.Writer
 	start   time.Time

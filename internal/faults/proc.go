@@ -175,6 +175,9 @@ type Daemon struct {
 	Port    int
 	Parents []*Daemon // the parent, then fallback parents
 	Args    []string  // further daemon flags (--site, --cache-size, --sync, ...)
+	// Environ is added to the daemon's environment (a lying worker's
+	// OMST_FAULT, with a fault-injection build as its binary: Env.Faulty).
+	Environ []string
 	LogPath string
 	bin     string
 
@@ -248,9 +251,12 @@ func (d *Daemon) Start(ctx context.Context, timeout time.Duration, waitParent bo
 		return err
 	}
 	d.starts++
-	fmt.Fprintf(logf, "=== omst-faults: start #%d of %s at %s: %s %s\n", d.starts, d.Name,
-		time.Now().Format(time.RFC3339Nano), d.bin, strings.Join(args, " "))
+	fmt.Fprintf(logf, "=== omst-faults: start #%d of %s at %s: %s%s %s\n", d.starts, d.Name,
+		time.Now().Format(time.RFC3339Nano), strings.Join(append(append([]string(nil), d.Environ...), ""), " "), d.bin, strings.Join(args, " "))
 	cmd := exec.Command(d.bin, args...)
+	if len(d.Environ) > 0 {
+		cmd.Env = append(os.Environ(), d.Environ...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	done, err := startProc(cmd)
 	logf.Close()
@@ -355,6 +361,20 @@ func (d *Daemon) Kill() error {
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("daemon %s (pid %d) still there 10s after SIGKILL", d.Name, cmd.Process.Pid)
 	}
+}
+
+// Signal sends sig to the daemon's process (e.g. SIGSTOP, SIGCONT); it
+// fails if the daemon does not run.
+func (d *Daemon) Signal(sig syscall.Signal) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd == nil || d.exited() {
+		return fmt.Errorf("daemon %s: %v: not running", d.Name, sig)
+	}
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("daemon %s: %v: %w", d.Name, sig, err)
+	}
+	return nil
 }
 
 // Stop sends SIGTERM and waits up to timeout; then SIGKILL, and an error

@@ -33,6 +33,7 @@ var Cases = []Case{
 	{"parent-restart", "kill -9 the root while workers hold sessions, restart it with the same identity", caseParentRestart},
 	{"push-kill", "kill -9 the root while it pushes a blob's first chunks to a head, then the head while it takes them", casePushKill},
 	{"sibling-kill", "kill -9 a worker while its siblings fetch chunks from it during a broadcast", caseSiblingKill},
+	{"worker-stop", "SIGSTOP a worker for 10 s mid-broadcast while its siblings fetch chunks from it, then SIGCONT", caseWorkerStop},
 	{"provider-kill", "kill -9 another site's head while it serves a result found in the DHT", caseProviderKill},
 	{"revoke", "revoke a worker's membership mid-broadcast in a closed grid, an outsider trying to read", caseRevoke},
 	{"many-gets", "1,000 concurrent local gets of one blob against one daemon: exact bytes, fds and RSS", caseManyGets},
@@ -56,7 +57,11 @@ func (s *SkipError) Error() string { return "SKIP: " + s.Reason }
 
 // Config configures a run.
 type Config struct {
-	Bin      string
+	Bin string
+	// FaultBin is omst built with -tags omstfault (internal/faultinject),
+	// run by the daemons a case makes lie; cases that need none do not
+	// look at it.
+	FaultBin string
 	Seed     uint64
 	Duration time.Duration // 0: each case once; else rounds until it has passed
 	Cases    []string      // empty: all
@@ -195,7 +200,7 @@ func runOne(ctx context.Context, cfg Config, root string, round int, seed uint64
 		sum.Failed++
 		return
 	}
-	e := &Env{Ctx: ctx, Bin: cfg.Bin, Dir: dir, Case: c.Name, Seed: seed, Rng: caseRNG(seed, c.Name),
+	e := &Env{Ctx: ctx, Bin: cfg.Bin, FaultBin: cfg.FaultBin, Dir: dir, Case: c.Name, Seed: seed, Rng: caseRNG(seed, c.Name),
 		Ledger: NewLedger(), Verbose: cfg.Verbose, out: out, start: time.Now()}
 	t0 := time.Now()
 	if cfg.Verbose {

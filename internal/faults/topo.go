@@ -13,6 +13,9 @@ type TreeSpec struct {
 	// NoFallback names workers that get no fallback parent even with
 	// Fallback set (they depend on their head alone).
 	NoFallback map[string]bool
+	// Faults names daemons that lie: each runs Env.FaultBin with
+	// OMST_FAULT set to the value given (internal/faultinject).
+	Faults     map[string]string
 	RootArgs   []string
 	HeadArgs   []string
 	WorkerArgs []string
@@ -51,8 +54,19 @@ func (e *Env) StartTree(spec TreeSpec) (*Tree, error) {
 	t := &Tree{}
 	mk := func(name string, parents []*Daemon, args []string) *Daemon {
 		d := e.NewDaemonAt(name, e.Dir+"/"+name, next(), parents, args...)
+		if fault := spec.Faults[name]; fault != "" {
+			d.bin, d.Environ = e.FaultBin, []string{faultEnv + "=" + fault}
+		}
 		t.All = append(t.All, d)
 		return d
+	}
+	for name, fault := range spec.Faults {
+		if !faultNames[fault] {
+			return nil, fmt.Errorf("TreeSpec: %s: unknown fault %q", name, fault)
+		}
+		if err := checkFaultBuilds(e.Bin, e.FaultBin); err != nil {
+			return nil, err
+		}
 	}
 	t.Root = mk("root", nil, spec.RootArgs)
 	if err := e.Start(t.Root); err != nil {
@@ -86,6 +100,12 @@ func (e *Env) StartTree(spec TreeSpec) (*Tree, error) {
 	for _, w := range ws {
 		if err := e.Start(w); err != nil {
 			return nil, err
+		}
+	}
+	for _, d := range t.All {
+		if fault := spec.Faults[d.Name]; fault != "" && !d.armed(fault) {
+			return nil, fmt.Errorf("%s runs %s with %s=%s but did not log that the fault is armed (not a fault-injection build?); log tail:\n%s",
+				d.Name, d.bin, faultEnv, fault, d.LogTail(10))
 		}
 	}
 	t.Workers = ws
