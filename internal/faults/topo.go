@@ -15,7 +15,9 @@ type TreeSpec struct {
 	NoFallback map[string]bool
 	// Faults names daemons that lie: each runs Env.FaultBin with
 	// OMST_FAULT set to the value given (internal/faultinject).
-	Faults     map[string]string
+	Faults map[string]string
+	// Extra gives further flags to the daemons it names.
+	Extra      map[string][]string
 	RootArgs   []string
 	HeadArgs   []string
 	WorkerArgs []string
@@ -53,7 +55,7 @@ func (e *Env) StartTree(spec TreeSpec) (*Tree, error) {
 	next := func() int { p := ports[0]; ports = ports[1:]; return p }
 	t := &Tree{}
 	mk := func(name string, parents []*Daemon, args []string) *Daemon {
-		d := e.NewDaemonAt(name, e.Dir+"/"+name, next(), parents, args...)
+		d := e.NewDaemonAt(name, e.Dir+"/"+name, next(), parents, append(append([]string(nil), args...), spec.Extra[name]...)...)
 		if fault := spec.Faults[name]; fault != "" {
 			d.bin, d.Environ = e.FaultBin, []string{faultEnv + "=" + fault}
 		}

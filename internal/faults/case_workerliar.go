@@ -1,0 +1,239 @@
+package faults
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/omst-project/omst/pkg/rpcbridge"
+)
+
+// liarGetWithin bounds each get of worker-corrupt and worker-liar: a lie
+// costs its receiver one round trip (the bytes fail their hash, or
+// NOT_FOUND comes back, and the head is asked at once), so a get takes
+// about the time the paced root needs for the blob (1..2 s; measured
+// 1.2-2.0 s in all, the step-by-step get of the second blob 0.1-0.2 s). A
+// get that waited out a sibling timeout (10 s) for a lie, or hung on the
+// liar, would take longer.
+const liarGetWithin = 15 * time.Second
+
+// maxSiblingFailures is exchange.DistributorConfig.MaxFailures' default:
+// a sibling reported failed that many times for a blob is no redirect
+// target for it (docs/protocol.md).
+const maxSiblingFailures = 2
+
+// caseWorkerCorrupt: a root paced to 8 MiB/s, a head h1 with 7 workers
+// (fallback: the root) that exchange chunks; one of the first six, drawn
+// at random, runs the fault-injection build with OMST_FAULT=corrupt-serve:
+// every chunk it sends a sibling has a byte flipped (its own store and
+// its own gets are honest); h1w7 runs with --window 1 (one chunk in
+// flight: its requests reach the head one after the other).
+//
+//  1. A broadcast: the liar gets a fresh 8..16 MiB blob and, as soon as
+//     its fetch began (its status: it is then a holder of every chunk),
+//     the other five of the first six get it at once. Every get returns
+//     exactly the put bytes within liarGetWithin (the liar's included);
+//     the liar lied at least twice (else the case proves nothing); the
+//     receivers counted the corrupt copies (corrupt_received: at least 2,
+//     at most the lies), each receiver of one counts an error against the
+//     liar (errors_by_peer), the liar received REPORTs of them
+//     (corrupt_reports > 0) and itself no corrupt copy.
+//  2. The drop: the liar gets a second, 4..8 MiB blob alone (a holder of
+//     each of its chunks, and the only one), then h1w7 gets it. Its first
+//     request is sent to the liar, gets a corrupt copy and asks the head
+//     (GET_DIRECT naming the liar), and so does its second; from then on
+//     the liar is no redirect target for that blob (two failures,
+//     docs/protocol.md), so h1w7 is served by the head: it reads the put
+//     bytes within liarGetWithin, was redirected exactly twice, received
+//     exactly two corrupt copies, and the liar told exactly two lies for
+//     that blob (a head that kept the liar a target would send h1w7 to it
+//     for every one of the 4..8 chunks: h1w7 asks for one at a time, each
+//     after the head took the report of the last).
+//
+// No daemon panics or leaks descriptors.
+func caseWorkerCorrupt(e *Env) error { return caseLyingWorker(e, FaultCorruptServe) }
+
+// caseWorkerLiar: worker-corrupt with the liar run with
+// OMST_FAULT=notfound-serve: it asks the head for every chunk like the
+// others (so the head counts it as a holder of each and sends siblings to
+// it) but answers every sibling's request NOT_FOUND.
+//
+//  1. The broadcast: every get returns exactly the put bytes within
+//     liarGetWithin; the liar lied at least twice (else the case proves
+//     nothing) and its siblings gave up on a sibling at least twice
+//     (sibling_failures: each asked the head, naming it).
+//  2. The drop, as in worker-corrupt: h1w7 (--window 1) reads the second
+//     blob exactly within liarGetWithin, redirected exactly twice, with
+//     two sibling failures, and the liar told exactly two lies for it.
+//
+// No daemon panics or leaks descriptors.
+func caseWorkerLiar(e *Env) error { return caseLyingWorker(e, FaultNotFoundServe) }
+
+func caseLyingWorker(e *Env, fault string) error {
+	li := e.Rng.IntN(6)
+	liarName := fmt.Sprintf("h1w%d", li+1)
+	e.Step("start root (paced to 8 MiB/s), h1, 7 workers (fallback: root), %s lying (%s), h1w7 with --window 1", liarName, fault)
+	t, err := e.StartTree(TreeSpec{Heads: 1, WorkersPerHead: 7, Fallback: true,
+		RootArgs: []string{"--max-upload-rate", "8M"}, WorkerArgs: []string{"--parent-retry", "2s"},
+		Faults: map[string]string{liarName: fault}, Extra: map[string][]string{"h1w7": {"--window", "1"}}})
+	if err != nil {
+		return err
+	}
+	if err := e.SetBaselines(t.All...); err != nil {
+		return err
+	}
+	h1, wave, late, liar := t.Heads[0], t.Workers[:6], t.Workers[6], t.Workers[li]
+	name := "wl/blob"
+	data := e.Blob(e.Size(8<<20, 16<<20))
+	e.Step("put %q (%d bytes) at the root", name, len(data))
+	if err := e.MustPut(t.Root, name, data); err != nil {
+		return err
+	}
+	// The liar asks first, so that it is a holder of every chunk when
+	// the others ask (a worker that asks last is sent to nobody).
+	e.Step("get %q at %s (lying to its siblings: %s), then at once at the other five", name, liar.Name, fault)
+	first := e.startGets([]*Daemon{liar}, name)
+	if _, _, err := e.waitStopPoint(liar, nil, name, 0, OpTimeout); err != nil {
+		first.wait()
+		return err
+	}
+	others := append(append([]*Daemon(nil), wave[:li]...), wave[li+1:]...)
+	rest := e.startGets(others, name)
+	for _, g := range []*broadcastGets{first, rest} {
+		verdicts, results, err := g.judge(e, liar.Name+" lying: "+fault)
+		if err != nil {
+			return err
+		}
+		for i, w := range g.ds {
+			r, v := results[i], verdicts[i]
+			if v != Exact {
+				return violation("get %q at %s must return the put bytes (%s lies to its siblings: %s): %s, exit %d: %s",
+					name, w.Name, liar.Name, fault, v, r.Code, trim(r.Stderr))
+			}
+			e.Printf("%s: done in %.1fs", w.Name, g.Took(i).Seconds())
+			if g.Took(i) > liarGetWithin {
+				return violation("get %q at %s took %.1fs (more than %v) while %s lied to its siblings (%s)",
+					name, w.Name, g.Took(i).Seconds(), liarGetWithin, liar.Name, fault)
+			}
+		}
+	}
+	lies := liar.CountLog(liedMarker)
+	sts := map[*Daemon]rpcbridge.Status{}
+	var corrupt, failures uint64
+	for _, w := range wave {
+		st, _, err := w.Status(e.Ctx)
+		if err != nil {
+			return err
+		}
+		sts[w] = st
+		if w != liar {
+			corrupt, failures = corrupt+st.CorruptReceived, failures+st.SiblingFailures
+		}
+	}
+	hst, _, err := h1.Status(e.Ctx)
+	if err != nil {
+		return err
+	}
+	e.Printf("%s told %d lies; the others received %d corrupt copies and gave %d up on a sibling; h1 redirected %d requests",
+		liar.Name, lies, corrupt, failures, hst.RedirectsSent)
+	if lies < 2 {
+		return violation("%s told %d lies (%s): the head sent fewer than two siblings to it, the case proves nothing", liar.Name, lies, fault)
+	}
+	if failures < 2 {
+		return violation("%s told %d lies but its siblings gave up on a sibling %d times: each lie must make its receiver ask the head, naming the liar",
+			liar.Name, lies, failures)
+	}
+	if fault == FaultCorruptServe {
+		if err := e.checkCorruptCounted(liar, wave, sts, lies, corrupt); err != nil {
+			return err
+		}
+	}
+
+	name2 := "wl/second"
+	data2 := e.Blob(e.Size(4<<20, 8<<20))
+	e.Step("put %q (%d bytes) at the root; get it at %s alone, then at %s (one chunk at a time)", name2, len(data2), liar.Name, late.Name)
+	if err := e.MustPut(t.Root, name2, data2); err != nil {
+		return err
+	}
+	if err := e.GetExact(liar, name2, 0, "the liar's own gets are honest"); err != nil {
+		return err
+	}
+	before, lst0, err := liar.CountLog(liedMarker), rpcbridge.Status{}, error(nil)
+	if lst0, _, err = late.Status(e.Ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	v, rd, err := e.Get(late, name2, e.RandGetMode(), false)
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	if v != Exact {
+		return violation("get %q at %s (%s lying to its siblings: %s): %s%s", name2, late.Name, liar.Name, fault, v, errText(rd))
+	}
+	lst, _, err := late.Status(e.Ctx)
+	if err != nil {
+		return err
+	}
+	told := liar.CountLog(liedMarker) - before
+	redirected, failed, bad := lst.RedirectsTaken-lst0.RedirectsTaken, lst.SiblingFailures-lst0.SiblingFailures, lst.CorruptReceived-lst0.CorruptReceived
+	e.Printf("%s: %q (%d chunks) done in %.1fs, redirected %d times, %d sibling failures, %d corrupt copies; %s told %d lies for it",
+		late.Name, name2, chunksOf(len(data2)), took.Seconds(), redirected, failed, bad, liar.Name, told)
+	if took > liarGetWithin {
+		return violation("get %q at %s took %.1fs (more than %v)", name2, late.Name, took.Seconds(), liarGetWithin)
+	}
+	wantBad := uint64(0)
+	if fault == FaultCorruptServe {
+		wantBad = maxSiblingFailures
+	}
+	if told != maxSiblingFailures || redirected != maxSiblingFailures || failed != maxSiblingFailures || bad != wantBad {
+		return violation("%s, asking for %q's %d chunks one at a time, was sent to siblings %d times and gave up on %d (%d corrupt copies), and %s told %d lies: want %d of each (%d corrupt): the liar is a target until %d failures are reported against it for the blob, and none after",
+			late.Name, name2, chunksOf(len(data2)), redirected, failed, bad, liar.Name, told, maxSiblingFailures, wantBad, maxSiblingFailures)
+	}
+	for _, w := range t.Workers {
+		e.ShowStatus(w)
+	}
+	e.Step("daemons alive, answering, no panics, no leaked descriptors")
+	return e.CheckDaemons(t.All...)
+}
+
+// chunksOf is the number of 1 MiB chunks of a blob of n bytes.
+func chunksOf(n int) int { return (n + 1<<20 - 1) >> 20 }
+
+// checkCorruptCounted checks what worker-corrupt's receivers counted of
+// the liar's corrupt copies (sts: the wave's statuses, corrupt their sum
+// of corrupt_received without the liar's): at least two and at most the
+// lies; an error counted against the liar by each receiver of one; none
+// received by the liar itself; the liar told by REPORT (corrupt_reports,
+// awaited for a few seconds: a report is sent in the background).
+func (e *Env) checkCorruptCounted(liar *Daemon, wave []*Daemon, sts map[*Daemon]rpcbridge.Status, lies int, corrupt uint64) error {
+	if corrupt < 2 || corrupt > uint64(lies) {
+		return violation("the siblings of %s counted %d corrupt copies for its %d lies: want at least 2, at most the lies", liar.Name, corrupt, lies)
+	}
+	if n := sts[liar].CorruptReceived; n != 0 {
+		return violation("%s, the only liar, received %d corrupt copies", liar.Name, n)
+	}
+	for _, w := range wave {
+		if w == liar || sts[w].CorruptReceived == 0 {
+			continue
+		}
+		if sts[w].ErrorsByPeer[liar.PeerID()] == 0 {
+			return violation("%s received %d corrupt copies but counts no error against %s (errors_by_peer %v)",
+				w.Name, sts[w].CorruptReceived, liar.Name, sts[w].ErrorsByPeer)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _, err := liar.Status(e.Ctx)
+		if err != nil {
+			return err
+		}
+		if st.CorruptReports > 0 {
+			e.Printf("%s received %d reports of corrupt copies", liar.Name, st.CorruptReports)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return violation("%s sent %d corrupt copies but received no REPORT of one (corrupt_reports 0)", liar.Name, corrupt)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
