@@ -289,7 +289,8 @@ func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwi
 // little time, never a stall, and a site fed over a WAN pays no extra
 // copies for it. A sibling that fails (gone, NOT_FOUND, corrupt bytes, past
 // SiblingTimeout) is replaced by a plain GET_DIRECT at once, which names it
-// (the relay avoids it for the blob). A hedge names the sibling as slow
+// (the relay avoids it for the blob); so is, without being asked, one that
+// answered none of the last few requests (the Hedger's silentLimit). A hedge names the sibling as slow
 // when most requests to it needed one (the relay avoids it for a while).
 func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchwire.Redirect, q fetchwire.Request, sink *piece.Partial) ([]byte, source.Source, error) {
 	c.cfg.Stats.RedirectsTaken.Add(1)
@@ -311,10 +312,12 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 	c.hedgeMu.Lock()
 	f, act := c.hedge.Follow(time.Now(), rd.Peer)
 	c.hedgeMu.Unlock()
-	go func() {
-		data, err := c.fetchVerified(sctx, sibling, q, sink)
-		results <- result{exchange.ReqSibling, data, err}
-	}()
+	if !act.GiveUp { // else the sibling left its last requests unanswered: it is not asked
+		go func() {
+			data, err := c.fetchVerified(sctx, sibling, q, sink)
+			results <- result{exchange.ReqSibling, data, err}
+		}()
+	}
 	askRelay := func(req exchange.HedgeReq, dq fetchwire.Request) {
 		dq.Type = fetchwire.MsgGetDirect
 		go func() {
@@ -336,6 +339,9 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 			scancel()
 			if act.TimedOut {
 				cause = fmt.Errorf("no chunk within %v", c.cfg.SiblingTimeout)
+			}
+			if act.Silent {
+				cause = errors.New("it answered none of the last requests sent to it: not asked")
 			}
 			c.cfg.Stats.SiblingFailures.Add(1)
 			c.cfg.Log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,

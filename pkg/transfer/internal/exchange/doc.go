@@ -12,7 +12,8 @@
 //     a chunk, redirect its asker, or decline a hedge (HedgeGrace); who left.
 //   - Hedger (hedge.go): what a node does while it follows a redirect to a
 //     sibling: when to hedge (ask the relay too), when to give up on the
-//     sibling, which copy wins; and what it learned of each sibling.
+//     sibling (or not ask one that left its last requests unanswered),
+//     which copy wins; and what it learned of each sibling.
 //
 // Invariants: a child is only ever redirected to a connected child of its
 // own group (site), never to itself, and never to a peer that left

@@ -39,6 +39,17 @@ const (
 	maxStatPeers  = 256
 )
 
+// A sibling that answered none of this node's last silentLimit requests to
+// it (each ended by a copy from the relay or by the sibling timeout, with
+// neither data nor an error from the sibling) is not asked for one sibling
+// timeout: a redirect to it is given up on at once, the relay asked
+// plainly naming it failed, so that the relay stops sending siblings to it
+// (MaxFailures). Otherwise a sibling that takes requests and never answers
+// is never named failed (hedges win before its timeout) and stays a
+// target, each request to it costing its asker a hedge delay (the fault
+// suite's worker-silent case: 2-3 s per chunk, a 7-chunk blob in 16 s).
+const silentLimit = 3
+
 // HedgeReq names one of the requests a followed redirect makes.
 type HedgeReq uint8
 
@@ -70,8 +81,13 @@ func (r HedgeReq) String() string {
 
 // siblingStat counts, for one sibling, the redirects to it this node
 // followed and those of them that needed a hedge (halved now and then, so
-// that it follows the sibling's recent behaviour).
-type siblingStat struct{ asked, hedged int }
+// that it follows the sibling's recent behaviour); the requests in a row it
+// left unanswered (silentLimit), and until when it is not asked.
+type siblingStat struct {
+	asked, hedged int
+	silent        int
+	skipUntil     time.Time
+}
 
 // Hedger is one node's hedging policy: what it learned from the redirects
 // it followed (per sibling, how many it followed and how many needed a
@@ -108,8 +124,10 @@ type SiblingFetch struct {
 // call Tick next (zero: no timer).
 type HedgeAction struct {
 	// GiveUp stops the sibling's request and counts it as a sibling
-	// failure: it failed, or it ran past the sibling timeout (TimedOut).
-	GiveUp, TimedOut bool
+	// failure: it failed, or it ran past the sibling timeout (TimedOut),
+	// or (Silent, on Follow) the sibling answered none of the last
+	// silentLimit requests, and this one is not sent.
+	GiveUp, TimedOut, Silent bool
 	// Hedge asks the relay for the chunk if it holds it (ReqHedge); Slow
 	// names the sibling slow in it (most requests to it needed a hedge).
 	Hedge, Slow bool
@@ -125,7 +143,9 @@ type HedgeAction struct {
 
 // Follow starts following a redirect to sibling p: the request to it is
 // sent at now. It counts the request against p and arms the hedge and the
-// sibling timeout.
+// sibling timeout. A sibling that left silentLimit requests in a row
+// unanswered less than a sibling timeout ago is not asked: the action
+// gives up on it at once (Silent) and asks the relay plainly.
 func (h *Hedger) Follow(now time.Time, p peer.ID) (*SiblingFetch, HedgeAction) {
 	st := h.stats[p]
 	if st == nil {
@@ -140,8 +160,34 @@ func (h *Hedger) Follow(now time.Time, p peer.ID) (*SiblingFetch, HedgeAction) {
 		st.asked, st.hedged = st.asked/2, st.hedged/2
 	}
 	f := &SiblingFetch{sibling: p, start: now, giveUpAt: now.Add(h.timeout), hedgeAt: now.Add(h.delay())}
+	if now.Before(st.skipUntil) {
+		act := f.giveUp()
+		act.Silent = true
+		return f, act
+	}
 	f.open[ReqSibling] = true
 	return f, HedgeAction{Wake: f.wake()}
+}
+
+// answered notes that sibling p answered a request (data or an error): it
+// is not silent.
+func (h *Hedger) answered(p peer.ID) {
+	if st := h.stats[p]; st != nil {
+		st.silent, st.skipUntil = 0, time.Time{}
+	}
+}
+
+// unanswered notes at now that a request to sibling p ended without its
+// answer (a copy from the relay won, or it timed out); at silentLimit in a
+// row p is not asked for a sibling timeout.
+func (h *Hedger) unanswered(now time.Time, p peer.ID) {
+	st := h.stats[p]
+	if st == nil {
+		return
+	}
+	if st.silent++; st.silent >= silentLimit {
+		st.silent, st.skipUntil = 0, now.Add(h.timeout)
+	}
 }
 
 // Arrived applies a verified copy of the chunk from request r at now: the
@@ -153,6 +199,9 @@ func (h *Hedger) Arrived(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction
 	}
 	if r == ReqSibling {
 		h.noteTime(now.Sub(f.start))
+		h.answered(f.sibling)
+	} else if f.open[ReqSibling] {
+		h.unanswered(now, f.sibling)
 	}
 	f.end()
 	return HedgeAction{Deliver: true}
@@ -176,6 +225,7 @@ func (h *Hedger) Failed(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction 
 	var act HedgeAction
 	switch r {
 	case ReqSibling:
+		h.answered(f.sibling)
 		act = f.giveUp()
 	case ReqHedge:
 		if f.open[ReqSibling] {
@@ -205,6 +255,7 @@ func (h *Hedger) Tick(f *SiblingFetch, now time.Time) HedgeAction {
 		f.open[ReqSibling] = false
 		act = f.giveUp()
 		act.TimedOut = true
+		h.unanswered(now, f.sibling)
 	case !f.hedgeAt.IsZero() && !now.Before(f.hedgeAt):
 		f.hedgeAt = time.Time{}
 		f.open[ReqHedge] = true

@@ -27,7 +27,7 @@ import (
 //	policy                   the moving average, the hedge delay, the counts
 //
 // An action prints as what to do ("give up on the sibling", "(timed
-// out)", "hedge", "naming it slow", "direct", "deliver", "fail", or
+// out)", "(silent)", "hedge", "naming it slow", "direct", "deliver", "fail", or
 // "wait") and the next tick wanted ("tick at T").
 func TestHedgeScripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/hedge/*.txt")
@@ -160,6 +160,9 @@ func formatHedgeAction(a HedgeAction, epoch time.Time) string {
 		s := "give up on the sibling"
 		if a.TimedOut {
 			s += " (timed out)"
+		}
+		if a.Silent {
+			s += " (silent)"
 		}
 		parts = append(parts, s)
 	}
