@@ -5,7 +5,7 @@ import (
 )
 
 // killGetWithin bounds each surviving get of worker-kill-mid-chunk: the
-// paced root needs 2..3 s for the blob, and a request to the killed
+// paced root needs 1.5..2.3 s for the blob, and a request to the killed
 // sibling fails at once (the kernel resets its connections), so the chunk
 // is asked of the head without waiting out the sibling timeout (10 s).
 // Measured: 2.9-3.2 s in all (4.4-6.4 s while the harness polled the
@@ -14,7 +14,7 @@ const killGetWithin = 15 * time.Second
 
 // caseWorkerKillMidChunk: a root paced to 8 MiB/s, a head h1 with 6
 // workers (fallback: the root) that exchange chunks. All six get a fresh
-// 16..24 MiB blob at once; the first worker (in a drawn order) seen with
+// 12..18 MiB blob at once; the first worker (in a drawn order) seen with
 // the chunk bytes it sent its siblings (its status: bytes_out.sibling)
 // past a drawn 1..4 MiB and up since the last look at it (every 0.1-0.2
 // s) is SIGKILLed: it is sending chunks to siblings then, with requests
@@ -39,7 +39,7 @@ func caseWorkerKillMidChunk(e *Env) error {
 	}
 	h1, ws := t.Heads[0], t.Workers
 	name := "wk/blob"
-	data := e.Blob(e.Size(16<<20, 24<<20))
+	data := e.Blob(e.Size(12<<20, 18<<20))
 	e.Step("put %q (%d bytes) at the root", name, len(data))
 	if err := e.MustPut(t.Root, name, data); err != nil {
 		return err

@@ -37,6 +37,7 @@ var Cases = []Case{
 	{"worker-kill-mid-chunk", "kill -9 a worker while it sends chunks to its siblings (its bytes_out rising) during a broadcast", caseWorkerKillMidChunk},
 	{"worker-corrupt", "a worker (fault-injection build) flips a byte of every chunk it sends its siblings during a broadcast", caseWorkerCorrupt},
 	{"worker-liar", "a worker (fault-injection build) asks for every chunk but answers its siblings NOT_FOUND during a broadcast", caseWorkerLiar},
+	{"worker-silent", "a worker (fault-injection build) takes its siblings' chunk requests and never answers them", caseWorkerSilent},
 	{"provider-kill", "kill -9 another site's head while it serves a result found in the DHT", caseProviderKill},
 	{"revoke", "revoke a worker's membership mid-broadcast in a closed grid, an outsider trying to read", caseRevoke},
 	{"many-gets", "1,000 concurrent local gets of one blob against one daemon: exact bytes, fds and RSS", caseManyGets},
