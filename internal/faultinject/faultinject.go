@@ -24,11 +24,13 @@ const (
 	// None: the daemon behaves.
 	None Mode = iota
 	// CorruptServe: every chunk the daemon sends to a sibling (a peer of
-	// its site that asked with GET_SIBLING) has one byte flipped.
+	// its site that asked with GET_SIBLING) has one byte of its first
+	// bytes flipped: of its first piece (fetch 1.3.0), or of the whole
+	// chunk (1.2.0).
 	CorruptServe
 	// NotFoundServe: the daemon answers every chunk request of a sibling
-	// NOT_FOUND, although it holds or fetches the chunk (the relay
-	// believes it holds it and keeps sending siblings to it).
+	// NOT_FOUND at once, although it holds or fetches the chunk (the
+	// relay believes it holds it and keeps sending siblings to it).
 	NotFoundServe
 	// SilentServe: the daemon never answers a chunk request of a sibling
 	// (the reply is held until the stream ends).
