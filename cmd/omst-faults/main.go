@@ -37,7 +37,7 @@ func main() {
 func run() int {
 	fs := flag.NewFlagSet("omst-faults", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/omst", "the omst binary to test")
-	faultBin := fs.String("fault-bin", "bin/omst-fault", "the same omst built with -tags omstfault (make faults builds it): the lying workers of worker-corrupt and worker-liar run it")
+	faultBin := fs.String("fault-bin", "bin/omst-fault", "the same omst built with -tags omstfault (make faults builds it): the lying workers of worker-corrupt, worker-liar and worker-silent run it")
 	seed := fs.Uint64("seed", 0, "RNG seed (0: $SEED if set, else draw one); printed at the start and with every failure")
 	duration := fs.Duration("duration", 0, "0: each case once (small form); else rounds until this has passed (soak)")
 	cases := fs.String("cases", "", "comma-separated cases to run (default all): "+strings.Join(faults.CaseNames(), ","))

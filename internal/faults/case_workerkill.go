@@ -8,7 +8,7 @@ import (
 // paced root needs 1.5..2.3 s for the blob, and a request to the killed
 // sibling fails at once (the kernel resets its connections), so the chunk
 // is asked of the head without waiting out the sibling timeout (10 s).
-// Measured: 2.9-3.2 s in all (4.4-6.4 s while the harness polled the
+// Measured: 1.5-3.2 s in all (4.4-6.4 s while the harness polled the
 // victim's status every 10 ms).
 const killGetWithin = 15 * time.Second
 

@@ -12,7 +12,7 @@ import (
 const StopFor = 10 * time.Second
 
 // resumeWithin bounds how long a worker stopped for StopFor mid-get takes
-// to complete it once resumed (measured: 0.0-0.2 s).
+// to complete it once resumed (measured 0.0-0.2 s).
 const resumeWithin = 30 * time.Second
 
 // caseWorkerStop: a root paced to 4 MiB/s (--max-upload-rate, so that an
@@ -33,13 +33,13 @@ const resumeWithin = 30 * time.Second
 // window), so every worker asks for all of them, and is sent to the
 // worker to be stopped, when its fetch begins, stopGuard or more before
 // the stop. Measured (on an idle and on a loaded machine alike): a worker
-// sent to it for no chunk it lacked ends 1-2.5 s after the stop (3-5 s in
-// all); one that was ends when a hedge to the head succeeds or, often, at
+// sent to it for no chunk it lacked ends 0.3-2.5 s after the stop (2-5 s
+// in all); one that was ends when a hedge to the head succeeds or, often, at
 // the sibling timeout of its first requests (10.2 s after the start, 5-8.4
 // s after the stop, 1.6-5 s before the resume): a hedge is declined for 4
 // s after the head sent the chunk into the site and retried only 4 s
 // later, so it often comes too late. The stopped one completes with exact
-// bytes after it is resumed, within resumeWithin (measured 0.1-0.2 s).
+// bytes after it is resumed, within resumeWithin (measured 0.0-0.2 s).
 // The head redirected requests to siblings (else the case proves
 // nothing); no daemon panics or leaks descriptors.
 func caseWorkerStop(e *Env) error {
