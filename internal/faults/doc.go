@@ -24,6 +24,12 @@
 //     that feed the ledger and judge every read, and the per-daemon checks
 //     (alive, answers status, no panic in its log, descriptors back to
 //     their baseline).
+//   - faulty.go: daemons that lie to their siblings, run from the
+//     fault-injection build of omst (-tags omstfault, internal/faultinject)
+//     with OMST_FAULT set (TreeSpec.Faults), and the check that the omst
+//     binary under test holds no fault code.
+//   - broadcast.go: one get started at several daemons at once, with the
+//     time each ended.
 //   - run.go: the case registry, rounds, seeds, failure reports.
 //   - case_*.go: the cases, one file each.
 //
