@@ -21,10 +21,11 @@
 //   - the requests outstanding (Sent and not yet Replied, Answered or
 //     Lost), the queue a new request joins.
 //
-// The site's figures are the medians of the measured peers' (each figure
-// on its own), so that one slow peer does not move them; they are the
-// prior for a peer never measured. Expect turns these into what a reply
-// of a given size is expected to take (a mean and a deviation), from the
+// The site's figures, for a peer, are the (lower) medians of the other
+// measured peers' (each figure on its own), so that one slow peer moves
+// neither them nor what is expected of it by the site's pace; they are the prior
+// for a peer never measured. Expect turns these into what a reply of a
+// given size is expected to take (a mean and a deviation), from the
 // peer's own figures or, for a peer never measured, the site's. Plain code: the time is passed in;
 // there is no clock, goroutine or lock inside, and the caller serialises
 // calls. Samples are clipped to sane bounds (minPerByte..maxPerByte,
@@ -118,9 +119,6 @@ type est struct {
 type Table struct {
 	peers map[peer.ID]*est
 	size  float64 // smoothed size of chunk replies, bytes; 0: none seen
-	site  est     // the medians of the peers' figures, while siteOK
-	// siteOK: site is up to date (a fold or an eviction clears it).
-	siteOK bool
 }
 
 // New returns an empty Table.
@@ -170,18 +168,17 @@ func (t *Table) Replied(now time.Time, r Pending, size int) {
 		// Replies overlap: this one's bytes came after the last one's.
 		start, rttIn = e.lastDone, false
 	}
-	t.siteOK = false
 	if now.After(e.lastDone) {
 		e.lastDone = now
 	}
 	latency := min(now.Sub(r.sent), maxSample)
 	xfer := min(now.Sub(start), maxSample)
 	if rttIn {
-		xfer = max(xfer-t.rtt(e), xfer/2)
+		xfer = max(xfer-t.rtt(r.peer, e), xfer/2)
 	}
 	if xfer > 0 {
 		perByte := min(max(float64(xfer)/float64(size), minPerByte), maxPerByte)
-		e.foldChunk(perByte, latency, r.ahead, size, t.rtt(e))
+		e.foldChunk(perByte, latency, r.ahead, size, t.rtt(r.peer, e))
 	}
 	if t.size == 0 {
 		t.size = float64(size)
@@ -198,7 +195,6 @@ func (t *Table) Answered(now time.Time, r Pending) {
 		return
 	}
 	e.foldRTT(min(now.Sub(r.sent), maxSample))
-	t.siteOK = false
 }
 
 // Lost ends r without a measure: it failed, was cancelled, or its answer
@@ -208,8 +204,9 @@ func (t *Table) Lost(r Pending) { t.end(r) }
 // Expect returns what a reply of size bytes (0: the size of the chunk
 // replies measured lately) from p, asked now, is expected to take: own,
 // from p's figures (From Peer) or, p never measured, the site's (From
-// Site); and site, from the site's. Both count the requests outstanding to
-// p as queued ahead of it. From None: nothing to go by.
+// Site); and site, from the site's figures without p's. Both count the
+// requests outstanding to p as queued ahead of it. From None: nothing to
+// go by.
 func (t *Table) Expect(p peer.ID, size int) (own, site Expectation) {
 	if size <= 0 {
 		size = int(t.size)
@@ -219,7 +216,7 @@ func (t *Table) Expect(p peer.ID, size int) (own, site Expectation) {
 	if e != nil {
 		ahead = e.out
 	}
-	s := t.siteFigures()
+	s := t.siteFigures(p)
 	site = s.expect(size, ahead, s.srtt, s.rttvar, Site)
 	own = site
 	if e != nil && e.perByte > 0 {
@@ -232,17 +229,18 @@ func (t *Table) Expect(p peer.ID, size int) (own, site Expectation) {
 	return own, site
 }
 
-// siteFigures returns the medians of the measured peers' figures: the
-// round trip and its deviation over the peers with a round trip measured,
-// the time per byte and the deviation over those with a chunk reply
-// measured (each the upper median, on its own).
-func (t *Table) siteFigures() *est {
-	if t.siteOK {
-		return &t.site
-	}
+// siteFigures returns the medians of the figures of the measured peers
+// other than except: the round trip and its deviation over the peers with
+// a round trip measured, the time per byte and the deviation over those
+// with a chunk reply measured (each the lower median, on its own: of two
+// peers, the faster one's).
+func (t *Table) siteFigures(except peer.ID) *est {
 	var srtt, rttvar, dev []time.Duration
 	var perByte []float64
-	for _, e := range t.peers {
+	for p, e := range t.peers {
+		if p == except {
+			continue
+		}
 		if e.rtts > 0 {
 			srtt, rttvar = append(srtt, e.srtt), append(rttvar, e.rttvar)
 		}
@@ -250,19 +248,16 @@ func (t *Table) siteFigures() *est {
 			perByte, dev = append(perByte, e.perByte), append(dev, e.dev)
 		}
 	}
-	t.site = est{srtt: median(srtt), rttvar: median(rttvar), perByte: median(perByte), dev: median(dev)}
-	t.site.rtts, t.site.chunks = len(srtt), len(perByte)
-	t.siteOK = true
-	return &t.site
+	return &est{srtt: median(srtt), rttvar: median(rttvar), perByte: median(perByte), dev: median(dev), rtts: len(srtt), chunks: len(perByte)}
 }
 
-// median returns the upper median of v (zero for none); v is reordered.
+// median returns the lower median of v (zero for none); v is reordered.
 func median[T time.Duration | float64](v []T) T {
 	if len(v) == 0 {
 		return 0
 	}
 	slices.Sort(v)
-	return v[len(v)/2]
+	return v[(len(v)-1)/2]
 }
 
 // Figures are a Table's estimates for one peer or the site, for logs and
@@ -298,8 +293,9 @@ func (t *Table) Peer(p peer.ID) Figures {
 	return Figures{}
 }
 
-// Site returns the site's figures: the medians of the measured peers'.
-func (t *Table) Site() Figures { return t.siteFigures().figures() }
+// Site returns the site's figures without except's: the medians of the
+// other measured peers' ("" for all).
+func (t *Table) Site(except peer.ID) Figures { return t.siteFigures(except).figures() }
 
 func (e *est) figures() Figures {
 	f := Figures{Dev: e.dev, Outstanding: e.out}
@@ -312,12 +308,13 @@ func (e *est) figures() Figures {
 	return f
 }
 
-// rtt is e's smoothed round trip, or the site's while e has none.
-func (t *Table) rtt(e *est) time.Duration {
+// rtt is p's smoothed round trip (e: its figures), or the site's while it
+// has none.
+func (t *Table) rtt(p peer.ID, e *est) time.Duration {
 	if e.rtts > 0 {
 		return e.srtt
 	}
-	return t.siteFigures().srtt
+	return t.siteFigures(p).srtt
 }
 
 // foldRTT folds a round trip d into e (RFC 6298: the first sets srtt to d
@@ -377,7 +374,6 @@ func (t *Table) evict() {
 	}
 	if found {
 		delete(t.peers, oldest)
-		t.siteOK = false
 	}
 }
 

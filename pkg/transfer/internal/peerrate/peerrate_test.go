@@ -36,8 +36,8 @@ func TestSequentialReplies(t *testing.T) {
 		t.Fatalf("figures %+v, want rtt 1ms, %.0f B/s, none outstanding", f, mib/0.020)
 	}
 	own, site := tb.Expect("p", mib)
-	if own.From != Peer || site.From != Site {
-		t.Fatalf("from %v and %v, want peer and site", own.From, site.From)
+	if own.From != Peer || site.From != None {
+		t.Fatalf("from %v and %v, want peer and none (no other peer measured)", own.From, site.From)
 	}
 	if d := own.Time - 21*time.Millisecond; d < -100*time.Microsecond || d > 100*time.Microsecond {
 		t.Fatalf("a 1 MiB reply expected in %v, want 21ms", own.Time)
@@ -80,7 +80,8 @@ func TestOverlappingReplies(t *testing.T) {
 }
 
 // A peer never measured gets the site's figures, the medians of the
-// measured peers': one slow peer does not move them. Nothing measured:
+// measured peers': one slow peer does not move them, and a peer's own
+// figures are not among those the site's pace gives it. Nothing measured:
 // From None.
 func TestSitePrior(t *testing.T) {
 	tb := New()
@@ -105,8 +106,12 @@ func TestSitePrior(t *testing.T) {
 	if site.Time < 19*time.Millisecond || site.Time > 21*time.Millisecond {
 		t.Fatalf("site expects 1 MiB in %v, want 20ms (the slow peer is not the median)", site.Time)
 	}
-	if slow, _ := tb.Expect("slow", mib); slow.Time < time.Second {
-		t.Fatalf("the slow peer's own expectation %v", slow.Time)
+	slow, bySite := tb.Expect("slow", mib)
+	if slow.Time < time.Second || bySite.Time > 21*time.Millisecond {
+		t.Fatalf("the slow peer: its own expectation %v, the site's %v (want 2s and 20ms)", slow.Time, bySite.Time)
+	}
+	if a, bySite := tb.Expect("a", mib); bySite.Time > 21*time.Millisecond || a.Time > 21*time.Millisecond {
+		t.Fatalf("a: its own expectation %v, the site's %v (want 20ms: b's, the lower median of b's and slow's)", a.Time, bySite.Time)
 	}
 }
 
@@ -140,9 +145,9 @@ func TestLostAndBadInput(t *testing.T) {
 	if f := tb.Peer("p"); f.Outstanding != 0 || f.Rate != 0 {
 		t.Fatalf("after a lost request: %+v", f)
 	}
-	tb.Lost(Pending{})                       // the zero Pending ends nothing
-	tb.Replied(t0, Pending{}, mib)           // nor this
-	r = tb.Sent(t0, "p")                     //
+	tb.Lost(Pending{})             // the zero Pending ends nothing
+	tb.Replied(t0, Pending{}, mib) // nor this
+	r = tb.Sent(t0, "p")
 	tb.Replied(t0.Add(-time.Second), r, mib) // a reply before its request: ignored
 	r = tb.Sent(t0, "p")
 	tb.Replied(t0.Add(time.Second), r, 0) // an empty reply: no rate
