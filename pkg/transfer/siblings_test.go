@@ -287,6 +287,55 @@ func TestSiblingTimeoutAsksRelay(t *testing.T) {
 	}
 }
 
+// TestStuckSiblingMeasuredTimers: the redirect follower's timers follow
+// the rates it measured. The workers first read a blob (measuring the
+// head's and each other's replies: milliseconds per chunk on loopback);
+// then a sibling that holds every chunk of another blob stops answering.
+// With the default SiblingTimeout (10 s) they give up on it after about a
+// second (five times the site's patience, at least 1 s) and finish in
+// bounded time. With the constants tuned at 200 Mbit/s they hedged after
+// 2 s, the head declined hedges for 4 s after the chunk went into the
+// site, and the give-up came after 10 s: 4 s and more.
+func TestStuckSiblingMeasuredTimers(t *testing.T) {
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", nil, siblings)
+	var st *stuckStore
+	sw := newNode(t, head, "siteA", func(m *memStore) nodeStore {
+		st = &stuckStore{memStore: m, release: make(chan struct{})}
+		return st
+	}, siblings)
+	var ws []*testNode
+	for range 2 {
+		ws = append(ws, newNode(t, head, "siteA", nil, siblings))
+	}
+	t.Cleanup(func() { close(st.release) }) // before the nodes stop
+	waitConnected(t, append([]*testNode{head, sw}, ws...)...)
+	put(t, root, "m/warm", randBlob(32*16<<10, 21), 16<<10)
+	readAllAsync(t, append([]*testNode{sw}, ws...), "m/warm", -1) // every node measures its peers
+	data := randBlob(32*16<<10, 22)
+	put(t, root, "m/x", data, 16<<10)
+	readAll(t, sw, "m/x") // the stuck worker holds every chunk: the head sends siblings to it
+	st.stuck.Store(true)
+	start := time.Now()
+	got := readAllAsync(t, ws, "m/x", -1)
+	took := time.Since(start)
+	var failures, hedges uint64
+	for i, w := range ws {
+		if !bytes.Equal(got[i], data) {
+			t.Fatalf("worker %d got wrong bytes", i)
+		}
+		failures += w.eng.Status().SiblingFailures
+		hedges += w.eng.Status().Hedges
+	}
+	t.Logf("two workers done in %v with a sibling that never answers; %d sibling failures, %d hedges", took, failures, hedges)
+	if failures+hedges == 0 {
+		t.Fatal("no request went to the stuck sibling: the test proves nothing")
+	}
+	if limit := 6 * time.Second; took > limit {
+		t.Fatalf("a stuck sibling stalled the others for %v (limit %v)", took, limit)
+	}
+}
+
 // Transfers shows a fetch under way and where its bytes came from.
 func TestTransfersView(t *testing.T) {
 	root := newNode(t, nil, "master", func(m *memStore) nodeStore { return &slowStore{memStore: m, delay: 20 * time.Millisecond} })

@@ -40,6 +40,7 @@ import (
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/peerrate"
 	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
@@ -89,11 +90,13 @@ type Chunks struct {
 
 	hedgeMu sync.Mutex
 	hedge   *exchange.Hedger // the hedging policy: what the redirects followed taught
+	rates   *peerrate.Table  // how long each peer's replies take: the hedging policy's timers
 }
 
 // New returns an empty set of fetches.
 func New(cfg Config) *Chunks {
-	return &Chunks{cfg: cfg, inflight: map[blob.Hash]*Call{}, hedge: exchange.NewHedger(cfg.SiblingTimeout)}
+	rates := peerrate.New()
+	return &Chunks{cfg: cfg, inflight: map[blob.Hash]*Call{}, rates: rates, hedge: exchange.NewHedger(cfg.SiblingTimeout, rates)}
 }
 
 // Close makes Get fail with fetchclient.ErrClosed from now on (the engine
@@ -252,6 +255,7 @@ func (c *Chunks) InFlight() int {
 // counted by src's kind.
 func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwire.Request, sink *piece.Partial) ([]byte, error) {
 	q.Sibling = q.Type == fetchwire.MsgGet && src.Kind == source.KindSibling
+	pend := c.sent(src.ID)
 	data, verified, err := c.cfg.Client.RequestChunk(ctx, src.ID, q, sink)
 	if fetchclient.FailKind(err) == schedule.FailCorrupt && q.Type != fetchwire.MsgReport {
 		// A piece or outboard failed verification (counted by the client).
@@ -265,6 +269,7 @@ func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwi
 			c.cfg.Go(func() { c.ReportCorrupt(src.ID, q) })
 		}
 	}
+	c.measured(pend, q, len(data), err)
 	if err != nil {
 		if _, redirected := errors.AsType[*fetchclient.RedirectError](err); !redirected && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
 			// Corrupt bytes, a broken stream or an ERROR reply; NOT_FOUND is an answer.
@@ -276,21 +281,50 @@ func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwi
 	return data, nil
 }
 
+// sent tells the rates that a request to p is being sent now.
+func (c *Chunks) sent(p peer.ID) peerrate.Pending {
+	c.hedgeMu.Lock()
+	defer c.hedgeMu.Unlock()
+	return c.rates.Sent(time.Now(), p)
+}
+
+// measured ends request pend in the rates, now: a verified chunk of n
+// bytes measures its peer's pace; a REDIRECT or a declined hedge (a
+// NOT_FOUND to an if-present GET_DIRECT), both made at once, a round trip;
+// anything else (a failure, a cancelled request, a NOT_FOUND after a fetch
+// upstream) nothing.
+func (c *Chunks) measured(pend peerrate.Pending, q fetchwire.Request, n int, err error) {
+	now := time.Now()
+	_, redirected := errors.AsType[*fetchclient.RedirectError](err)
+	c.hedgeMu.Lock()
+	defer c.hedgeMu.Unlock()
+	switch {
+	case err == nil:
+		c.rates.Replied(now, pend, n)
+	case redirected, q.IfPresent && errors.Is(err, blob.ErrNotFound):
+		c.rates.Answered(now, pend)
+	default:
+		c.rates.Lost(pend)
+	}
+}
+
 // fromSibling follows relay's redirect of chunk q to sibling rd: it asks
 // the sibling and carries out what the hedging policy (exchange.Hedger)
 // decides on each answer and tick.
 //
-// If the sibling has not delivered after the hedge delay (a few times the
-// recent sibling chunk time, 2 to 4 s), the chunk is also asked from the
-// relay itself, but only if the relay holds it already (a hedge:
+// If the sibling has not delivered after the hedge delay (its expected
+// time for the chunk at the rates this node measured, with patience:
+// exchange.Hedger.Timers), the chunk is also asked from the relay
+// itself, but only if the relay holds it already (a hedge:
 // GET_DIRECT "if present"); when it does not, the sibling is merely waiting
 // for the chunk too (a site fed over a WAN) and the wait goes on, with a
 // new hedge later. The first verified copy wins: a slow sibling costs a
 // little time, never a stall, and a site fed over a WAN pays no extra
 // copies for it. A sibling that fails (gone, NOT_FOUND, corrupt bytes, past
-// SiblingTimeout) is replaced by a plain GET_DIRECT at once, which names it
-// (the relay avoids it for the blob); so is, without being asked, one that
-// answered none of the last few requests (the Hedger's silentLimit). A hedge names the sibling as slow
+// its give-up time, at most SiblingTimeout) is replaced by a plain
+// GET_DIRECT at once, which names it (the relay avoids it for the blob);
+// so is, without being asked, one that answered none of the last few
+// requests (the Hedger's silentLimit). A hedge names the sibling as slow
 // when most requests to it needed one (the relay avoids it for a while).
 func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchwire.Redirect, q fetchwire.Request, sink *piece.Partial) ([]byte, source.Source, error) {
 	c.cfg.Stats.RedirectsTaken.Add(1)
@@ -310,7 +344,8 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	c.hedgeMu.Lock()
-	f, act := c.hedge.Follow(time.Now(), rd.Peer)
+	followed := time.Now()
+	f, act := c.hedge.Follow(followed, rd.Peer, relay.ID, 0) // the chunk's size: as measured lately
 	c.hedgeMu.Unlock()
 	if !act.GiveUp { // else the sibling left its last requests unanswered: it is not asked
 		go func() {
@@ -338,7 +373,7 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 		if act.GiveUp {
 			scancel()
 			if act.TimedOut {
-				cause = fmt.Errorf("no chunk within %v", c.cfg.SiblingTimeout)
+				cause = fmt.Errorf("no chunk within %v", time.Since(followed).Round(time.Millisecond))
 			}
 			if act.Silent {
 				cause = errors.New("it answered none of the last requests sent to it: not asked")

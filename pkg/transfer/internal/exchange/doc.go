@@ -13,7 +13,9 @@
 //   - Hedger (hedge.go): what a node does while it follows a redirect to a
 //     sibling: when to hedge (ask the relay too), when to give up on the
 //     sibling (or not ask one that left its last requests unanswered),
-//     which copy wins; and what it learned of each sibling.
+//     which copy wins; and what it learned of each sibling. Its timers
+//     come from the rates the node measured of its peers (peerrate.Table),
+//     the constants tuned at 200 Mbit/s before any.
 //
 // Invariants: a child is only ever redirected to a connected child of its
 // own group (site), never to itself, and never to a peer that left

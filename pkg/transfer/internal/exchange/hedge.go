@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/transfer/internal/peerrate"
 )
 
 // This file holds the hedging policy as plain code: what a node does while
@@ -16,19 +18,48 @@ import (
 // locks. The IO loop (the engine's follower of a redirect, fromSibling) feeds it and carries its
 // actions out. Scripted tests: testdata/hedge/*.txt (hedge_test.go).
 
-// Hedging a sibling request: after hedgeFactor times the moving average
-// of recent sibling chunk times, within [minHedge, maxHedge] (initialHedge
-// before any sibling delivered), and never past the sibling timeout. The
-// cap keeps a slow sibling's own times from stretching the wait. The floor
-// is measured: with 1 s, hedges under load named busy siblings slow, the
-// relay served most chunks itself, and a 2 x 8 broadcast on the emulated
-// WAN took twice as long.
+// The timers of a followed redirect come from the rates this node
+// measured (peerrate.Table, fed by every request it makes): see Timers.
+// Before anything was measured they are today's constants, the prior:
+// the hedge after hedgeFactor times the moving average of recent sibling
+// chunk times, within [minHedge, maxHedge] (initialHedge before any
+// sibling delivered), the give-up after the sibling timeout. Those were
+// tuned at 200 Mbit/s: the floor is measured there (with 1 s, hedges
+// under load named busy siblings slow, the relay served most chunks
+// itself, and a 2 x 8 broadcast on the emulated WAN took twice as long),
+// and the cap keeps a slow sibling's own times from stretching the wait;
+// it stays the ceiling while the relay's pace is not measured.
 const (
 	hedgeFactor  = 4
 	minHedge     = 2 * time.Second
 	maxHedge     = 4 * time.Second
 	initialHedge = 2 * time.Second
 )
+
+// With measurements, the hedge waits for a sibling's expected time for
+// the chunk with patience (twice the mean and four deviations), at most
+// slowCap times the patience the relay's own pace gives the same chunk:
+// a hedge asks the relay, and a sibling slower than that (it may be
+// waiting on a slow holder itself, as may every sibling measured) is
+// hedged as the relay's pace says, and so named slow; at least
+// minMeasuredHedge (timer and scheduling noise). The sibling is given up
+// on after giveUpFactor times the site's patience (the prior's ratio: 10 s
+// against 2 s), within [minGiveUp, the sibling timeout]: a sibling is
+// blamed (MaxFailures make it no target for the blob) for nothing shorter
+// than minGiveUp.
+const (
+	slowCap          = 2
+	minMeasuredHedge = 50 * time.Millisecond
+	giveUpFactor     = 5
+	minGiveUp        = time.Second
+)
+
+// Patience is how long to wait for something expected to take e: twice
+// its mean and four deviations. The deviations are TCP's RTO
+// (srtt + 4 rttvar); the factor 2 on the mean covers what one node's
+// measurements do not see, such as other askers' replies queued at the
+// same peer.
+func Patience(e peerrate.Expectation) time.Duration { return 2*e.Time + 4*e.Dev }
 
 // Naming a slow sibling: at least slowMinHedges hedges, on at least half
 // of the requests to it; the counts are halved at statWindow requests, and
@@ -91,19 +122,23 @@ type siblingStat struct {
 
 // Hedger is one node's hedging policy: what it learned from the redirects
 // it followed (per sibling, how many it followed and how many needed a
-// hedge; the moving average of a sibling chunk's time) and the decisions
-// for each redirect being followed (a SiblingFetch). Not safe for
-// concurrent use: the engine holds a mutex around every call.
+// hedge; the moving average of a sibling chunk's time), the rates it
+// reads its timers from, and the decisions for each redirect being
+// followed (a SiblingFetch). Not safe for concurrent use: the engine
+// holds one mutex around every call to it and to its rates.
 type Hedger struct {
-	timeout time.Duration // Config.SiblingTimeout: how long a sibling request may run
-	avg     time.Duration // moving average of a sibling chunk's time; 0 before the first
+	timeout time.Duration   // Config.SiblingTimeout: how long a sibling request may run
+	rates   *peerrate.Table // what this node measured of its peers; nil: nothing
+	avg     time.Duration   // moving average of a sibling chunk's time; 0 before the first
 	stats   map[peer.ID]*siblingStat
 }
 
 // NewHedger returns a policy that gives a sibling request at most timeout
-// (> 0).
-func NewHedger(timeout time.Duration) *Hedger {
-	return &Hedger{timeout: timeout, stats: map[peer.ID]*siblingStat{}}
+// (> 0) and reads its timers from rates (nil, or nothing measured yet:
+// the prior constants). The caller feeds rates with its requests and
+// serialises calls to both.
+func NewHedger(timeout time.Duration, rates *peerrate.Table) *Hedger {
+	return &Hedger{timeout: timeout, rates: rates, stats: map[peer.ID]*siblingStat{}}
 }
 
 // SiblingFetch is one redirect being followed: made by Follow, changed
@@ -111,6 +146,8 @@ func NewHedger(timeout time.Duration) *Hedger {
 // the redirect.
 type SiblingFetch struct {
 	sibling  peer.ID
+	wait     time.Duration      // the hedge delay, set when followed
+	backoff  bool               // measured timers: the delay doubles after a declined hedge
 	start    time.Time          // the request to the sibling was sent
 	giveUpAt time.Time          // start + the sibling timeout
 	hedgeAt  time.Time          // a hedge is due (zero: none armed)
@@ -141,12 +178,14 @@ type HedgeAction struct {
 	Wake time.Time
 }
 
-// Follow starts following a redirect to sibling p: the request to it is
-// sent at now. It counts the request against p and arms the hedge and the
-// sibling timeout. A sibling that left silentLimit requests in a row
-// unanswered less than a sibling timeout ago is not asked: the action
+// Follow starts following relay's redirect to sibling p for a chunk of
+// size bytes (0: unknown, the size of the chunks measured lately): the
+// request to p is sent at now, after Follow (the requests outstanding to
+// p are the others). It counts the request against p and arms the hedge
+// and the give-up (Timers). A sibling that left silentLimit requests in a
+// row unanswered less than a sibling timeout ago is not asked: the action
 // gives up on it at once (Silent) and asks the relay plainly.
-func (h *Hedger) Follow(now time.Time, p peer.ID) (*SiblingFetch, HedgeAction) {
+func (h *Hedger) Follow(now time.Time, p, relay peer.ID, size int) (*SiblingFetch, HedgeAction) {
 	st := h.stats[p]
 	if st == nil {
 		if len(h.stats) >= maxStatPeers {
@@ -159,7 +198,8 @@ func (h *Hedger) Follow(now time.Time, p peer.ID) (*SiblingFetch, HedgeAction) {
 	if st.asked >= statWindow {
 		st.asked, st.hedged = st.asked/2, st.hedged/2
 	}
-	f := &SiblingFetch{sibling: p, start: now, giveUpAt: now.Add(h.timeout), hedgeAt: now.Add(h.delay())}
+	tm := h.Timers(p, relay, size)
+	f := &SiblingFetch{sibling: p, wait: tm.Hedge, backoff: tm.Measured, start: now, giveUpAt: now.Add(tm.GiveUp), hedgeAt: now.Add(tm.Hedge)}
 	if now.Before(st.skipUntil) {
 		act := f.giveUp()
 		act.Silent = true
@@ -212,8 +252,10 @@ func (h *Hedger) Arrived(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction
 // replaced by a plain request to the relay at once. A failed hedge, while
 // the sibling's request runs, is a relay that does not hold the chunk yet
 // or declined to serve it (the sibling waits for it too, or has it on its
-// way): the wait goes on, with a new hedge a hedge delay later. The
-// redirect fails when no request is left open.
+// way): the wait goes on, with a new hedge a hedge delay later; with
+// measured timers, twice the last delay later (the relay's grace may be
+// many of the short delays a fast site measures). The redirect fails when
+// no request is left open.
 func (h *Hedger) Failed(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction {
 	if f.done {
 		return HedgeAction{}
@@ -229,7 +271,10 @@ func (h *Hedger) Failed(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction 
 		act = f.giveUp()
 	case ReqHedge:
 		if f.open[ReqSibling] {
-			f.hedgeAt = now.Add(h.delay())
+			if f.backoff {
+				f.wait *= 2
+			}
+			f.hedgeAt = now.Add(f.wait)
 		}
 	}
 	if f.open == [NumHedgeReqs]bool{} {
@@ -309,7 +354,55 @@ func (h *Hedger) hedged(p peer.ID) bool {
 	return st.hedged >= slowMinHedges && 2*st.hedged >= st.asked
 }
 
-// delay is how long a sibling request runs alone before it is hedged.
+// Timers returns how long a request to sibling p for a chunk of size
+// bytes (0: the size measured lately), asked now on relay's redirect,
+// runs alone before it is hedged, and before p is given up on. (A hedge
+// the relay declines is made again after twice the last delay, with
+// measured timers: Failed.)
+//
+// From the rates measured: the hedge after Patience of p's expected time
+// for the chunk (its round trip, its time per byte, the requests already
+// outstanding to it, the deviations; the site's figures for a sibling
+// never measured), at most slowCap times the patience of the relay's
+// (maxHedge while the relay's pace is not measured), at least
+// minMeasuredHedge; the give-up after giveUpFactor times the patience of
+// the site's figures without p's (p's own while no other peer is
+// measured), within [minGiveUp, the sibling timeout]; the hedge never
+// after the give-up. With nothing measured, today's constants: the
+// moving-average rule (delay) and the sibling timeout.
+func (h *Hedger) Timers(p, relay peer.ID, size int) HedgeTimers {
+	var own, site, byRelay peerrate.Expectation
+	if h.rates != nil {
+		own, site = h.rates.Expect(p, size)
+		byRelay, _ = h.rates.Expect(relay, size)
+	}
+	if own.From == peerrate.None {
+		return HedgeTimers{Hedge: min(h.delay(), h.timeout), GiveUp: h.timeout}
+	}
+	ref := site // the site's pace, without p's own figures
+	if ref.From == peerrate.None {
+		ref = own // p is the only peer measured
+	}
+	giveUp := min(max(giveUpFactor*Patience(ref), minGiveUp), h.timeout)
+	ceiling := maxHedge
+	if byRelay.From == peerrate.Peer {
+		ceiling = slowCap * Patience(byRelay)
+	}
+	hedge := min(max(min(Patience(own), ceiling), minMeasuredHedge), giveUp)
+	return HedgeTimers{Hedge: hedge, GiveUp: giveUp, Measured: true}
+}
+
+// HedgeTimers are a followed redirect's timers (Hedger.Timers): how long
+// the sibling's request runs alone before it is hedged, and before the
+// sibling is given up on; Measured: from the rates measured, else the
+// prior constants.
+type HedgeTimers struct {
+	Hedge, GiveUp time.Duration
+	Measured      bool
+}
+
+// delay is the prior hedge delay (nothing measured): how long a sibling
+// request runs alone before it is hedged.
 func (h *Hedger) delay() time.Duration {
 	d := initialHedge
 	if h.avg > 0 {
