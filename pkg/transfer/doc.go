@@ -58,7 +58,8 @@
 //   - With SiblingExchange, a relay sends each chunk itself to one child
 //     per site and redirects the others to siblings (Distributor), each
 //     feeding at most Fanout per chunk; a redirected child that does not
-//     get the chunk from the sibling within SiblingTimeout asks the relay
+//     get the chunk from the sibling in time (a few times what the rates
+//     it measured expect, at most SiblingTimeout) asks the relay
 //     directly (GET_DIRECT), as does one whose sibling is merely slow
 //     (a hedged request: the first verified copy wins), and the relay
 //     stops naming a sibling that failed MaxFailures times for a blob.

@@ -113,7 +113,8 @@ type Config struct {
 	// Distribution tunes the relay's redirects (zero: the defaults).
 	Distribution DistributorConfig
 	// SiblingTimeout bounds a request to a sibling that a relay redirected
-	// this node to (default 10s); past it, or on any failure, the chunk is
+	// this node to (default 10s): the give-up derived from the rates
+	// measured is at most this; past it, or on any failure, the chunk is
 	// asked from the relay itself (GET_DIRECT).
 	SiblingTimeout time.Duration
 	// MaxUploadRate bounds the bytes per second this node sends to peers
@@ -154,8 +155,10 @@ func (e *Engine) ChildLeft(p peer.ID) { e.server.ChildLeft(p) }
 type DistributorConfig = exchange.DistributorConfig
 
 // HedgeGrace is how long after a relay first sent a chunk into a site it
-// declines hedges for it: the chunk is then still moving from sibling to
-// sibling (Status.HedgesDeclined).
+// declines hedges for it while it has not measured how fast its children
+// take its replies; with that measured, the grace is the time the chunk
+// takes to reach the asker through the site (docs/protocol.md). The chunk
+// is then still moving from sibling to sibling (Status.HedgesDeclined).
 const HedgeGrace = exchange.HedgeGrace
 
 // Engine moves blob bytes between nodes: it serves the fetch protocol and
@@ -338,7 +341,7 @@ type Status struct {
 	// of the relay too.
 	Hedges uint64
 	// HedgesDeclined counts children's hedges this relay declined because
-	// it had sent the chunk into the site less than HedgeGrace before.
+	// it had sent the chunk into the site less than its hedge grace before.
 	HedgesDeclined uint64
 	// BytesPassedOn counts the chunk bytes this node sent in verified
 	// pieces (fetch 1.3.0) while it was itself still receiving the chunk:

@@ -181,10 +181,44 @@ func TestHeadKilledSiblingsAndFallback(t *testing.T) {
 
 // TestSlowSiblingHedged: a sibling that takes seconds per chunk does not
 // stall the others: their requests to it are doubled by a request to the
-// head (declined for HedgeGrace after the head sent the chunk into the
-// site, then served), and the first copy wins. The sibling timeout is set
-// far above the bound, so only hedges can meet it.
+// head (declined for the hedge grace after the head sent the chunk into
+// the site, then served), and the first copy wins. The sibling timeout is
+// set far above the bound, so only hedges can meet it.
 func TestSlowSiblingHedged(t *testing.T) {
+	took, _, _ := slowSiblingRun(t, false)
+	// Each chunk waits at most HedgeGrace plus two hedge delays (4 s at
+	// most each, with the constants; less with the rates measured); in
+	// series, the slow reads alone would take 3 s a chunk.
+	if limit := transfer.HedgeGrace + 10*time.Second; took > limit {
+		t.Fatalf("a slow sibling stalled the others for %v (limit %v)", took, limit)
+	}
+}
+
+// TestSlowSiblingMeasuredGrace: the same after a first blob read by every
+// worker, and the timers follow the rates measured on both sides: the
+// workers hedge at their measured rates instead of after 2 to 4 s, and
+// the head declines hedges only for as long as a chunk takes to reach the
+// asker at the pace its children take its replies (a hop of milliseconds
+// on loopback) instead of 4 s, so that it serves hedges: with its constant
+// grace it declined every one (the chunks went into the site less than
+// 4 s before), and with the constants on both sides this took 8.1-8.4 s.
+func TestSlowSiblingMeasuredGrace(t *testing.T) {
+	took, hedges, declined := slowSiblingRun(t, true)
+	if limit := 6 * time.Second; took > limit {
+		t.Fatalf("a slow sibling stalled the others for %v (limit %v)", took, limit)
+	}
+	if declined >= hedges {
+		t.Fatalf("the head declined %d of %d hedges: its grace did not follow the pace it measured", declined, hedges)
+	}
+}
+
+// slowSiblingRun has three workers read a blob whose every chunk the head
+// sends them to a sibling for, a sibling that then takes 3 s a read, and
+// returns how long they took, the hedges they made and those the head
+// declined. With warm, every worker and the slow one read another blob
+// first (each measures its peers, the head its children).
+func slowSiblingRun(t *testing.T, warm bool) (took time.Duration, hedges, declined uint64) {
+	t.Helper()
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", nil, siblings)
 	patient := func(c *nodeCfg) {
@@ -198,6 +232,10 @@ func TestSlowSiblingHedged(t *testing.T) {
 		ws = append(ws, newNode(t, head, "siteA", nil, patient))
 	}
 	waitConnected(t, append([]*testNode{head, sw}, ws...)...)
+	if warm {
+		put(t, root, "s/warm", randBlob(32*16<<10, 23), 16<<10)
+		readAllAsync(t, append([]*testNode{sw}, ws...), "s/warm", -1)
+	}
 	data := randBlob(32*16<<10, 15)
 	put(t, root, "s/x", data, 16<<10)
 	readAll(t, sw, "s/x") // the slow worker holds every chunk: the head sends siblings to it
@@ -206,23 +244,20 @@ func TestSlowSiblingHedged(t *testing.T) {
 	slow.mu.Unlock()
 	start := time.Now()
 	got := readAllAsync(t, ws, "s/x", -1)
-	took := time.Since(start)
-	var hedges uint64
+	took = time.Since(start)
 	for i, w := range ws {
 		if !bytes.Equal(got[i], data) {
 			t.Fatalf("worker %d got wrong bytes", i)
 		}
 		hedges += w.eng.Status().Hedges
 	}
-	t.Logf("three workers done in %v with a sibling taking 3s a chunk; %d hedged requests", took, hedges)
+	declined = head.eng.Status().HedgesDeclined
+	t.Logf("three workers done in %v with a sibling taking 3s a chunk; %d hedged requests, %d declined by the head",
+		took, hedges, declined)
 	if hedges == 0 {
 		t.Fatal("no request was hedged: the test proves nothing")
 	}
-	// Each chunk waits at most HedgeGrace plus two hedge delays (4 s at
-	// most each); in series, the slow reads alone would take 3 s a chunk.
-	if limit := transfer.HedgeGrace + 10*time.Second; took > limit {
-		t.Fatalf("a slow sibling stalled the others for %v (limit %v)", took, limit)
-	}
+	return took, hedges, declined
 }
 
 // stuckStore holds its chunks but, once stuck, answers no read until the

@@ -67,6 +67,7 @@ type holderRef struct {
 	peer  peer.ID
 	group string
 	fed   int // siblings sent to it for this chunk
+	depth int // hops from the relay: 1 for a copy it sent, its feeder's + 1
 }
 
 // NewDistributor returns a Distributor; zero fields of cfg take defaults.
@@ -112,14 +113,60 @@ type Ask struct {
 }
 
 // SlowBackoff is how long a sibling reported slow is a redirect target of
-// last resort only.
+// last resort only, while the site's pace is not measured (Pace; with it,
+// SlowBackoffFor).
 const SlowBackoff = 5 * time.Second
+
+// Pace is what a relay measured of how fast chunks move through its site
+// (ServeEvent.Pace): Hop, the time one chunk reply of the blob is expected
+// to take to reach a child at the rates the relay measured of its
+// children's replies, and Dev its mean deviation. The zero Pace: not
+// measured; the constants HedgeGrace and SlowBackoff apply.
+type Pace struct{ Hop, Dev time.Duration }
+
+// Measured reports whether p holds a measure.
+func (p Pace) Measured() bool { return p.Hop > 0 }
+
+// Bounds of the grace derived from a Pace: a chunk is not counted to take
+// less than minGrace to reach a child (timer and scheduling noise), nor
+// more than maxGrace (transfer.DefaultSiblingTimeout: by then a child has
+// given up on its sibling and asked plainly, which no grace declines).
+const (
+	minGrace = 100 * time.Millisecond
+	maxGrace = 10 * time.Second
+)
+
+// HedgeGraceFor is how long hedges for a chunk are declined after the
+// relay first sent it into the site, for a child depth hops from the relay
+// in the chunk's fanout tree: with pace measured, the patience (twice the
+// mean and four deviations, as a hedge's) of depth hops, within [minGrace,
+// maxGrace]; else HedgeGrace. The chunk is still moving from sibling to
+// sibling until then.
+func HedgeGraceFor(pace Pace, depth int) time.Duration {
+	if !pace.Measured() {
+		return HedgeGrace
+	}
+	return min(max(time.Duration(max(depth, 1))*patience(pace.Hop, pace.Dev), minGrace), maxGrace)
+}
+
+// SlowBackoffFor is how long a sibling reported slow is a target of last
+// resort, for a chunk depth hops deep: with pace measured, the grace for
+// that depth and a quarter more (SlowBackoff against HedgeGrace), so that
+// the chunks in flight move through the site before the slow sibling is
+// given new ones; else SlowBackoff.
+func SlowBackoffFor(pace Pace, depth int) time.Duration {
+	if !pace.Measured() {
+		return SlowBackoff
+	}
+	return HedgeGraceFor(pace, depth) * 5 / 4
+}
 
 // Decide answers a child's request a at now: the sibling to redirect the
 // child to, or "" for the relay to send the chunk itself. Either way the
-// child becomes a holder of the chunk. A target that turns out to be gone
-// is reported with Redecide.
-func (d *Distributor) Decide(now time.Time, a Ask) peer.ID {
+// child becomes a holder of the chunk. A sibling a names slow is a target
+// of last resort for SlowBackoffFor(pace, the chunk's depth). A target
+// that turns out to be gone is reported with Redecide.
+func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
 	id, index, child, group, direct, failed := a.Blob, a.Index, a.Child, a.Group, a.Direct, a.Failed
 	b := d.blobs[id]
 	if b == nil {
@@ -137,7 +184,7 @@ func (d *Distributor) Decide(now time.Time, a Ask) peer.ID {
 		c.remove(failed)
 	}
 	if a.Slow != "" {
-		b.slow[a.Slow] = now.Add(SlowBackoff)
+		b.slow[a.Slow] = now.Add(SlowBackoffFor(pace, c.depth()))
 	}
 	if i := c.find(child); i >= 0 {
 		// A holder asks again: it lost the chunk (or never got it). It
@@ -145,7 +192,7 @@ func (d *Distributor) Decide(now time.Time, a Ask) peer.ID {
 		c.remove(child)
 		direct = true
 	}
-	target := peer.ID("")
+	target, depth := peer.ID(""), 1
 	if !direct && c.direct >= d.cfg.Direct {
 		// Among the holders with room for this chunk, one not reported
 		// slow, else a slow one (the relay serving the child itself
@@ -168,13 +215,13 @@ func (d *Distributor) Decide(now time.Time, a Ask) peer.ID {
 			h := &c.holders[best]
 			h.fed++
 			b.fed[h.peer]++
-			target = h.peer
+			target, depth = h.peer, h.depth+1
 		}
 	}
 	if target == "" {
 		c.direct++
 	}
-	c.holders = append(c.holders, holderRef{peer: child, group: group})
+	c.holders = append(c.holders, holderRef{peer: child, group: group, depth: depth})
 	if len(c.holders) > maxHolders {
 		// Forget a holder that has no room left (the oldest, else the
 		// first): the state of a chunk stays bounded however many ask.
@@ -203,7 +250,7 @@ func (d *Distributor) Redecide(now time.Time, a Ask, gone peer.ID) peer.ID {
 		}
 	}
 	a.Failed, a.Slow = "", ""
-	return d.Decide(now, a)
+	return d.Decide(now, a, Pace{})
 }
 
 // maxHolders bounds the holders a Distributor remembers per chunk.
@@ -218,27 +265,42 @@ func (c *chunkDist) find(p peer.ID) int {
 	return -1
 }
 
+// depth is the depth of the chunk's fanout tree: the most hops from the
+// relay of any holder (1 with none).
+func (c *chunkDist) depth() int {
+	n := 1
+	for _, h := range c.holders {
+		n = max(n, h.depth)
+	}
+	return n
+}
+
 func (c *chunkDist) remove(p peer.ID) {
 	if i := c.find(p); i >= 0 {
 		c.holders = append(c.holders[:i], c.holders[i+1:]...)
 	}
 }
 
-// NoteSlow records that a child found sibling p slow for blob id (it
-// hedged): for SlowBackoff, p is a redirect target only when every other
-// holder with room is slow too.
-func (d *Distributor) NoteSlow(now time.Time, id cid.Cid, p peer.ID) {
+// NoteSlow records that a child found sibling p slow for chunk index of
+// blob id (it hedged): for SlowBackoffFor(pace, the chunk's depth), p is a
+// redirect target only when every other holder with room is slow too.
+func (d *Distributor) NoteSlow(now time.Time, id cid.Cid, index uint32, p peer.ID, pace Pace) {
 	if b := d.blobs[id]; b != nil {
-		b.slow[p] = now.Add(SlowBackoff)
+		depth := 1
+		if c := b.chunks[index]; c != nil {
+			depth = c.depth()
+		}
+		b.slow[p] = now.Add(SlowBackoffFor(pace, depth))
 	}
 }
 
 // HedgeGrace is how long after a relay first sent a chunk into a site it
-// declines hedges for it (GET_DIRECT if-present): the chunk is then still
-// moving from sibling to sibling, and the child's sibling has it or gets it
-// soon. A copy from the relay would only load the port the exchange
-// spares; when every child's sibling is behind, such copies are most of
-// what the port carries. A child whose sibling is stuck hedges again later.
+// declines hedges for it (GET_DIRECT if-present) while the site's pace is
+// not measured (with it, HedgeGraceFor): the chunk is then still moving
+// from sibling to sibling, and the child's sibling has it or gets it soon.
+// A copy from the relay would only load the port the exchange spares; when
+// every child's sibling is behind, such copies are most of what the port
+// carries. A child whose sibling is stuck hedges again later.
 const HedgeGrace = 4 * time.Second
 
 // NoteSent records that the relay has chunk index of blob id to send to a
@@ -251,10 +313,13 @@ func (d *Distributor) NoteSent(now time.Time, id cid.Cid, index uint32) {
 	}
 }
 
-// HedgeWait reports how much longer a hedge for chunk index of blob id is
-// declined (0: serve it if the chunk is here). Chunks the relay never sent
-// into the site (held from before, or not here yet) are not declined.
-func (d *Distributor) HedgeWait(now time.Time, id cid.Cid, index uint32) time.Duration {
+// HedgeWait reports how much longer asker's hedge for chunk index of blob
+// id is declined (0: serve it if the chunk is here): until
+// HedgeGraceFor(pace, the asker's depth in the chunk's fanout tree, or the
+// tree's depth for an asker that holds no place in it) after the relay
+// first sent the chunk into the site. Chunks the relay never sent into the
+// site (held from before, or not here yet) are not declined.
+func (d *Distributor) HedgeWait(now time.Time, id cid.Cid, index uint32, asker peer.ID, pace Pace) time.Duration {
 	b := d.blobs[id]
 	if b == nil {
 		return 0
@@ -263,7 +328,11 @@ func (d *Distributor) HedgeWait(now time.Time, id cid.Cid, index uint32) time.Du
 	if c == nil || c.sent.IsZero() {
 		return 0
 	}
-	return max(c.sent.Add(HedgeGrace).Sub(now), 0)
+	depth := c.depth()
+	if i := c.find(asker); i >= 0 {
+		depth = c.holders[i].depth
+	}
+	return max(c.sent.Add(HedgeGraceFor(pace, depth)).Sub(now), 0)
 }
 
 // DropPeer forgets p as a holder of anything (it left: its tree session

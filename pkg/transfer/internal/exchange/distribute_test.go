@@ -25,7 +25,7 @@ func TestDistributorSpreadsLoad(t *testing.T) {
 		perChunk := map[peer.ID]int{}
 		direct := 0
 		for i := 1; i <= workers; i++ { // always in the same order: w1 first
-			to := d.Decide(now, Ask{Blob: id, Index: c, Child: w(i), Group: "siteA"})
+			to := d.Decide(now, Ask{Blob: id, Index: c, Child: w(i), Group: "siteA"}, Pace{})
 			if to == "" {
 				direct++
 				continue
@@ -54,7 +54,7 @@ func TestDistributorSpreadsLoad(t *testing.T) {
 		}
 	}
 	// Another blob starts over: its first asker gets it from the relay.
-	if got := d.Decide(now, Ask{Blob: sampleID2(), Index: 0, Child: w(5), Group: "siteA"}); got != "" {
+	if got := d.Decide(now, Ask{Blob: sampleID2(), Index: 0, Child: w(5), Group: "siteA"}, Pace{}); got != "" {
 		t.Fatalf("first asker of another blob redirected to %q", got)
 	}
 }
@@ -74,14 +74,14 @@ func TestDistributorGroupsAndDirect(t *testing.T) {
 	d := NewDistributor(DistributorConfig{})
 	id := sampleID().ID
 	now := time.Unix(1000, 0)
-	d.Decide(now, Ask{Blob: id, Index: 0, Child: "a1", Group: "A"})
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "b1", Group: "B"}); got != "" {
+	d.Decide(now, Ask{Blob: id, Index: 0, Child: "a1", Group: "A"}, Pace{})
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "b1", Group: "B"}, Pace{}); got != "" {
 		t.Fatalf("child of site B sent to %q of site A", got)
 	}
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "a2", Group: "A", Direct: true}); got != "" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "a2", Group: "A", Direct: true}, Pace{}); got != "" {
 		t.Fatalf("a direct request was redirected to %q", got)
 	}
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "a3", Group: "A"}); got != "a1" && got != "a2" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "a3", Group: "A"}, Pace{}); got != "a1" && got != "a2" {
 		t.Fatalf("a3 sent to %q, want a1 or a2", got)
 	}
 }
@@ -90,36 +90,36 @@ func TestDistributorFailuresAndLeavers(t *testing.T) {
 	d := NewDistributor(DistributorConfig{Fanout: 4})
 	id := sampleID().ID
 	now := time.Unix(1000, 0)
-	d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "S"})
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S"}); got != "w1" {
+	d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "S"}, Pace{})
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S"}, Pace{}); got != "w1" {
 		t.Fatalf("w2 sent to %q", got)
 	}
 	// w2 could not get chunk 0 from w1: direct, and w1 is no holder of it.
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S", Direct: true, Failed: "w1"}); got != "" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S", Direct: true, Failed: "w1"}, Pace{}); got != "" {
 		t.Fatalf("retry redirected to %q", got)
 	}
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w3", Group: "S"}); got != "w2" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w3", Group: "S"}, Pace{}); got != "w2" {
 		t.Fatalf("w3 sent to %q, want w2 (w1 failed)", got)
 	}
 	// A second failure of w1 (chunk 1): w1 is no target for this blob.
-	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w1", Group: "S"})
-	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w4", Group: "S", Direct: true, Failed: "w1"})
-	d.Decide(now, Ask{Blob: id, Index: 2, Child: "w1", Group: "S"})
-	if got := d.Decide(now, Ask{Blob: id, Index: 2, Child: "w5", Group: "S"}); got != "" {
+	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w1", Group: "S"}, Pace{})
+	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w4", Group: "S", Direct: true, Failed: "w1"}, Pace{})
+	d.Decide(now, Ask{Blob: id, Index: 2, Child: "w1", Group: "S"}, Pace{})
+	if got := d.Decide(now, Ask{Blob: id, Index: 2, Child: "w5", Group: "S"}, Pace{}); got != "" {
 		t.Fatalf("w5 sent to %q, a holder with 2 failures", got)
 	}
 	// A holder that asks again lost the chunk: served directly, no holder.
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w3", Group: "S"}); got != "" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w3", Group: "S"}, Pace{}); got != "" {
 		t.Fatalf("a holder asking again redirected to %q", got)
 	}
 	// A child that left is no target.
 	d.DropPeer("w2")
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w6", Group: "S"}); got != "w3" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w6", Group: "S"}, Pace{}); got != "w3" {
 		t.Fatalf("w6 sent to %q, want w3 (w2 left)", got)
 	}
 	// Idle blobs are forgotten.
 	d.Sweep(now.Add(time.Hour))
-	if got := d.Decide(now.Add(time.Hour), Ask{Blob: id, Index: 0, Child: "w7", Group: "S"}); got != "" {
+	if got := d.Decide(now.Add(time.Hour), Ask{Blob: id, Index: 0, Child: "w7", Group: "S"}, Pace{}); got != "" {
 		t.Fatalf("after the sweep, w7 sent to %q", got)
 	}
 }
@@ -134,7 +134,7 @@ func TestDistributorBounded(t *testing.T) {
 	direct := 0
 	for i := range 500 {
 		w := peer.ID(fmt.Sprintf("w%03d", i))
-		to := d.Decide(now, Ask{Blob: id, Index: 0, Child: w, Group: "S"})
+		to := d.Decide(now, Ask{Blob: id, Index: 0, Child: w, Group: "S"}, Pace{})
 		switch {
 		case to == "":
 			direct++
@@ -155,22 +155,22 @@ func TestDistributorSlowSibling(t *testing.T) {
 	d := NewDistributor(DistributorConfig{Fanout: 8})
 	id := sampleID().ID
 	now := time.Unix(1000, 0)
-	d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "S"})
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S"}); got != "w1" {
+	d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "S"}, Pace{})
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S"}, Pace{}); got != "w1" {
 		t.Fatalf("w2 sent to %q", got)
 	}
 	// w2 hedged: w1 was slow.
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S", Direct: true, Slow: "w1"}); got != "" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S", Direct: true, Slow: "w1"}, Pace{}); got != "" {
 		t.Fatalf("a hedge was redirected to %q", got)
 	}
 	for _, w := range []peer.ID{"w3", "w4"} {
-		if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: w, Group: "S"}); got == "w1" {
+		if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: w, Group: "S"}, Pace{}); got == "w1" {
 			t.Fatalf("%s sent to the slow w1", w)
 		}
 	}
 	later := now.Add(SlowBackoff + time.Second)
-	d.Decide(later, Ask{Blob: id, Index: 1, Child: "w1", Group: "S"})
-	if got := d.Decide(later, Ask{Blob: id, Index: 1, Child: "w5", Group: "S"}); got != "w1" {
+	d.Decide(later, Ask{Blob: id, Index: 1, Child: "w1", Group: "S"}, Pace{})
+	if got := d.Decide(later, Ask{Blob: id, Index: 1, Child: "w5", Group: "S"}, Pace{}); got != "w1" {
 		t.Fatalf("after the backoff, w5 sent to %q, want w1 again", got)
 	}
 	if d.blobs[id].failures["w1"] != 0 {
@@ -184,27 +184,27 @@ func TestDistributorHedgeGrace(t *testing.T) {
 	d := NewDistributor(DistributorConfig{})
 	id := sampleID().ID
 	now := time.Unix(1000, 0)
-	if w := d.HedgeWait(now, id, 0); w != 0 {
+	if w := d.HedgeWait(now, id, 0, "", Pace{}); w != 0 {
 		t.Fatalf("unknown blob: wait %v, want 0", w)
 	}
-	d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "siteA"})
-	if w := d.HedgeWait(now, id, 0); w != 0 {
+	d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "siteA"}, Pace{})
+	if w := d.HedgeWait(now, id, 0, "", Pace{}); w != 0 {
 		t.Fatalf("chunk not sent yet: wait %v, want 0", w)
 	}
 	sent := now.Add(3 * time.Second) // the relay's own fetch took 3 s
 	d.NoteSent(sent, id, 0)
 	d.NoteSent(sent.Add(time.Second), id, 0) // a later send does not move it
-	if w := d.HedgeWait(sent.Add(500*time.Millisecond), id, 0); w != HedgeGrace-500*time.Millisecond {
+	if w := d.HedgeWait(sent.Add(500*time.Millisecond), id, 0, "", Pace{}); w != HedgeGrace-500*time.Millisecond {
 		t.Fatalf("0.5 s after the send: wait %v, want %v", w, HedgeGrace-500*time.Millisecond)
 	}
-	if w := d.HedgeWait(sent.Add(HedgeGrace), id, 0); w != 0 {
+	if w := d.HedgeWait(sent.Add(HedgeGrace), id, 0, "", Pace{}); w != 0 {
 		t.Fatalf("HedgeGrace after the send: wait %v, want 0", w)
 	}
-	if w := d.HedgeWait(sent, id, 1); w != 0 {
+	if w := d.HedgeWait(sent, id, 1, "", Pace{}); w != 0 {
 		t.Fatalf("another chunk: wait %v, want 0", w)
 	}
 	d.NoteSent(sent, id, 7) // no state for chunk 7: nothing recorded
-	if w := d.HedgeWait(sent, id, 7); w != 0 {
+	if w := d.HedgeWait(sent, id, 7, "", Pace{}); w != 0 {
 		t.Fatalf("chunk 7 (never asked): wait %v, want 0", w)
 	}
 }
@@ -218,21 +218,21 @@ func TestDistributorOnlySlowHolders(t *testing.T) {
 	d := NewDistributor(DistributorConfig{})
 	id := sampleID().ID
 	now := time.Unix(1000, 0)
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "S"}); got != "" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w1", Group: "S"}, Pace{}); got != "" {
 		t.Fatalf("first asker sent to %q", got)
 	}
-	d.NoteSlow(now, id, "w1")
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S"}); got != "w1" {
+	d.NoteSlow(now, id, 0, "w1", Pace{})
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w2", Group: "S"}, Pace{}); got != "w1" {
 		t.Fatalf("w2 sent to %q; want the slow w1, the only holder, rather than the relay", got)
 	}
 	// A holder that is not slow is preferred, whatever it has fed.
-	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w3", Group: "S"}); got != "w2" && got != "w1" {
+	if got := d.Decide(now, Ask{Blob: id, Index: 0, Child: "w3", Group: "S"}, Pace{}); got != "w2" && got != "w1" {
 		t.Fatalf("w3 sent to %q", got)
 	}
-	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w2", Group: "S"}) // w2 feeds nobody of chunk 1
-	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w1", Group: "S"})
-	d.NoteSlow(now, id, "w2")
-	if got := d.Decide(now, Ask{Blob: id, Index: 1, Child: "w4", Group: "S"}); got != "w1" {
+	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w2", Group: "S"}, Pace{}) // w2 feeds nobody of chunk 1
+	d.Decide(now, Ask{Blob: id, Index: 1, Child: "w1", Group: "S"}, Pace{})
+	d.NoteSlow(now, id, 1, "w2", Pace{})
+	if got := d.Decide(now, Ask{Blob: id, Index: 1, Child: "w4", Group: "S"}, Pace{}); got != "w1" {
 		t.Fatalf("w4 sent to %q; want w1, the holder that is not slow", got)
 	}
 }

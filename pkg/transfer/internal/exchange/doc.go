@@ -9,7 +9,9 @@
 //     each chunk crosses the relay's port about once per site.
 //   - ServeState (servestate.go): all of the server's decisions, over the
 //     Distributor: serve or refuse a fetch stream (MaxUploadStreams), serve
-//     a chunk, redirect its asker, or decline a hedge (HedgeGrace); who left.
+//     a chunk, redirect its asker, or decline a hedge (for the hedge grace,
+//     HedgeGraceFor: from the site's pace as the server measured it, the
+//     constant HedgeGrace before); who left.
 //   - Hedger (hedge.go): what a node does while it follows a redirect to a
 //     sibling: when to hedge (ask the relay too), when to give up on the
 //     sibling (or not ask one that left its last requests unanswered),
@@ -22,7 +24,9 @@
 // (ServePeerLeft, ServeTargetGone) for what it held before it left; a
 // holder feeds at most Fanout siblings per chunk; a holder reported failed
 // MaxFailures times for a blob is no target for it; one reported slow is
-// a target of last resort for SlowBackoff; the holders remembered per
+// a target of last resort for the slow backoff (SlowBackoffFor); a
+// holder's depth is its feeder's plus one (the relay's copies: 1), and
+// hedges are declined no longer than maxGrace; the holders remembered per
 // chunk are bounded (maxHolders), and a blob's state is forgotten once it
 // was not asked for during Idle. A followed redirect
 // keeps at most one request of each kind open, asks the relay plainly at

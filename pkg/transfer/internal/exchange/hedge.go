@@ -59,7 +59,9 @@ const (
 // (srtt + 4 rttvar); the factor 2 on the mean covers what one node's
 // measurements do not see, such as other askers' replies queued at the
 // same peer.
-func Patience(e peerrate.Expectation) time.Duration { return 2*e.Time + 4*e.Dev }
+func Patience(e peerrate.Expectation) time.Duration { return patience(e.Time, e.Dev) }
+
+func patience(mean, dev time.Duration) time.Duration { return 2*mean + 4*dev }
 
 // Naming a slow sibling: at least slowMinHedges hedges, on at least half
 // of the requests to it; the counts are halved at statWindow requests, and

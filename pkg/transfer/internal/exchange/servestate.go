@@ -25,8 +25,8 @@ import (
 type ServeConfig struct {
 	// SiblingExchange: a connected child's chunk requests are answered by
 	// the Distributor (served here or redirected to a sibling of its
-	// group), and hedges are declined for HedgeGrace after the chunk was
-	// sent into the site (Config.SiblingExchange).
+	// group), and hedges are declined for a grace after the chunk was
+	// sent into the site (HedgeGraceFor; Config.SiblingExchange).
 	SiblingExchange bool
 	// Distribution tunes the Distributor (zero: the defaults).
 	Distribution DistributorConfig
@@ -50,7 +50,7 @@ const (
 	// (to Target) or ActDecline (a hedge, for Wait more). Asks also tick.
 	ServeAsk
 	// ServeSent: chunk Ask.Index of Ask.Blob is on its way from here to
-	// its asker (the first time counts for HedgeGrace). ActNone.
+	// its asker (the first time counts for the hedge grace). ActNone.
 	ServeSent
 	// ServeTargetGone: the Target of the redirect decided for Ask (Peer)
 	// is no connected child any more: it is forgotten as ServePeerLeft
@@ -77,6 +77,12 @@ type ServeEvent struct {
 	// Ask is the request (ServeAsk, ServeTargetGone), or the chunk sent
 	// (ServeSent: Blob and Index).
 	Ask Ask
+	// Pace is what the server measured of how fast chunks of Ask.Blob
+	// move through its site (ServeAsk of a hedge, or of an ask that names
+	// a sibling slow): the hedge grace and the slow backoff derive from it
+	// (HedgeGraceFor, SlowBackoffFor). Zero: not measured; the constants
+	// HedgeGrace and SlowBackoff apply.
+	Pace Pace
 }
 
 // ServeAction is what the server does.
@@ -92,7 +98,7 @@ const (
 	// ActRedirect: answer with a REDIRECT to the sibling Target.
 	ActRedirect
 	// ActDecline: answer the hedge NOT_FOUND: the chunk was sent into the
-	// site less than HedgeGrace ago (Wait more to go).
+	// site less than its grace ago (HedgeGraceFor; Wait more to go).
 	ActDecline
 	// ActRefuse: refuse (reset) the stream: MaxUploadStreams are served.
 	ActRefuse
@@ -159,7 +165,7 @@ func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 			s.other--
 		}
 	case ServeAsk:
-		return s.ask(now, ev.Ask)
+		return s.ask(now, ev.Ask, ev.Pace)
 	case ServeSent:
 		if s.dist != nil {
 			s.dist.NoteSent(now, ev.Ask.Blob, ev.Ask.Index)
@@ -179,8 +185,8 @@ func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 	return ServeDecision{}
 }
 
-// ask decides a chunk request a.
-func (s *ServeState) ask(now time.Time, a Ask) ServeDecision {
+// ask decides a chunk request a, with the site's pace as measured.
+func (s *ServeState) ask(now time.Time, a Ask, pace Pace) ServeDecision {
 	if s.dist == nil {
 		return ServeDecision{Action: ActServe}
 	}
@@ -191,11 +197,11 @@ func (s *ServeState) ask(now time.Time, a Ask) ServeDecision {
 		// under load most siblings get named, and the relay's port again
 		// carries most copies (docs/protocol.md). Otherwise the chunk
 		// comes from here if it is here, or not at all; no holder changes.
-		if wait := s.dist.HedgeWait(now, a.Blob, a.Index); wait > 0 {
+		if wait := s.dist.HedgeWait(now, a.Blob, a.Index, a.Child, pace); wait > 0 {
 			return ServeDecision{Action: ActDecline, Wait: wait}
 		}
 		if a.Grouped && a.Slow != "" {
-			s.dist.NoteSlow(now, a.Blob, a.Slow)
+			s.dist.NoteSlow(now, a.Blob, a.Index, a.Slow, pace)
 		}
 		return ServeDecision{Action: ActServe}
 	}
@@ -203,7 +209,7 @@ func (s *ServeState) ask(now time.Time, a Ask) ServeDecision {
 		return ServeDecision{Action: ActServe}
 	}
 	s.tick(now)
-	return redirectOrServe(s.dist.Decide(now, a))
+	return redirectOrServe(s.dist.Decide(now, a, pace))
 }
 
 func redirectOrServe(t peer.ID) ServeDecision {

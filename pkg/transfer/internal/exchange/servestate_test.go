@@ -29,14 +29,17 @@ import (
 //	open P rel=R                      P (parent, child, sibling, other) opens a fetch stream
 //	close P rel=R                     a stream of P that was served ends
 //	ask P blob=B chunk=I [group=G] [direct] [hedge] [failed=Q] [slow=Q] [at=D]
-//	                                  P asks for a chunk; group=G: P is a
-//	                                  connected child of site G (else a stranger)
+//	    [hop=D [hopdev=D]]            P asks for a chunk; group=G: P is a
+//	                                  connected child of site G (else a
+//	                                  stranger); hop: the site's pace as the
+//	                                  server measured it (ServeEvent.Pace)
 //	gone Q P blob=B chunk=I group=G [direct] [at=D]
 //	                                  Q, the target decided for P's ask, is gone
 //	sent blob=B chunk=I [at=D]        the chunk is on its way from here
 //	left P                            P's tree session ended
 //	tick [at=D]                       time passed
 //	holders blob=B chunk=I            what the distribution knows of a chunk
+//	depths blob=B chunk=I             each holder's hops from the relay
 //
 // A decision prints as "serve", "redirect Q", "decline D" (hedges declined
 // for D more), "refuse", or "ok" for events that ask nothing.
@@ -126,13 +129,17 @@ func runServeScript(t *testing.T, path string) {
 			got = formatHolders(s, now, epoch, blobOf(a.kv["blob"]), uint32(a.int(t, where, "chunk", 0)))
 			pending = true
 			continue
+		case "depths":
+			got = formatDepths(s, blobOf(a.kv["blob"]), uint32(a.int(t, where, "chunk", 0)))
+			pending = true
+			continue
 		case "open", "close":
 			ev = ServeEvent{Kind: ServeStreamOpened, Peer: a.peer(t, where, 0), Rel: a.rel(t, where)}
 			if cmd == "close" {
 				ev.Kind = ServeStreamClosed
 			}
 		case "ask":
-			ev = ServeEvent{Kind: ServeAsk, Ask: ask()}
+			ev = ServeEvent{Kind: ServeAsk, Ask: ask(), Pace: Pace{Hop: a.dur(t, where, "hop"), Dev: a.dur(t, where, "hopdev")}}
 		case "gone":
 			gone := a.peer(t, where, 0)
 			a.pos = a.pos[1:]
@@ -182,6 +189,19 @@ func formatHolders(s *ServeState, now, epoch time.Time, id cid.Cid, index uint32
 		}
 	}
 	return sb.String()
+}
+
+// formatDepths shows each holder of chunk index of id with its hops from
+// the relay in the chunk's fanout tree.
+func formatDepths(s *ServeState, id cid.Cid, index uint32) string {
+	if s.dist == nil || s.dist.blobs[id] == nil || s.dist.blobs[id].chunks[index] == nil {
+		return "unknown"
+	}
+	var parts []string
+	for _, h := range s.dist.blobs[id].chunks[index].holders {
+		parts = append(parts, fmt.Sprintf("%s %d", string(h.peer), h.depth))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // serveArgs are a command's arguments: k=v pairs, flags (a bare word the

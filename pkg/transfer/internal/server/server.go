@@ -41,6 +41,7 @@ import (
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/peerrate"
 	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
 	"github.com/omst-project/omst/pkg/transfer/internal/stats"
@@ -131,11 +132,14 @@ type Server struct {
 	budgets  map[peer.ID]*peerBudget // reply bytes each peer's fetch streams may hold
 
 	outboards *outboardCache // of chunks recently sent in pieces
+
+	drainMu sync.Mutex
+	drains  *peerrate.Table // how fast each child takes this node's chunk replies: the site's pace
 }
 
 // New returns a Server for cfg.
 func New(cfg Config) *Server {
-	srv := &Server{cfg: cfg, budgets: map[peer.ID]*peerBudget{}, outboards: newOutboardCache(outboardCacheEntries),
+	srv := &Server{cfg: cfg, budgets: map[peer.ID]*peerBudget{}, outboards: newOutboardCache(outboardCacheEntries), drains: peerrate.New(),
 		state: exchange.NewServeState(exchange.ServeConfig{SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams})}
 	if cfg.SiblingExchange {
 		srv.grouper = cfg.Grouper
@@ -284,7 +288,7 @@ func (srv *Server) HandleStream(s network.Stream) {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		srv.writeReplies(ctx, cancel, s, ready, room, budget)
+		srv.writeReplies(ctx, cancel, s, p, ready, room, budget)
 	}()
 	var serving sync.WaitGroup
 	br := bufio.NewReaderSize(s, 16<<10)
@@ -356,11 +360,12 @@ func askerKind(rel source.Kind, q fetchwire.Request) source.Kind {
 // writeReplies writes the replies of one stream as they become ready,
 // freeing a request token (room) and the reply's share of its peer's
 // budget for each.
-func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, ready chan *fetchSlot, room chan struct{}, budget *peerBudget) {
+func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, p peer.ID, ready chan *fetchSlot, room chan struct{}, budget *peerBudget) {
 	bw := bufio.NewWriterSize(s, 64<<10)
 	var hdr []byte
 	failed := false
 	for sl := range ready {
+		drain := srv.drainStart(p, sl)
 		data := sl.status == fetchwire.StatusOK || sl.status == fetchwire.StatusPiece
 		// Under an upload limit a PIECE goes out in parts of at most the
 		// limiter's burst, each once the limit allows it, so that the
@@ -397,6 +402,7 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 				}
 			}
 		}
+		srv.drainEnd(drain, len(sl.body), !failed && ctx.Err() == nil)
 		if sl.notFinal {
 			continue
 		}
@@ -501,11 +507,15 @@ func (srv *Server) reply(sl *fetchSlot, data []byte, err error) {
 // here; sl is then the reply's final frame.
 func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Request, sl *fetchSlot, pc *pieceSender) {
 	a := srv.askOf(p, q)
-	d := srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a})
+	ev := exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a}
+	if a.Hedge || a.Slow != "" {
+		ev.Pace = srv.pace(q)
+	}
+	d := srv.serveStep(ev)
 	if d.Action == exchange.ActDecline {
 		srv.cfg.Stats.HedgesDeclined.Add(1)
-		srv.reply(sl, nil, fmt.Errorf("chunk %d of %s: sent into the site %v ago, the sibling has it or gets it soon: %w",
-			q.Index, q.ID, (exchange.HedgeGrace-d.Wait).Round(time.Millisecond), blob.ErrNotFound))
+		srv.reply(sl, nil, fmt.Errorf("chunk %d of %s: sent into the site, the sibling has it or gets it soon (hedges declined for %v more): %w",
+			q.Index, q.ID, d.Wait.Round(time.Millisecond), blob.ErrNotFound))
 		return
 	}
 	rd, redirected := srv.redirectTo(a, d)
