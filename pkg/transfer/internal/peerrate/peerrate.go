@@ -103,6 +103,9 @@ type Pending struct {
 	ok    bool
 }
 
+// Started reports whether r is a request Sent (not the zero Pending).
+func (r Pending) Started() bool { return r.ok }
+
 // est is one peer's figures, or the site's.
 type est struct {
 	srtt, rttvar time.Duration

@@ -145,6 +145,9 @@ func TestLostAndBadInput(t *testing.T) {
 	if f := tb.Peer("p"); f.Outstanding != 0 || f.Rate != 0 {
 		t.Fatalf("after a lost request: %+v", f)
 	}
+	if (Pending{}).Started() || !r.Started() {
+		t.Fatal("Started: wrong for the zero Pending or a request sent")
+	}
 	tb.Lost(Pending{})             // the zero Pending ends nothing
 	tb.Replied(t0, Pending{}, mib) // nor this
 	r = tb.Sent(t0, "p")

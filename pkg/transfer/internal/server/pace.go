@@ -37,6 +37,9 @@ func (srv *Server) drainStart(p peer.ID, sl *fetchSlot) peerrate.Pending {
 // drainEnd ends the timing of a reply of n bytes: written whole (ok) or
 // not.
 func (srv *Server) drainEnd(r peerrate.Pending, n int, ok bool) {
+	if !r.Started() {
+		return
+	}
 	now := time.Now()
 	srv.drainMu.Lock()
 	defer srv.drainMu.Unlock()
