@@ -202,8 +202,10 @@ func TestSlowSiblingHedged(t *testing.T) {
 // on loopback) instead of 4 s, so that it serves hedges: with its constant
 // grace it declined every one (the chunks went into the site less than
 // 4 s before), and with the constants on both sides this took 8.1-8.4 s.
+// The head speaks fetch 1.2.0: over 1.3.0 it times no chunk reply (pieces
+// leave at their source's pace) and keeps the constant grace.
 func TestSlowSiblingMeasuredGrace(t *testing.T) {
-	took, hedges, declined := slowSiblingRun(t, true)
+	took, hedges, declined := slowSiblingRun(t, true, func(head *testNode) { head.speaks120() })
 	if limit := 6 * time.Second; took > limit {
 		t.Fatalf("a slow sibling stalled the others for %v (limit %v)", took, limit)
 	}
@@ -217,10 +219,13 @@ func TestSlowSiblingMeasuredGrace(t *testing.T) {
 // returns how long they took, the hedges they made and those the head
 // declined. With warm, every worker and the slow one read another blob
 // first (each measures its peers, the head its children).
-func slowSiblingRun(t *testing.T, warm bool) (took time.Duration, hedges, declined uint64) {
+func slowSiblingRun(t *testing.T, warm bool, adjust ...func(head *testNode)) (took time.Duration, hedges, declined uint64) {
 	t.Helper()
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", nil, siblings)
+	for _, f := range adjust {
+		f(head)
+	}
 	patient := func(c *nodeCfg) {
 		c.Engine.SiblingExchange = true
 		c.Engine.SiblingTimeout = time.Minute
