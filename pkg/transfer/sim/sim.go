@@ -186,6 +186,8 @@ type Result struct {
 	// many).
 	First, Median, Last float64
 	Unfinished          int
+	// SiteLast is each site's last worker's time (MaxTime if unfinished).
+	SiteLast []float64
 	// HeadCopies: what a head sent its workers, the mean over sites and
 	// the most of any; SiteIn: what crossed a site's WAN link (mean);
 	// SiblingCopies: what a site's workers sent each other (mean).
@@ -195,6 +197,14 @@ type Result struct {
 	// there yet; sibling requests given up at SiblingTimeout; plain
 	// GET_DIRECTs after a sibling failed.
 	Redirects, Hedges, HedgesDeclined, HedgesServed, HedgesNotHere, SiblingTimeouts, Directs int64
+	// FirstHedgeServed is when a head first served a hedge (the first
+	// copy beyond one into a site; 0: none did).
+	FirstHedgeServed float64
+	// MaxDepth and MeanDepth: how many hops from its head a worker's copy
+	// of a chunk was to come through, as the head's redirects made it (1:
+	// from the head), the most and the mean over all asks.
+	MaxDepth  int
+	MeanDepth float64
 	// Events is the events the simulation processed; Truncated the
 	// relaxations of the link model cut short (links.go).
 	Events, Truncated int64
@@ -228,9 +238,15 @@ func Run(cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Config: cfg, Limit: cfg.Limit()}
+	var sumDepth, nDepth int64
 	var done []float64
 	size := float64(cfg.BlobSize)
 	for _, sr := range out {
+		last := cfg.MaxTime.Seconds()
+		if len(sr.workerDone) == cfg.Workers {
+			last = slices.Max(sr.workerDone)
+		}
+		res.SiteLast = append(res.SiteLast, last)
 		done = append(done, sr.workerDone...)
 		for range cfg.Workers - len(sr.workerDone) {
 			done = append(done, cfg.MaxTime.Seconds())
@@ -245,11 +261,20 @@ func Run(cfg Config) (Result, error) {
 		res.Hedges += sr.hedges
 		res.HedgesDeclined += sr.hedgesDeclined
 		res.HedgesServed += sr.hedgesServed
+		if sr.hedgesServed > 0 && (res.FirstHedgeServed == 0 || sr.firstServed < res.FirstHedgeServed) {
+			res.FirstHedgeServed = sr.firstServed
+		}
 		res.HedgesNotHere += sr.hedgesNotHere
 		res.SiblingTimeouts += sr.timeouts
 		res.Directs += sr.directs
 		res.Events += sr.events
 		res.Truncated += sr.truncated
+		res.MaxDepth = max(res.MaxDepth, int(sr.maxDepth))
+		sumDepth += sr.sumDepth
+		nDepth += sr.nDepth
+	}
+	if nDepth > 0 {
+		res.MeanDepth = float64(sumDepth) / float64(nDepth)
 	}
 	slices.Sort(done)
 	res.First, res.Last = done[0], done[len(done)-1]

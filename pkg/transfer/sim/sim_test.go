@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestDeterministic(t *testing.T) {
 	c := Config{Sites: 2, Workers: 8, BlobSize: 8 << 20, ChunkSize: 1 << 20, PieceSize: 64 << 10, WANRate: 100e6, LANRate: 200e6,
 		WANLatency: 20 * time.Millisecond, LANLatency: 100 * time.Microsecond, StartJitter: 2 * time.Millisecond, MessageJitter: 200 * time.Microsecond, Seed: 7}
 	a, b := run(t, c), run(t, c)
-	if a != b {
+	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("same seed, different results:\n%+v\n%+v", a, b)
 	}
 }

@@ -82,6 +82,11 @@ type siteResult struct {
 	hedgesDeclined, hedgesServed int64
 	hedgesNotHere, timeouts      int64
 	directs, events, truncated   int64
+	// depth: hops from the head of each worker's copy of each chunk as
+	// the head decided it (1: the head's own copy; a redirect: the
+	// target's + 1); the most, and the sum over the decisions.
+	maxDepth, sumDepth, nDepth int64
+	firstServed                float64 // when the head first served a hedge
 }
 
 // node is a simulated daemon.
@@ -99,6 +104,8 @@ type node struct {
 	calls  []*call         // the fetch in flight per chunk, as coalesce.Chunks holds them
 	served map[*node]*conn // the connections it serves, by client
 	parent *node
+
+	depth []uint16 // per chunk, as the head's decisions made it (see siteResult)
 
 	// a worker's get
 	sch    *schedule.Schedule
@@ -194,10 +201,18 @@ type call struct {
 	n      *node
 	chunk  int
 	own    bool     // the node's get waits on it
-	feed   *flow    // the first bytes on their way to it
 	parked []*reply // replies waiting for its bytes
-	wait   bool     // a firstPiece waiter is set on feed
 	done   bool
+
+	// feed is what the replies the node forwards are fed from: with
+	// whole chunks, the first bytes on their way to it; with pieces, of
+	// the flows bringing it the chunk (in, whichever request they answer),
+	// the one furthest along: verified pieces are pieces, whoever sent
+	// them. cross is when another one overtakes it.
+	feed  *flow
+	in    []*flow
+	cross crossing
+	wait  bool // a firstPiece waiter is set on feed
 
 	// a followed redirect (coalesce.fromSibling)
 	sf      *exchange.SiblingFetch
@@ -205,6 +220,14 @@ type call struct {
 	reqs    [exchange.NumHedgeReqs]*request
 	timer   event
 }
+
+// crossing is the event of a call's flow overtaking its feed.
+type crossing struct {
+	ev event
+	cl *call
+}
+
+func (c *crossing) fire() { c.cl.recheckFeed() }
 
 // retry is a get's request for a chunk after a pause (schedule.RetryDelay).
 type retry struct {
@@ -289,6 +312,7 @@ func (s *site) newNode(r role, name string, parent *node) *node {
 		s: s, id: peer.ID(name), role: r, name: name, parent: parent,
 		serve:  exchange.NewServeState(exchange.ServeConfig{SiblingExchange: true, Distribution: s.cfg.distribution()}),
 		have:   make([]bool, s.nChunks),
+		depth:  make([]uint16, s.nChunks),
 		calls:  make([]*call, s.nChunks),
 		served: map[*node]*conn{},
 	}
@@ -510,11 +534,18 @@ func (n *node) handle(q *request) {
 			panic(fmt.Sprintf("sim: redirect to unknown peer %s", d.Target))
 		}
 		s.redirects++
+		s.noteDepth(q.cli, q.chunk, int(target.depth[q.chunk])+1)
 		n.ready(&reply{req: q, status: stRedirect, target: target})
 		return
 	}
+	if n.role == roleHead && q.kind != reqHedge {
+		s.noteDepth(q.cli, q.chunk, 1)
+	}
 	if n.have[q.chunk] {
 		if q.kind == reqHedge && n.role == roleHead {
+			if s.hedgesServed == 0 {
+				s.firstServed = s.now
+			}
 			s.hedgesServed++
 		}
 		n.ready(&reply{req: q, status: stOK, size: s.chunkLen(q.chunk)})
@@ -533,6 +564,16 @@ func (n *node) handle(q *request) {
 		cl.fetchFromParent()
 	}
 	cl.park(&reply{req: q, status: stOK, size: s.chunkLen(q.chunk), from: cl})
+}
+
+// noteDepth records that worker w gets chunk i through depth hops from
+// the head.
+func (s *site) noteDepth(w *node, i, depth int) {
+	depth = min(depth, math.MaxUint16)
+	w.depth[i] = uint16(depth)
+	s.maxDepth = max(s.maxDepth, int64(depth))
+	s.sumDepth += int64(depth)
+	s.nDepth++
 }
 
 // byID returns the node of this site named id, or nil.
@@ -575,9 +616,8 @@ func (c *conn) kick(li int) {
 		if c.ss != nil {
 			c.ss.begin()
 		}
-		if cl := p.req.call; cl != nil && !p.req.late && !cl.done && cl.feed == nil {
-			cl.feed = f
-			cl.awaitFeed()
+		if cl := p.req.call; cl != nil && !cl.done {
+			cl.arriving(p)
 		}
 	}
 	if len(l.queue) == 0 {
@@ -616,7 +656,7 @@ func (n *node) receive(p *reply) {
 		// Read and dropped (fetchStream.readReplies); but with pieces, the
 		// pieces the call forwarded were verified as they came: whole,
 		// they are the chunk, whichever request brought them.
-		if !n.s.cfg.wholeChunks() && p.status == stOK && cl != nil && !cl.done && cl.feed == &p.fl {
+		if !n.s.cfg.wholeChunks() && p.status == stOK && cl != nil && !cl.done {
 			cl.complete(q)
 		}
 		return
@@ -655,6 +695,8 @@ func (n *node) receive(p *reply) {
 func (n *node) newCall(i int) *call {
 	cl := &call{n: n, chunk: i}
 	cl.timer.h = cl
+	cl.cross.cl = cl
+	cl.cross.ev.h = &cl.cross
 	n.calls[i] = cl
 	return cl
 }
@@ -718,6 +760,73 @@ func (cl *call) fire() {
 	cl.carryOut(cl.n.hedger.Tick(cl.sf, cl.n.s.wallNow()))
 }
 
+// arriving: the bytes of reply p started toward the call's node. With
+// whole chunks the first of a request still waited for feeds the call;
+// with pieces, any does, and the one furthest along feeds it.
+func (cl *call) arriving(p *reply) {
+	if cl.n.s.cfg.wholeChunks() {
+		if !p.req.late && cl.feed == nil {
+			cl.feed = &p.fl
+			cl.awaitFeed()
+		}
+		return
+	}
+	cl.in = append(cl.in, &p.fl)
+	if cl.feed == nil {
+		cl.feed = &p.fl
+		cl.awaitFeed()
+	}
+	cl.recheckFeed()
+}
+
+// recheckFeed makes the flow furthest along the call's feed (the replies
+// it feeds move to it, and fall behind it: they catch up as they can),
+// and plans the moment another one overtakes it.
+func (cl *call) recheckFeed() {
+	s := cl.n.s
+	if cl.done || cl.feed == nil {
+		return
+	}
+	// Furthest along; of flows as far along, the fastest (so that one
+	// about to overtake is not waited for at the same instant).
+	best := cl.feed
+	for _, f := range cl.in {
+		fx, bx := f.xAt(s.now), best.xAt(s.now)
+		if fx > bx+byteEps || fx >= bx-byteEps && f.rate > best.rate {
+			best = f
+		}
+	}
+	if best != cl.feed {
+		old := cl.feed
+		cl.feed = best
+		for _, d := range old.downs {
+			s.net.advance(d)
+			d.up, d.capped = best, false
+			best.downs = append(best.downs, d)
+			s.net.touch(d)
+		}
+		old.downs = nil
+		if cl.wait {
+			old.waiter = nil
+			cl.wait = false
+			cl.awaitFeed()
+		}
+		s.net.update()
+	}
+	next := math.Inf(1)
+	bx, br := best.xAt(s.now), best.rate
+	for _, f := range cl.in {
+		if f != best && !f.sent && f.rate > br {
+			next = min(next, s.now+(bx-f.xAt(s.now))/(f.rate-br))
+		}
+	}
+	if math.IsInf(next, 1) {
+		s.q.cancel(&cl.cross.ev)
+	} else {
+		s.q.schedule(&cl.cross.ev, max(next, s.now))
+	}
+}
+
 // park makes reply p wait for the call's bytes: whole (store and
 // forward), or from its first piece on.
 func (cl *call) park(p *reply) {
@@ -775,6 +884,7 @@ func (cl *call) complete(q *request) {
 	n.have[cl.chunk] = true
 	n.calls[cl.chunk] = nil
 	s.q.cancel(&cl.timer)
+	s.q.cancel(&cl.cross.ev)
 	for _, r := range cl.reqs {
 		if r != q {
 			r.forget()
@@ -796,6 +906,7 @@ func (cl *call) fail() {
 	cl.done = true
 	n.calls[cl.chunk] = nil
 	s.q.cancel(&cl.timer)
+	s.q.cancel(&cl.cross.ev)
 	for _, r := range cl.reqs {
 		r.forget()
 	}
