@@ -1,10 +1,6 @@
 package sim
 
-import (
-	"cmp"
-	"math"
-	"slices"
-)
+import "math"
 
 // This file holds the link model: flows of bytes over resources (one
 // direction of a host's port or of a WAN link). Each resource's capacity
@@ -284,7 +280,9 @@ func (f *flow) bound(r *resource, w float64) float64 {
 }
 
 // waterLevel computes r's level: the share per unit of weight at which
-// the flows not limited below it fill r's capacity.
+// the flows not limited below it fill r's capacity. It takes out the
+// flows limited below the level as it stands, until none is (each pass
+// raises the level; no sorting: most resources carry a few flows).
 func (n *network) waterLevel(r *resource) float64 {
 	s := n.scratch[:0]
 	ws := 0.0
@@ -295,19 +293,25 @@ func (n *network) waterLevel(r *resource) float64 {
 		ws += w
 	}
 	n.scratch = s
-	slices.SortFunc(s, func(a, b share) int { return cmp.Compare(a.ratio, b.ratio) })
 	rem := r.cap
-	for _, e := range s {
-		if e.ratio*ws >= rem {
-			break
+	for ws > 1e-12 {
+		level := rem / ws
+		k := 0
+		for _, e := range s {
+			if e.ratio < level {
+				rem -= e.b
+				ws -= e.w
+			} else {
+				s[k] = e
+				k++
+			}
 		}
-		rem -= e.b
-		ws -= e.w
+		if k == len(s) {
+			return level
+		}
+		s = s[:k]
 	}
-	if ws <= 1e-12 {
-		return math.Inf(1)
-	}
-	return rem / ws
+	return math.Inf(1)
 }
 
 // rateOf is f's rate under the current levels.
