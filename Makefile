@@ -14,7 +14,7 @@ SOAK    ?= 30m
 FAULTBIN := bin/omst-fault
 FAULTS  = bin/omst-faults -bin $(BIN) -fault-bin $(FAULTBIN) $(if $(SEED),-seed $(SEED)) $(if $(CASES),-cases $(CASES))
 
-.PHONY: all build demo test check unit race integration faultbin faults soak bindings ctest pytest examples wan-small fuzz bench bench-bindings bench-wan clean deps
+.PHONY: all build demo test check unit race integration faultbin faults soak bindings ctest pytest examples wan-small fuzz bench bench-bindings bench-wan bench-sim clean deps
 
 all: build
 
@@ -102,6 +102,9 @@ bench: build ## benchmarks (not tests): see docs/benchmarks.md
 
 bench-bindings: build ## C and Python client benchmarks (not tests): see docs/benchmarks.md
 	./scripts/bench-bindings.sh
+
+bench-sim: deps ## simulated sites of 8 to 1,000 workers driving omst's own decisions (cmd/omst-sim; not a test, ~20 min): docs/bench/sim-*.json, docs/sim-scale.png, see docs/benchmarks.md
+	GO=$(GO) ./scripts/bench-sim.sh
 
 bench-wan: ## the emulated-WAN benchmark table, omst beside its baselines and BitTorrent (root; ~45 min): see docs/benchmarks.md
 	GO=$(GO) ./scripts/bench-wan.sh
