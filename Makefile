@@ -103,7 +103,7 @@ bench: build ## benchmarks (not tests): see docs/benchmarks.md
 bench-bindings: build ## C and Python client benchmarks (not tests): see docs/benchmarks.md
 	./scripts/bench-bindings.sh
 
-bench-sim: deps ## simulated sites of 8 to 1,000 workers driving omst's own decisions (cmd/omst-sim; not a test, ~20 min): docs/bench/sim-*.json, docs/sim-scale.png, see docs/benchmarks.md
+bench-sim: deps ## simulated sites of 8 to 1,000 workers driving omst's own decisions (cmd/omst-sim; not a test, ~40 min): docs/bench/sim-*.json, docs/sim-scale.png, see docs/benchmarks.md
 	GO=$(GO) ./scripts/bench-sim.sh
 
 bench-wan: ## the emulated-WAN benchmark table, omst beside its baselines and BitTorrent (root; ~45 min): see docs/benchmarks.md

@@ -17,7 +17,7 @@
 #                SCALE_RUNS seeds, stopped at 10 x S/B_wan)
 #
 # SECTIONS="calibration scale" selects; RUNS (default 5) and SCALE_RUNS
-# (default 1) the seeds per cell. Takes about 20 minutes on 2 cores, most
+# (default 3) the seeds per cell. Takes about 40 minutes on 2 cores, most
 # of it the 1,000-worker rows of the 1 GiB blob, where today's decisions
 # collapse and every chunk crawls (see docs/benchmarks.md).
 set -euo pipefail
@@ -26,7 +26,7 @@ GO=${GO:-go}
 OUT_DIR=${OUT_DIR:-docs/bench}
 SECTIONS=${SECTIONS:-calibration scale}
 RUNS=${RUNS:-5}
-SCALE_RUNS=${SCALE_RUNS:-1}
+SCALE_RUNS=${SCALE_RUNS:-3}
 SIM=bin/omst-sim
 mkdir -p bin "$OUT_DIR"
 $GO build -o "$SIM" ./cmd/omst-sim

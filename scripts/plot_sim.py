@@ -60,7 +60,7 @@ def main():
             ax.plot([w], [r], "o", color=colour, mfc="white" if unfinished else colour)
         bx.plot(ws, [p[3] for p in pts], style, marker="o", color=colour, label=name)
     ax.axhline(1.3, color="gray", lw=0.8, ls=":")
-    ax.text(8, 1.3, " target 1.3 × S/B", va="bottom", fontsize=8, color="gray")
+    ax.text(1000, 1.3, "target 1.3 × S/B ", ha="right", va="bottom", fontsize=8, color="gray")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("workers per site (10 sites)")
@@ -72,7 +72,7 @@ def main():
     bx.set_yscale("log")
     bx.set_xlabel("workers per site (10 sites)")
     bx.set_ylabel("copies the head sent into its site (blobs)")
-    bx.set_title("Head's copies into its site")
+    bx.set_title("Head's copies into its site (by the bound if unfinished)")
     for a in (ax, bx):
         a.set_xticks([8, 16, 64, 256, 1000])
         a.get_xaxis().set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
