@@ -3,10 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -65,86 +63,11 @@ func (n *Node) debugResolved(name string, rec blob.Record, m *blob.Manifest, sta
 		"chunk_size", m.ChunkSize, "local", local, "sources", sources, "took", time.Since(start).Round(time.Microsecond))
 }
 
-// debugReader wraps a get's reader so that its end is logged (with debug
-// off, it returns rc itself).
-func (n *Node) debugReader(rc io.ReadCloser, name string, id cid.Cid, size uint64, start time.Time) io.ReadCloser {
-	if !n.debugOn() {
-		return rc
-	}
-	return &getLogReader{ReadCloser: rc, n: n, name: name, id: id, size: size, start: start}
-}
-
-type getLogReader struct {
-	io.ReadCloser
-	n     *Node
-	name  string
-	id    cid.Cid
-	size  uint64
-	start time.Time
-	bytes int64
-	from  string // the peers the bytes came from, noted with the last bytes
-	once  sync.Once
-}
-
-// note counts k more bytes; with the last ones it notes where the bytes
-// came from (the engine forgets the transfer once its reader is at EOF).
-func (r *getLogReader) note(k int) {
-	before := r.bytes
-	r.bytes += int64(k)
-	if uint64(before) < r.size && uint64(r.bytes) >= r.size {
-		r.from = r.sources()
-	}
-}
-
-func (r *getLogReader) Read(p []byte) (int, error) {
-	k, err := r.ReadCloser.Read(p)
-	r.note(k)
-	if err == io.EOF {
-		r.done(nil)
-	}
-	return k, err
-}
-
-// WriteTo keeps the inner reader's WriteTo (see providingReader.WriteTo).
-func (r *getLogReader) WriteTo(w io.Writer) (int64, error) {
-	cw := &noteWriter{w: w, r: r}
-	var k int64
-	var err error
-	if wt, ok := r.ReadCloser.(io.WriterTo); ok {
-		k, err = wt.WriteTo(cw)
-	} else {
-		k, err = io.Copy(cw, r.ReadCloser)
-	}
-	if err == nil {
-		r.done(nil)
-	}
-	return k, err
-}
-
-type noteWriter struct {
-	w io.Writer
-	r *getLogReader
-}
-
-func (c *noteWriter) Write(p []byte) (int, error) {
-	k, err := c.w.Write(p)
-	c.r.note(k)
-	return k, err
-}
-
-func (r *getLogReader) Close() error {
-	err := r.ReadCloser.Close()
-	if uint64(r.bytes) < r.size {
-		r.done(fmt.Errorf("closed after %d of %d bytes", r.bytes, r.size))
-	}
-	return err
-}
-
-// sources describes the peers the get's transfer had bytes from.
-func (r *getLogReader) sources() string {
+// getSources describes the peers the get of id's transfer had bytes from.
+func (n *Node) getSources(id cid.Cid) string {
 	var from []string
-	for _, t := range r.n.engine.Transfers() {
-		if t.ID != r.id {
+	for _, t := range n.engine.Transfers() {
+		if t.ID != id {
 			continue
 		}
 		for _, f := range t.From {
@@ -158,22 +81,16 @@ func (r *getLogReader) sources() string {
 	return strings.Join(from, ", ")
 }
 
-// done logs the end of the get once: complete (err nil) or cut short.
-func (r *getLogReader) done(err error) {
-	r.once.Do(func() {
-		took := time.Since(r.start)
-		if err != nil {
-			r.n.log.Debug("get: ended early", "name", r.name, "id", r.id, "bytes", r.bytes, "took", took.Round(time.Microsecond), "err", err)
-			return
-		}
-		if r.from == "" {
-			r.from = r.sources()
-		}
-		mbps := 0.0
-		if s := took.Seconds(); s > 0 {
-			mbps = float64(r.bytes) / s / 1e6
-		}
-		r.n.log.Debug("get: done", "name", r.name, "id", r.id, "bytes", r.bytes, "took", took.Round(time.Microsecond),
-			"MB_per_s", fmt.Sprintf("%.1f", mbps), "from", r.from)
-	})
+// debugGetDone logs a get that read every byte (from: its sources, noted
+// with its last bytes; "" to look them up now).
+func (n *Node) debugGetDone(name string, id cid.Cid, bytes int64, took time.Duration, from string) {
+	if from == "" {
+		from = n.getSources(id)
+	}
+	mbps := 0.0
+	if s := took.Seconds(); s > 0 {
+		mbps = float64(bytes) / s / 1e6
+	}
+	n.log.Debug("get: done", "name", name, "id", id, "bytes", bytes, "took", took.Round(time.Microsecond),
+		"MB_per_s", fmt.Sprintf("%.1f", mbps), "from", from)
 }

@@ -196,39 +196,14 @@ func (t *getTimer) end(err error) {
 	}
 }
 
-// timeGet returns a get's reader, timed from start to its end.
-func (m *nodeMetrics) timeGet(start time.Time, rc io.ReadCloser) io.ReadCloser {
-	if m == nil {
-		return rc
+// getDone observes a get that read every byte, took long.
+func (m *nodeMetrics) getDone(took time.Duration) {
+	if m != nil {
+		m.getDur.Observe(took.Seconds())
 	}
-	return &timedReader{ReadCloser: rc, t: getTimer{m: m, start: start}}
 }
 
-type timedReader struct {
-	io.ReadCloser
-	t getTimer
-}
-
-func (r *timedReader) Read(p []byte) (int, error) {
-	k, err := r.ReadCloser.Read(p)
-	if err != nil {
-		r.t.end(err)
-	}
-	return k, err
-}
-
-// WriteTo keeps the inner reader's WriteTo (see providingReader.WriteTo).
-func (r *timedReader) WriteTo(w io.Writer) (k int64, err error) {
-	if wt, ok := r.ReadCloser.(io.WriterTo); ok {
-		k, err = wt.WriteTo(w)
-	} else {
-		k, err = io.Copy(w, r.ReadCloser)
-	}
-	r.t.end(err)
-	return k, err
-}
-
-// timeExtents is timeGet for GET_FD's extents.
+// timeExtents times GET_FD's extents.
 func (m *nodeMetrics) timeExtents(start time.Time, it rpcbridge.ExtentIter) rpcbridge.ExtentIter {
 	if m == nil {
 		return it

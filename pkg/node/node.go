@@ -543,7 +543,7 @@ func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCl
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
-	return n.info(rec, m), n.debugReader(n.metrics.timeGet(start, &providingReader{ReadCloser: rc, n: n, id: rec.ID}), name, rec.ID, rec.Size, start), nil
+	return n.info(rec, m), n.newGetReader(rc, name, rec.ID, rec.Size, start), nil
 }
 
 // Stat returns what is known of name (looked up through the tree).

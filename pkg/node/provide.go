@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"io"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -205,55 +204,21 @@ func (n *Node) ownNames() []blob.Record {
 	return out
 }
 
-// providingReader announces its blob in the DHT when it is closed with the
-// whole blob held here.
-type providingReader struct {
-	io.ReadCloser
-	n     *Node
-	id    cid.Cid
-	whole bool // read to its end
-}
-
-// Read notes when the reader reached the end of the blob.
-func (r *providingReader) Read(p []byte) (int, error) {
-	k, err := r.ReadCloser.Read(p)
-	if err == io.EOF {
-		r.whole = true
+// provideWhenHeld announces id in the DHT once every chunk of it is in
+// the store: a get hands chunks to its reader before they are written, so
+// the last may land just after the reader is done (it waits up to 5 s).
+func (n *Node) provideWhenHeld(id cid.Cid) {
+	if n.store.HasBlob(id) {
+		n.provide(id)
+		return
 	}
-	return k, err
-}
-
-func (r *providingReader) Close() error {
-	err := r.ReadCloser.Close()
-	if !r.whole { // a get cut short: nothing to announce
-		return err
-	}
-	if r.n.store.HasBlob(r.id) {
-		r.n.provide(r.id)
-		return err
-	}
-	// Chunks are handed to the reader before they are written: the last
-	// may land just after the reader is done.
 	go func() {
 		for range 50 {
 			time.Sleep(100 * time.Millisecond)
-			if r.n.store.HasBlob(r.id) {
-				r.n.provide(r.id)
+			if n.store.HasBlob(id) {
+				n.provide(id)
 				return
 			}
 		}
 	}()
-	return err
-}
-
-// WriteTo keeps the engine reader's WriteTo (chunks written straight into
-// the local API's frames, no per-request buffer).
-func (r *providingReader) WriteTo(w io.Writer) (k int64, err error) {
-	if wt, ok := r.ReadCloser.(io.WriterTo); ok {
-		k, err = wt.WriteTo(w)
-	} else {
-		k, err = io.Copy(w, r.ReadCloser)
-	}
-	r.whole = err == nil
-	return k, err
 }
