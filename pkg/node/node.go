@@ -538,7 +538,7 @@ func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCl
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, err
 	}
-	rc, err := n.engine.Open(ctx, rec)
+	rc, err := n.engine.OpenManifest(ctx, rec, m)
 	if err != nil {
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)

@@ -330,6 +330,18 @@ func (e *Engine) Open(ctx context.Context, r blob.Record) (io.ReadCloser, error)
 	if err != nil {
 		return nil, fmt.Errorf("open %q: %w", r.Name, err)
 	}
+	return e.OpenManifest(ctx, r, m)
+}
+
+// OpenManifest is Open for a caller that already holds the blob's
+// manifest m (as Manifest returned it for r.ID: a get resolves the name and
+// its manifest once and carries them through). m must be r's blob's (its
+// CID is checked: its chunk hashes are what every chunk is verified
+// against).
+func (e *Engine) OpenManifest(ctx context.Context, r blob.Record, m *blob.Manifest) (io.ReadCloser, error) {
+	if m == nil || m.CID() != r.ID {
+		return nil, fmt.Errorf("open %q: manifest does not match the record's blob %s", r.Name, r.ID)
+	}
 	return &blobReader{bf: e.startFetch(ctx, r, m, true)}, nil
 }
 

@@ -90,3 +90,39 @@ func TestNoSourceForMissingChunk(t *testing.T) {
 		})
 	}
 }
+
+// OpenManifest reads a blob with the manifest its caller already holds
+// (the store's is not read again), and refuses one that does not match
+// the record, or none.
+func TestOpenManifest(t *testing.T) {
+	const cs = blob.MinChunkSize
+	data := randBlob(3*cs+5, 22)
+	mem := memstore.New()
+	r := putBlob(t, mem, "x", data, cs)
+	m, err := mem.Manifest(r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newEngine(t, mem)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rc, err := n.eng.OpenManifest(ctx, r, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(got) != string(data) {
+		t.Fatalf("read %d bytes (want %d), err %v", len(got), len(data), err)
+	}
+	other := putBlob(t, mem, "y", randBlob(2*cs, 23), cs)
+	om, err := mem.Manifest(other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []*blob.Manifest{nil, om} {
+		if _, err := n.eng.OpenManifest(ctx, r, bad); err == nil || !strings.Contains(err.Error(), `open "x": manifest does not match`) {
+			t.Fatalf("OpenManifest with a wrong manifest: %v", err)
+		}
+	}
+}
