@@ -28,6 +28,9 @@ type servedRow struct {
 	run             int
 	size            int64
 	served, fetched int64
+	// CPU seconds the root (sender) and the child (receiver) daemons used
+	// during the run (NaN: not read).
+	senderCPU, receiverCPU float64
 }
 
 // Fit series: cold fetches from the parent, cache hits at the node that
@@ -355,10 +358,12 @@ func benchTransfer(ctx context.Context, cfg *config, res *results, pl *payload, 
 			if err != nil {
 				return err
 			}
+			rootCPU0, childCPU0 := cpuOf(root), cpuOf(child)
 			d, err := timedGet(ctx, child, name, cfg.size, s)
 			if err != nil {
 				return fmt.Errorf("parent-fetch run %d: %w", i, err)
 			}
+			rootCPU, childCPU := cpuOf(root)-rootCPU0, cpuOf(child)-childCPU0
 			served1, _, err := root.counters(ctx)
 			if err != nil {
 				return err
@@ -367,10 +372,12 @@ func benchTransfer(ctx context.Context, cfg *config, res *results, pl *payload, 
 			if err != nil {
 				return err
 			}
-			res.served = append(res.served, servedRow{run: i, size: cfg.size, served: served1 - served0, fetched: fetched1 - fetched0})
+			res.served = append(res.served, servedRow{run: i, size: cfg.size, served: served1 - served0, fetched: fetched1 - fetched0,
+				senderCPU: rootCPU, receiverCPU: childCPU})
 			sm := res.add("parent-fetch", cfg.size, i, d)
-			logf("parent-fetch  run %d/%d: %s in %.3fs = %.0f MB/s (root served %s)", i, cfg.runs,
-				bytesize.Format(cfg.size), sm.secs, sm.mbps(), bytesize.Format(served1-served0))
+			gib := float64(cfg.size) / (1 << 30)
+			logf("parent-fetch  run %d/%d: %s in %.3fs = %.0f MB/s (root served %s; CPU s/GiB: sender %.2f, receiver %.2f)", i, cfg.runs,
+				bytesize.Format(cfg.size), sm.secs, sm.mbps(), bytesize.Format(served1-served0), rootCPU/gib, childCPU/gib)
 		}
 	}
 	return nil

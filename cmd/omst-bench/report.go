@@ -47,9 +47,9 @@ func writeCSVs(dir string, r *results) error {
 	}
 
 	if len(r.served) > 0 {
-		rows := [][]string{{"run", "size_bytes", "root_bytes_served", "child_bytes_fetched"}}
+		rows := [][]string{{"run", "size_bytes", "root_bytes_served", "child_bytes_fetched", "root_cpu_s", "child_cpu_s"}}
 		for _, s := range r.served {
-			rows = append(rows, []string{strconv.Itoa(s.run), itoa(s.size), itoa(s.served), itoa(s.fetched)})
+			rows = append(rows, []string{strconv.Itoa(s.run), itoa(s.size), itoa(s.served), itoa(s.fetched), ftoa(s.senderCPU, 3), ftoa(s.receiverCPU, 3)})
 		}
 		if err := writeCSV(filepath.Join(dir, "parent-served.csv"), rows); err != nil {
 			return err
@@ -187,6 +187,23 @@ func writeSummary(w io.Writer, r *results) {
 		med := median(ratios)
 		rows = append(rows, row{"parent-fetch: root bytes served / blob size", bytesize.Format(cfg.size), ftoa(med, 3),
 			ftoa(lo, 3) + ".." + ftoa(hi, 3), "≈ 1 (one blob)", ftoa(med, 2), meets(med >= 0.99 && med <= 1.5, true)})
+		for _, side := range []struct {
+			who string
+			cpu func(servedRow) float64
+		}{{"sender (root)", func(s servedRow) float64 { return s.senderCPU }}, {"receiver (child)", func(s servedRow) float64 { return s.receiverCPU }}} {
+			var perGiB []float64
+			for _, s := range r.served {
+				if c := side.cpu(s); !math.IsNaN(c) {
+					perGiB = append(perGiB, c/(float64(s.size)/(1<<30)))
+				}
+			}
+			if len(perGiB) == 0 {
+				continue
+			}
+			lo, hi := minMax(perGiB)
+			rows = append(rows, row{"parent-fetch: daemon CPU s per GiB, " + side.who, bytesize.Format(cfg.size), ftoa(median(perGiB), 2),
+				ftoa(lo, 2) + ".." + ftoa(hi, 2), "informative (the CPU a compute node gives up)", "—", "—"})
+		}
 	}
 	for _, f := range r.fits() {
 		top := bytesize.Format(f.sizes[0]) + ".." + bytesize.Format(f.sizes[len(f.sizes)-1])
