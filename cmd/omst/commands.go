@@ -172,15 +172,15 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.StringVar(&upRate, "max-upload-rate", "", "cap on the bytes per second this node sends to peers, e.g. 50M (default: no cap)")
 	f.IntVar(&upStreams, "max-upload-streams", 0, "cap on the fetch streams served at once to peers that are neither children nor parents\n"+
 		"(on a worker: its siblings; refused ones get the chunk from their head instead; default 0: no cap)")
-	f.StringVar(&join, "join", "", "join a grid on the first start: a join token (omst-join-..., from `omst grid token`), redeemed with the root\n"+
-		"through --parent, or a certificate (omst-cert-..., from `omst grid admit`); ignored once this node is a member")
+	f.StringVar(&join, "join", "", "join a grid on the first start: a join token (omst-join-..., from omst grid token), redeemed with the root\n"+
+		"through --parent, or a certificate (omst-cert-..., from omst grid admit); ignored once this node is a member")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 (default: off);\n"+
 		"unauthenticated: listen on loopback or a management network only (see docs/operations.md)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.String("log-format", "text", "text (key=value lines) or json (one JSON object per line, for log collectors)")
 	f.StringVar(&sockGroup, "socket-group", "", "open the local API socket to this group (name or GID): socket mode 0660 and HOME mode 0710 with that group,\n"+
 		"so that its members (e.g. jobs running as other users) can connect; the daemon's user must be a member (default: socket 0600, this user only)")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the daemon to this file until it stops (for go tool pprof)")
 	return c
 }
 
@@ -309,9 +309,17 @@ func runPreheat(ctx context.Context, cl *rpcbridge.Client, w io.Writer, name str
 func getCmd(g *globals) *cobra.Command {
 	var out string
 	c := &cobra.Command{
-		Use:   "get NAME [-o FILE|-]",
-		Short: "Fetch the blob named NAME into FILE (default: standard output)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "get NAME|ID [-o FILE|-]",
+		Short: "Fetch the blob named NAME (or the blob ID) into FILE (default: standard output)",
+		Long: "Fetch the blob named NAME, or the blob whose ID (a CID, as put prints) is given, found through\n" +
+			"the tree, else the DHT, into FILE or standard output. The daemon writes FILE atomically (mode\n" +
+			"0644: the file appears complete or not at all) for a regular or new file, through a symlink to\n" +
+			"its target, in place for a device or FIFO (-o /dev/null). On a terminal a progress line shows the\n" +
+			"bytes, rate and ETA.\n\n" +
+			"The exit status is 0 on success, 2 for bad usage or an invalid name, 3 for an unknown name or ID,\n" +
+			"4 when the daemon or a peer cannot be reached, 130 or 143 when SIGINT or SIGTERM ended it, and\n" +
+			"1 for anything else (a known blob whose bytes no source has, FILE that cannot be written).",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := blob.ValidateName(name); err != nil {

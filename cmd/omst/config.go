@@ -31,7 +31,7 @@ var notInConfig = map[string]bool{"config": true, "help": true, "home": true}
 // before it runs.
 func withConfigFile(g *globals, daemon *cobra.Command) *cobra.Command {
 	daemon.Flags().String("config", "", "configuration file (TOML; keys are these flags' names, e.g. site = \"a\", parent = [\"/ip4/...\"];\n"+
-		"flags given here win over it; default HOME/"+ConfigFile+" when it exists; see `omst config show`)")
+		"flags given here win over it; default HOME/"+ConfigFile+" when it exists; see omst config show)")
 	daemon.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		_, err := applyConfig(cmd.Flags(), configPath(g, cmd.Flags()))
 		return err

@@ -80,6 +80,11 @@ func peersCmd(g *globals) *cobra.Command {
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), st.Peers)
 			}
+			if len(st.Peers) == 0 {
+				// On standard error: standard output stays a list, empty.
+				fmt.Fprintln(cmd.ErrOrStderr(), "omst: no peers connected (no --parent, child, sibling or DHT peer is connected to this daemon now)")
+				return nil
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			for _, p := range st.Peers {
 				site := p.Site
