@@ -206,11 +206,16 @@ func putCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "put NAME [FILE|-]",
 		Short: "Publish a file (or standard input) under NAME; prints the blob ID",
-		Args:  cobra.RangeArgs(1, 2),
+		Long: "Publish FILE, or standard input (FILE omitted or -), under NAME; prints the blob ID. NAME comes\n" +
+			"first: `omst put data.bin` puts standard input under the name data.bin. With FILE omitted, an\n" +
+			"empty standard input is refused (exit 2): it is nearly always a forgotten NAME, not an empty\n" +
+			"blob; `omst put NAME - </dev/null` stores an empty blob. A FILE that cannot be read (missing,\n" +
+			"a directory, no right to read it) exits 1, a bad NAME or flag 2.",
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := blob.ValidateName(name); err != nil {
-				return err
+				return nameFirst(err, name) // putfile.go
 			}
 			var opts rpcbridge.PutOptions
 			if chunkSize != "" {
@@ -231,7 +236,7 @@ func putCmd(g *globals) *cobra.Command {
 			ctx := cmd.Context()
 			var info rpcbridge.Info
 			if len(args) == 1 || args[1] == "-" {
-				info, err = putStdin(ctx, g, cl, cmd.InOrStdin(), name, opts) // putfile.go
+				info, err = putStdin(ctx, g, cl, cmd.InOrStdin(), cmd.ErrOrStderr(), name, len(args) == 1, opts) // putfile.go
 			} else {
 				info, err = putFile(ctx, g, cl, name, args[1], opts) // putfile.go
 			}

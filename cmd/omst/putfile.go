@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/omst-project/omst/pkg/localfile"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 	"github.com/omst-project/omst/pkg/stablefile"
+	"golang.org/x/term"
 )
 
 // putFile puts the file at path: opened here, with the user's rights
@@ -47,21 +52,6 @@ func putFile(ctx context.Context, g *globals, cl *rpcbridge.Client, name, path s
 	return info, nil
 }
 
-// putStdin puts standard input, read here and streamed (PUT): a
-// redirected regular file must not change while it is read, a pipe or
-// terminal ends at its end of file, and an interrupt sends ABORT at once.
-func putStdin(ctx context.Context, g *globals, cl *rpcbridge.Client, in io.Reader, name string, opts rpcbridge.PutOptions) (rpcbridge.Info, error) {
-	if f, ok := in.(*os.File); ok {
-		sf, err := stablefile.New(ctx, f)
-		if err != nil {
-			return rpcbridge.Info{}, err
-		}
-		defer sf.Close()
-		in = sf
-	}
-	return putStream(ctx, cl, name, in, 0, g.quiet, opts)
-}
-
 // watch sets p from done() every 200 ms until the returned function is
 // called.
 func watch(done func() int64, p *progress) (stop func()) {
@@ -82,4 +72,59 @@ func watch(done func() int64, p *progress) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-finished }
+}
+
+// errEmptyStdin is a put with FILE omitted whose standard input was
+// empty: refused, since it is nearly always `omst put FILE` with the NAME
+// forgotten (a script's stdin is often /dev/null). `omst put NAME -`
+// stores an empty standard input.
+var errEmptyStdin = errors.New("standard input is empty and no FILE was given: nothing stored")
+
+// putStdin puts standard input, read here and streamed (PUT): a
+// redirected regular file must not change while it is read, a pipe or
+// terminal ends at its end of file, and an interrupt sends ABORT at once.
+// implicit says FILE was omitted (not "-"): then a terminal on stdin gets
+// a note on errw that standard input is read, and an empty standard input
+// is refused with errEmptyStdin (a usage error) before anything is sent.
+func putStdin(ctx context.Context, g *globals, cl *rpcbridge.Client, in io.Reader, errw io.Writer, name string, implicit bool, opts rpcbridge.PutOptions) (rpcbridge.Info, error) {
+	if f, ok := in.(*os.File); ok {
+		if implicit && term.IsTerminal(int(f.Fd())) {
+			fmt.Fprintf(errw, "omst: put %q: reading standard input until end of file (Ctrl-D); to put a file: omst put NAME FILE\n", name)
+		}
+		sf, err := stablefile.New(ctx, f)
+		if err != nil {
+			return rpcbridge.Info{}, err
+		}
+		defer sf.Close()
+		in = sf
+	}
+	if implicit {
+		br := bufio.NewReader(in)
+		if _, err := br.Peek(1); errors.Is(err, io.EOF) {
+			return rpcbridge.Info{}, usageError{fmt.Errorf("put %q: %w%s (to put a file: omst put NAME FILE; to store an empty blob: omst put NAME - </dev/null)",
+				name, errEmptyStdin, fileHint(name))}
+		}
+		in = br
+	}
+	return putStream(ctx, cl, name, in, 0, g.quiet, opts)
+}
+
+// fileHint is a note that name is also a path here, or "".
+func fileHint(name string) string {
+	if _, err := os.Stat(name); err == nil {
+		return fmt.Sprintf("; %s is a file here: the NAME comes first", name)
+	}
+	return ""
+}
+
+// nameFirst is put's error for an invalid NAME (err, from
+// blob.ValidateName): when NAME looks like a path (it exists, or starts
+// with ./, ../ or /, or ends with /), it says that NAME comes first.
+func nameFirst(err error, name string) error {
+	_, statErr := os.Stat(name)
+	if statErr != nil && !strings.HasPrefix(name, "./") && !strings.HasPrefix(name, "../") &&
+		!strings.HasPrefix(name, "/") && !strings.HasSuffix(name, "/") {
+		return err
+	}
+	return fmt.Errorf("%w (the NAME comes first, then the file: omst put NAME %s)", err, name)
 }
