@@ -142,7 +142,7 @@ func daemonCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, a := range n.Addrs() {
+			for _, a := range routableFirst(n.Addrs()) {
 				fmt.Fprintln(cmd.OutOrStdout(), a)
 			}
 			<-cmd.Context().Done()
@@ -447,7 +447,7 @@ func rmCmd(g *globals) *cobra.Command {
 func idCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "id",
-		Short: "Print this node's multiaddrs with /p2p/ID, one per line (each usable as --parent)",
+		Short: "Print this node's multiaddrs with /p2p/ID, one per line, those other hosts can reach first (each usable as --parent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := g.dial()
@@ -459,7 +459,7 @@ func idCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, a := range st.Addrs {
+			for _, a := range routableFirst(st.Addrs) { // addrorder.go
 				fmt.Fprintln(cmd.OutOrStdout(), a)
 			}
 			return nil
@@ -519,7 +519,7 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, p := range slices.Sorted(maps.Keys(st.ErrorsByPeer)) {
 				fmt.Fprintf(tw, "  errors from\t%s: %d\n", p, st.ErrorsByPeer[p])
 			}
-			fmt.Fprintf(tw, "addrs\t%s\n", strings.Join(st.Addrs, "\n\t"))
+			fmt.Fprintf(tw, "addrs\t%s\n", strings.Join(routableFirst(st.Addrs), "\n\t"))
 			for _, tr := range st.Transfers {
 				var from []string
 				for _, f := range tr.From {

@@ -8,9 +8,11 @@ package main
 import (
 	"bytes"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +151,47 @@ func TestPutNameForgotten(t *testing.T) {
 	}
 	if got := mustOmst(t, 10*time.Second, "--home", d.home, "get", "typed"); got != "typed\n" {
 		t.Fatalf("typed: %q", got)
+	}
+}
+
+// TestIDRoutableFirst: with a listen on every interface, `omst id`,
+// `daemon --detach` and status list an address other hosts can reach
+// before 127.0.0.1, so `$(omst id | head -n 1)` works as a remote --parent.
+func TestIDRoutableFirst(t *testing.T) {
+	routable := false
+	ifaddrs, _ := net.InterfaceAddrs()
+	for _, a := range ifaddrs {
+		if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() && !ip.IP.IsLinkLocalUnicast() {
+			routable = true
+		}
+	}
+	if !routable {
+		t.Skip("no IPv4 address but loopback on this host")
+	}
+	home := filepath.Join(t.TempDir(), "any")
+	t.Cleanup(func() { stopDetached(t, home) })
+	r := omst(t, time.Minute, "daemon", "--home", home, "--listen", "/ip4/0.0.0.0/tcp/0", "--no-dht", "--detach")
+	if r.code != 0 {
+		t.Fatalf("daemon --detach: exit %d: %s", r.code, r.stderr)
+	}
+	id := mustOmst(t, 10*time.Second, "--home", home, "id")
+	for what, out := range map[string]string{"id": id, "daemon --detach": r.stdout} {
+		lines := strings.Fields(out)
+		if len(lines) < 2 || !strings.Contains(out, "/ip4/127.0.0.1/") {
+			t.Fatalf("%s: %q (want a routable address and 127.0.0.1)", what, out)
+		}
+		if strings.HasPrefix(lines[0], "/ip4/127.") {
+			t.Errorf("%s lists loopback first:\n%s", what, out)
+		}
+	}
+}
+
+// TestRoutableFirst: the order itself, loopback and link-local last,
+// stable within each group.
+func TestRoutableFirst(t *testing.T) {
+	in := []string{"/ip4/127.0.0.1/tcp/1", "/ip6/::1/tcp/1", "/ip6/fe80::1/tcp/1", "/ip4/10.0.0.2/tcp/1", "/dns4/a.example/tcp/1", "/ip4/192.0.2.2/udp/1/quic-v1", "junk"}
+	want := []string{"/ip4/10.0.0.2/tcp/1", "/dns4/a.example/tcp/1", "/ip4/192.0.2.2/udp/1/quic-v1", "junk", "/ip6/fe80::1/tcp/1", "/ip4/127.0.0.1/tcp/1", "/ip6/::1/tcp/1"}
+	if got := routableFirst(in); !slices.Equal(got, want) {
+		t.Fatalf("routableFirst:\n got %q\nwant %q", got, want)
 	}
 }

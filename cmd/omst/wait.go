@@ -207,7 +207,7 @@ func runDetached(cmd *cobra.Command, g *globals, timeout time.Duration) error {
 			fmt.Fprintf(cmd.ErrOrStderr(), "omst: warning: not connected to its parent %s after %v; it keeps trying (see `omst status` and the log)\n", st.Parent, parentWait)
 		}
 	}
-	for _, a := range st.Addrs {
+	for _, a := range routableFirst(st.Addrs) { // addrorder.go
 		fmt.Fprintln(cmd.OutOrStdout(), a)
 	}
 	return nil
