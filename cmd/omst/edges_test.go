@@ -195,3 +195,47 @@ func TestRoutableFirst(t *testing.T) {
 		t.Fatalf("routableFirst:\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestUnknownIDSaidOnce: a get of an unknown blob ID at a worker, asked
+// of its head and the root in turn, says "not found" once (before, each
+// hop's answer nested the next one's: the ID and "not found" at every
+// hop, ~700 characters) and exits 3.
+func TestUnknownIDSaidOnce(t *testing.T) {
+	dir := t.TempDir()
+	root := startDaemon(t, filepath.Join(dir, "root"), "--no-dht")
+	head := startDaemon(t, filepath.Join(dir, "head"), "--no-dht", "--parent", tcpAddr(t, root), "--site", "a")
+	w := startDaemon(t, filepath.Join(dir, "w"), "--no-dht", "--parent", tcpAddr(t, head), "--site", "a")
+	waitConnected(t, head)
+	waitConnected(t, w)
+	src := filepath.Join(dir, "src")
+	os.WriteFile(src, []byte("some bytes"), 0o644)
+	id := strings.TrimSpace(mustOmst(t, 10*time.Second, "--home", root.home, "put", "x", src))
+	// The same ID with its last character changed: well formed, unknown.
+	last := id[len(id)-1]
+	unknown := id[:len(id)-1] + map[bool]string{true: "b", false: "a"}[last == 'a']
+	r := omst(t, time.Minute, "--home", w.home, "get", unknown, "-o", filepath.Join(dir, "out"))
+	if r.code != exitNotFound {
+		t.Fatalf("get of an unknown ID: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "not found"); n != 1 {
+		t.Errorf("get of an unknown ID says \"not found\" %d times:\n%s", n, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "manifest"); n != 1 {
+		t.Errorf("get of an unknown ID says \"manifest\" %d times:\n%s", n, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "asked") || len(r.stderr) > 400 {
+		t.Errorf("get of an unknown ID: %d characters, want who was asked in fewer than 400:\n%s", len(r.stderr), r.stderr)
+	}
+}
+
+// waitConnected waits (30 s at most) until d is connected to its parent.
+func waitConnected(t *testing.T, d *daemon) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !d.status(t).ParentConnected {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not connected to its parent after 30s: %s", d.home, d.logText())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/ipfs/go-cid"
 
@@ -38,10 +39,34 @@ func (e *Engine) manifestFor(ctx context.Context, w Want) (*blob.Manifest, error
 		if err2 == nil {
 			return m, nil
 		}
+		if nf, ok := errors.AsType[*manifestNotFound](err); ok {
+			if nf2, ok := errors.AsType[*manifestNotFound](err2); ok {
+				return nil, &manifestNotFound{id: w.ID, asked: append(nf.asked, nf2.asked...)}
+			}
+		}
 		err = fmt.Errorf("%w; then from sources found beyond: %w", err, err2)
 	}
 	return nil, err
 }
+
+// manifestNotFound is fetchManifest's error when every source asked
+// answered NOT_FOUND (or there was none to ask): said once, with who was
+// asked. Each source's answer is its own chain of the hops above it,
+// ending in the same "not found"; repeating them made a get of an unknown
+// ID print the ID and "not found" once per hop. It wraps blob.ErrNotFound.
+type manifestNotFound struct {
+	id    cid.Cid
+	asked []string // the sources, described
+}
+
+func (e *manifestNotFound) Error() string {
+	if len(e.asked) == 0 {
+		return fmt.Sprintf("manifest %s: %v (no source to ask)", e.id, blob.ErrNotFound)
+	}
+	return fmt.Sprintf("manifest %s: %v (asked %s)", e.id, blob.ErrNotFound, strings.Join(e.asked, ", "))
+}
+
+func (e *manifestNotFound) Unwrap() error { return blob.ErrNotFound }
 
 // sourcesFor returns the sources of w.ID: the Provider's, with the
 // Finder's ranked in (Finder.Find).
@@ -75,9 +100,10 @@ func (e *Engine) moreSources(ctx context.Context, w Want, tried []Source) []Sour
 // fetchManifest asks each source in turn for the manifest of id.
 func (e *Engine) fetchManifest(ctx context.Context, id cid.Cid, sources []Source) (*blob.Manifest, error) {
 	if len(sources) == 0 {
-		return nil, fmt.Errorf("manifest %s: %w (no source to ask)", id, blob.ErrNotFound)
+		return nil, &manifestNotFound{id: id}
 	}
 	var errs []error
+	notFound := true // every source answered NOT_FOUND
 	for _, src := range sources {
 		b, err := e.client.Request(ctx, src.ID, fetchwire.Request{Type: fetchwire.MsgManifest, ID: id})
 		if err != nil {
@@ -85,6 +111,7 @@ func (e *Engine) fetchManifest(ctx context.Context, id cid.Cid, sources []Source
 				e.notePeerError(src.ID, "fetch manifest", err)
 			}
 			errs = append(errs, err)
+			notFound = notFound && errors.Is(err, blob.ErrNotFound) && !errors.Is(err, blob.ErrUnreachable)
 			if ctx.Err() != nil {
 				break
 			}
@@ -94,12 +121,20 @@ func (e *Engine) fetchManifest(ctx context.Context, id cid.Cid, sources []Source
 		if err != nil {
 			e.notePeerError(src.ID, "manifest", err)
 			errs = append(errs, fmt.Errorf("%s: %w", e.describe(src.ID), err))
+			notFound = false
 			continue
 		}
 		if _, err := e.store.PutManifest(m); err != nil {
 			e.log.Warn("store manifest", "id", id, "err", err)
 		}
 		return m, nil
+	}
+	if notFound && ctx.Err() == nil {
+		asked := make([]string, len(sources))
+		for i, src := range sources {
+			asked[i] = e.describe(src.ID)
+		}
+		return nil, &manifestNotFound{id: id, asked: asked}
 	}
 	return nil, fmt.Errorf("manifest %s: %w", id, errors.Join(errs...))
 }
