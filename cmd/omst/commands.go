@@ -337,13 +337,13 @@ func getCmd(g *globals) *cobra.Command {
 			defer cl.Close()
 			ctx := cmd.Context()
 			if out == "" || out == "-" {
-				return getToWriter(ctx, g, cl, name, cmd.OutOrStdout()) // getfile.go
+				return withParentReason(ctx, g, getToWriter(ctx, g, cl, name, cmd.OutOrStdout())) // getfile.go
 			}
 			path, err := filepath.Abs(out)
 			if err != nil {
 				return err
 			}
-			return getToFile(ctx, g, cl, name, path) // getfile.go: one way, terminal or not
+			return withParentReason(ctx, g, getToFile(ctx, g, cl, name, path)) // getfile.go: one way, terminal or not
 		},
 	}
 	c.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
@@ -490,6 +490,9 @@ func statusCmd(g *globals) *cobra.Command {
 			parent := "none (root)"
 			if st.Parent != "" {
 				parent = st.Parent + " (" + map[bool]string{true: "connected", false: "DISCONNECTED"}[st.ParentConnected] + ")"
+				if !st.ParentConnected && st.ParentError != "" {
+					parent = st.Parent + " (DISCONNECTED: " + st.ParentError + ")"
+				}
 			}
 			fmt.Fprintf(tw, "peer\t%s\nversion\t%s\nsite\t%s\nparent\t%s\nchildren\t%d\n", st.PeerID, st.Version, st.Site, parent, len(st.Children))
 			for _, ch := range st.Children {

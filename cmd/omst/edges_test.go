@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -237,5 +238,44 @@ func waitConnected(t *testing.T, d *daemon) {
 			t.Fatalf("%s not connected to its parent after 30s: %s", d.home, d.logText())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestParentReasonShown: a daemon whose --parent is unreachable, or names
+// the wrong peer ID, shows why in `omst status` and in a get's error
+// (before: only "(DISCONNECTED)", the reason in daemon.log alone).
+func TestParentReasonShown(t *testing.T) {
+	dir := t.TempDir()
+	real := startDaemon(t, filepath.Join(dir, "real"), "--no-dht")
+	other := startDaemon(t, filepath.Join(dir, "other"), "--no-dht")
+	realAddr := tcpAddr(t, real)
+	otherID := other.status(t).PeerID
+	// Unreachable: a closed port; wrong ID: the real daemon's address with
+	// another daemon's ID.
+	closed := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), otherID)
+	wrongID := realAddr[:strings.LastIndex(realAddr, "/p2p/")] + "/p2p/" + otherID
+	for _, c := range []struct{ name, parent, want string }{
+		{"unreachable", closed, "connection refused"},
+		{"wrong-id", wrongID, "peer id mismatch"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := startDaemon(t, filepath.Join(dir, c.name), "--no-dht", "--parent", c.parent)
+			deadline := time.Now().Add(30 * time.Second)
+			var out string
+			for {
+				out = mustOmst(t, 10*time.Second, "--home", w.home, "status")
+				if strings.Contains(strings.ToLower(out), c.want) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if !strings.Contains(out, "DISCONNECTED: ") || !strings.Contains(strings.ToLower(out), c.want) {
+				t.Fatalf("status does not say %q:\n%s", c.want, out)
+			}
+			r := omst(t, time.Minute, "--home", w.home, "get", "shared/init", "-o", filepath.Join(dir, "out"))
+			if r.code == 0 || !strings.Contains(strings.ToLower(r.stderr), c.want) || !strings.Contains(r.stderr, "not connected to its parent") {
+				t.Fatalf("get: exit %d, stderr %q (want the reason %q)", r.code, r.stderr, c.want)
+			}
+		})
 	}
 }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/term"
 
+	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
 
@@ -89,4 +92,28 @@ func (e errWriter) Write(b []byte) (int, error) {
 func writerIsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// withParentReason adds to err, a failed get's error, why the daemon is
+// not connected to its parent, when it is not and knows why (the last
+// session's failure: "connection refused", a peer ID mismatch): the reason
+// was only in daemon.log, and a get failed with the dial's backoff text.
+// err is returned as is when the get succeeded, was interrupted, or the
+// parent is connected or there is none.
+func withParentReason(ctx context.Context, g *globals, err error) error {
+	if err == nil || ctx.Err() != nil || !(errors.Is(err, blob.ErrUnreachable) || errors.Is(err, blob.ErrNotFound)) {
+		return err
+	}
+	cl, derr := g.dial()
+	if derr != nil {
+		return err
+	}
+	defer cl.Close()
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, serr := cl.Status(sctx)
+	if serr != nil || st.Parent == "" || st.ParentConnected || st.ParentError == "" {
+		return err
+	}
+	return fmt.Errorf("%w (this daemon is not connected to its parent %s: %s)", err, st.Parent, st.ParentError)
 }

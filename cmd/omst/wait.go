@@ -204,7 +204,11 @@ func runDetached(cmd *cobra.Command, g *globals, timeout time.Duration) error {
 		if st2, ok := waitParent(cmd.Context(), sock, parentWait); ok {
 			st = st2
 		} else {
-			fmt.Fprintf(cmd.ErrOrStderr(), "omst: warning: not connected to its parent %s after %v; it keeps trying (see `omst status` and the log)\n", st.Parent, parentWait)
+			why := ""
+			if st2.ParentError != "" {
+				why = " (" + st2.ParentError + ")"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "omst: warning: not connected to its parent %s after %v%s; it keeps trying (see `omst status` and the log)\n", st.Parent, parentWait, why)
 		}
 	}
 	for _, a := range routableFirst(st.Addrs) { // addrorder.go

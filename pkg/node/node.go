@@ -611,6 +611,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		Site:            ts.Site,
 		Addrs:           n.Addrs(),
 		ParentConnected: ts.ParentConnected,
+		ParentError:     ts.ParentError,
 		CacheUsed:       u.UsedBytes,
 		CacheCap:        u.CapBytes,
 		CachePinned:     u.PinnedBytes,

@@ -50,14 +50,17 @@ type Status struct {
 	Addrs           []string `json:"addrs"`
 	Parent          string   `json:"parent"`
 	ParentConnected bool     `json:"parent_connected"`
-	Children        []Child  `json:"children"`
-	CacheUsed       int64    `json:"cache_used"`
-	CacheCap        int64    `json:"cache_cap"`
-	CachePinned     int64    `json:"cache_pinned"`
-	Chunks          int      `json:"chunks"`
-	BytesServed     uint64   `json:"bytes_served"`
-	BytesFetched    uint64   `json:"bytes_fetched"`
-	PeerErrors      uint64   `json:"peer_errors"`
+	// ParentError is why the last session with the parent failed or
+	// ended ("connection refused", a peer ID mismatch...); "" if none did.
+	ParentError  string  `json:"parent_error,omitempty"`
+	Children     []Child `json:"children"`
+	CacheUsed    int64   `json:"cache_used"`
+	CacheCap     int64   `json:"cache_cap"`
+	CachePinned  int64   `json:"cache_pinned"`
+	Chunks       int     `json:"chunks"`
+	BytesServed  uint64  `json:"bytes_served"`
+	BytesFetched uint64  `json:"bytes_fetched"`
+	PeerErrors   uint64  `json:"peer_errors"`
 	// CacheOrphaned is the bytes of stored chunks that no manifest lists
 	// (left by uploads that never completed); evicted first.
 	CacheOrphaned int64 `json:"cache_orphaned"`

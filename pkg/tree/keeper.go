@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,9 @@ func (t *Tree) keepParent() {
 			return
 		}
 		from := t.parentAddr()
+		if err != nil {
+			t.setParentErr(err)
+		}
 		var a KeeperAction
 		if back, ok := errors.AsType[backToPreferred](err); ok {
 			a = pc.EarlierReachable(back.index)
@@ -77,6 +81,21 @@ func (t *Tree) keepParent() {
 			}
 		}
 	}
+}
+
+// setParentErr records err as why the last parent session failed, for
+// Status: without the "parent ADDR: " that Describe put first (Status
+// shows the address beside it).
+func (t *Tree) setParentErr(err error) {
+	msg := err.Error()
+	for i := range t.parents {
+		for _, d := range []string{"parent " + addrOf(t.parents[i]) + ": ", "fallback parent " + addrOf(t.parents[i]) + ": "} {
+			msg = strings.TrimPrefix(msg, d)
+		}
+	}
+	t.mu.Lock()
+	t.parentErr = msg
+	t.mu.Unlock()
 }
 
 func (t *Tree) setConnected(up bool) {

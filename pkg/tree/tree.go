@@ -126,6 +126,7 @@ type Tree struct {
 	parentSeen bool                     // a parent has welcomed this node
 	pushing    map[string]chan struct{} // names with a LOOKUP_GET to the parent under way; closed when it is done
 	connected  bool                     // the parent session is up
+	parentErr  string                   // why the last parent session failed or ended ("" if none did)
 	started    bool
 	closed     bool
 
@@ -283,8 +284,12 @@ type Status struct {
 	Parent          peer.ID
 	ParentAddr      string
 	ParentConnected bool
-	Site            string
-	Children        []Child
+	// ParentError is why the last session with a parent failed or ended,
+	// e.g. "connection refused" or a peer ID mismatch (the parent's
+	// address, which Describe puts first, left out); "" if none did.
+	ParentError string
+	Site        string
+	Children    []Child
 	// PeerErrors counts names and tree requests that failed because of a
 	// peer: malformed messages, a record for another name, a HELLO that
 	// does not decode (the transfer engine counts its own).
@@ -311,6 +316,7 @@ func (t *Tree) Status() Status {
 	}
 	t.mu.Lock()
 	st.ParentConnected = t.connected
+	st.ParentError = t.parentErr
 	for id, c := range t.children {
 		st.Children = append(st.Children, Child{ID: id, Site: c.site, Addrs: slices.Clone(c.addrs), Connected: c.connected})
 	}
