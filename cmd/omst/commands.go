@@ -142,6 +142,12 @@ func daemonCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// For omst config show: the settings this daemon runs with.
+			if stop, err := writeRunningSettings(cfg.Home, cmd); err != nil {
+				cfg.Logger.Warn("settings for omst config show not written", "err", err)
+			} else {
+				defer stop()
+			}
 			for _, a := range routableFirst(n.Addrs()) {
 				fmt.Fprintln(cmd.OutOrStdout(), a)
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,7 +34,11 @@ func withConfigFile(g *globals, daemon *cobra.Command) *cobra.Command {
 	daemon.Flags().String("config", "", "configuration file (TOML; keys are these flags' names, e.g. site = \"a\", parent = [\"/ip4/...\"];\n"+
 		"flags given here win over it; default HOME/"+ConfigFile+" when it exists; see omst config show)")
 	daemon.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		_, err := applyConfig(cmd.Flags(), configPath(g, cmd.Flags()))
+		set, err := applyConfig(cmd.Flags(), configPath(g, cmd.Flags()))
+		if cmd.Annotations == nil {
+			cmd.Annotations = map[string]string{}
+		}
+		cmd.Annotations[fromFileAnnotation] = strings.Join(set, ",") // for writeRunningSettings
 		return err
 	}
 	return daemon
@@ -176,18 +181,93 @@ func configKeys(fs *pflag.FlagSet) []string {
 	return out
 }
 
+// fromFileAnnotation is the daemon command's annotation listing the flags
+// its configuration file set (comma-separated).
+const fromFileAnnotation = "omst-config-from-file"
+
+// runningSettingsPath is where the daemon of pid, running on home, keeps
+// its settings for omst config show (removed when it stops; named by pid
+// so that a second daemon refused on the home never touches the first's).
+func runningSettingsPath(home string, pid int) string {
+	return filepath.Join(home, fmt.Sprintf("settings.%d.json", pid))
+}
+
+// writeRunningSettings writes the settings of the daemon command cmd (its
+// flags, after the configuration file was applied) to home as JSON
+// {key: {value, source}}, source "flag", "file" or "default", mode 0600;
+// stop removes the file.
+func writeRunningSettings(home string, cmd *cobra.Command) (stop func(), err error) {
+	fromFile := strings.Split(cmd.Annotations[fromFileAnnotation], ",")
+	out := map[string]configEntry{}
+	for _, k := range configKeys(cmd.Flags()) {
+		f := cmd.Flags().Lookup(k)
+		src := "default"
+		switch {
+		case slices.Contains(fromFile, k):
+			src = "file"
+		case f.Changed:
+			src = "flag"
+		}
+		out[k] = configEntry{Value: flagValue(f), Source: src}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	path := runningSettingsPath(home, os.Getpid())
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, err
+	}
+	return func() { os.Remove(path) }, nil
+}
+
+// runningSettings returns the settings of the daemon running on g's home
+// and its pid, if one answers on the socket and left its settings; ok is
+// false otherwise.
+func runningSettings(g *globals) (map[string]configEntry, int, bool) {
+	b, err := os.ReadFile(filepath.Join(g.homeDir(), "lock"))
+	if err != nil {
+		return nil, 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return nil, 0, false
+	}
+	doc, err := os.ReadFile(runningSettingsPath(g.homeDir(), pid))
+	if err != nil {
+		return nil, 0, false
+	}
+	cl, err := g.dial() // the daemon of that pid answers, not a stale file's
+	if err != nil {
+		return nil, 0, false
+	}
+	cl.Close()
+	var m map[string]configEntry
+	if err := json.Unmarshal(doc, &m); err != nil {
+		return nil, 0, false
+	}
+	return m, pid, true
+}
+
 // configCmd is `omst config show`.
 func configCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "config", Short: "The daemon's configuration file (HOME/" + ConfigFile + ")", Args: cobra.NoArgs}
-	var asJSON bool
+	var asJSON, fromFile bool
 	show := &cobra.Command{
 		Use:   "show [--config FILE]",
 		Short: "Print the daemon configuration in effect: every setting, its value and where it comes from (file or default)",
-		Long: "Print the settings `omst daemon` would run with on this home: the configuration file's values\n" +
-			"over the defaults (flags given to `omst daemon` itself win over both). The output is a valid\n" +
-			"configuration file: keys are the daemon's flag names.",
+		Long: "Print the settings of the daemon running on this home: its flags over the configuration\n" +
+			"file as it was when it started over the defaults. With no daemon running, or with --file or\n" +
+			"--config, the settings `omst daemon` would run with: the file's values over the defaults (flags\n" +
+			"given to `omst daemon` itself win over both). The output is a valid configuration file: keys\n" +
+			"are the daemon's flag names.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if p, _ := cmd.Flags().GetString("config"); p == "" && !fromFile {
+				if m, pid, ok := runningSettings(g); ok {
+					return printEntries(cmd, m, fmt.Sprintf("# omst daemon settings of the daemon running on %s (pid %d); --file: what %s gives", g.homeDir(), pid, ConfigFile), asJSON)
+				}
+			}
 			d := withConfigFile(g, daemonCmd(g))
 			if p, _ := cmd.Flags().GetString("config"); p != "" {
 				if err := d.Flags().Set("config", p); err != nil {
@@ -203,14 +283,15 @@ func configCmd(g *globals) *cobra.Command {
 		},
 	}
 	show.Flags().String("config", "", "configuration file (default HOME/"+ConfigFile+")")
-	show.Flags().BoolVar(&asJSON, "json", false, "JSON: {key: {value, source}}")
+	show.Flags().BoolVar(&asJSON, "json", false, "JSON: {key: {value, source}}, source flag, file or default")
+	show.Flags().BoolVar(&fromFile, "file", false, "what the configuration file gives (as the next start would use), not the running daemon's settings")
 	c.AddCommand(show)
 	return c
 }
 
 type configEntry struct {
 	Value  any    `json:"value"`
-	Source string `json:"source"` // "file" or "default"
+	Source string `json:"source"` // "flag" (a running daemon's command line), "file" or "default"
 }
 
 func printConfig(cmd *cobra.Command, fs *pflag.FlagSet, path string, set []string, asJSON bool) error {
@@ -223,22 +304,31 @@ func printConfig(cmd *cobra.Command, fs *pflag.FlagSet, path string, set []strin
 		}
 		out[k] = configEntry{Value: flagValue(f), Source: src}
 	}
+	return printEntries(cmd, out, fmt.Sprintf("# omst daemon configuration in effect (file: %s)", path), asJSON)
+}
+
+// printEntries prints the settings m under the comment line header, as
+// TOML (each not a default marked with where it comes from), or as JSON.
+func printEntries(cmd *cobra.Command, m map[string]configEntry, header string, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return enc.Encode(m)
 	}
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "# omst daemon configuration in effect (file: %s)\n", path)
-	for _, k := range configKeys(fs) {
-		e := out[k]
+	fmt.Fprintln(w, header)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		e := m[k]
 		b, err := toml.Marshal(map[string]any{k: e.Value})
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "%s", strings.TrimRight(string(b), "\n"))
-		if e.Source == "file" {
+		switch e.Source {
+		case "file":
 			fmt.Fprint(w, "  # from the file")
+		case "flag":
+			fmt.Fprint(w, "  # from the command line")
 		}
 		fmt.Fprintln(w)
 	}

@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -277,5 +278,48 @@ func TestParentReasonShown(t *testing.T) {
 				t.Fatalf("get: exit %d, stderr %q (want the reason %q)", r.code, r.stderr, c.want)
 			}
 		})
+	}
+}
+
+// TestConfigShowRunning: `omst config show` on a home whose daemon runs
+// shows the settings it runs with (its flags over the file as it was at
+// its start), not the defaults; --file shows what the file gives now; a
+// stopped daemon leaves no settings behind.
+func TestConfigShowRunning(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "h")
+	os.MkdirAll(home, 0o700)
+	os.WriteFile(filepath.Join(home, ConfigFile), []byte("window = 32\n"), 0o600)
+	root := startDaemon(t, filepath.Join(filepath.Dir(home), "root"), "--no-dht")
+	parent := tcpAddr(t, root)
+	d := startDaemon(t, home, "--no-dht", "--site", "beta", "--parent", parent)
+	os.WriteFile(filepath.Join(home, ConfigFile), []byte("window = 8\nsite = \"gamma\"\n"), 0o600)
+	show := func(args ...string) map[string]configEntry {
+		t.Helper()
+		var m map[string]configEntry
+		out := mustOmst(t, 10*time.Second, append([]string{"--home", home, "config", "show", "--json"}, args...)...)
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return m
+	}
+	m := show()
+	if m["site"].Value != "beta" || m["site"].Source != "flag" || m["window"].Value != float64(32) || m["window"].Source != "file" {
+		t.Fatalf("config show of the running daemon: site %+v, window %+v (want beta from the command line, 32 from the file at its start)", m["site"], m["window"])
+	}
+	if p, _ := m["parent"].Value.([]any); len(p) != 1 || p[0] != parent {
+		t.Fatalf("config show of the running daemon: parent %+v, want [%s]", m["parent"], parent)
+	}
+	if out := mustOmst(t, 10*time.Second, "--home", home, "config", "show"); !strings.Contains(out, "pid") || !strings.Contains(out, "site = 'beta'  # from the command line") {
+		t.Fatalf("config show (text):\n%s", out)
+	}
+	if m := show("--file"); m["site"].Value != "gamma" || m["window"].Value != float64(8) {
+		t.Fatalf("config show --file: site %+v, window %+v", m["site"], m["window"])
+	}
+	d.stop(t)
+	if m := show(); m["site"].Value != "gamma" {
+		t.Fatalf("config show with the daemon stopped: site %+v, want the file's gamma", m["site"])
+	}
+	if left, _ := filepath.Glob(filepath.Join(home, "settings.*")); len(left) > 0 {
+		t.Fatalf("a stopped daemon left %v", left)
 	}
 }
