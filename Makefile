@@ -86,9 +86,9 @@ examples: build ## MPI, task-farm (C) and sweep (Python) examples, each against 
 	OMST_BIN=$(CURDIR)/$(BIN) examples/taskfarm/run.sh
 	OMST_BIN=$(CURDIR)/$(BIN) PYTHON=$$(scripts/pyenv.sh) examples/sweep/run.sh
 
-wan-small: ## the testground plan's own tests, then its small broadcast on emulated WAN namespaces (root; skips without)
+wan-small: build ## the testground plan's own tests, then its small broadcast on emulated WAN namespaces (root; skips without)
 	cd testplans/omst && $(GO) vet ./... && OMST_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
-	GO=$(GO) ./scripts/wan-small.sh
+	GO=$(GO) OMST_BIN=$(CURDIR)/$(BIN) ./scripts/wan-small.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

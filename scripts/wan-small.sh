@@ -12,7 +12,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-$(scripts/ensure-go.sh)}
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
-"$GO" build -o bin/omst ./cmd/omst
+# The omst under test is make build's (static, stamped with the commit:
+# what omst version shows and omst grid up copies), built once by the
+# Makefile's wan-small target and passed as OMST_BIN; never rebuilt here.
+# Run alone, the script has make build it.
+omst_bin=${OMST_BIN:-}
+if [ -z "$omst_bin" ]; then
+	make --no-print-directory build GO="$GO" >&2
+	omst_bin=$PWD/bin/omst
+fi
 "$GO" build -o bin/omst-wan ./cmd/omst-wan
 (cd testplans/omst && "$GO" build -o ../../bin/omst-plan .)
 
@@ -48,7 +56,7 @@ runs=(
 )
 for r in "${runs[@]}"; do
 	read -r mode case m workers extra <<<"$r"
-	params="mode=$m|blob_size=32MiB|omst_bin=$PWD/bin/omst${extra:+|$extra}"
+	params="mode=$m|blob_size=32MiB|omst_bin=$omst_bin${extra:+|$extra}"
 	# The churn run keeps the daemons' stores in memory (omst-wan -scratch,
 	# as bench-wan does), so that the test command exercises that too.
 	scratch=/tmp

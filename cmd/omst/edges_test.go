@@ -323,3 +323,45 @@ func TestConfigShowRunning(t *testing.T) {
 		t.Fatalf("a stopped daemon left %v", left)
 	}
 }
+
+// TestWanSmallKeepsBuiltOmst: scripts/wan-small.sh (make test's last
+// part) uses the omst make build made, passed as OMST_BIN, and never
+// builds bin/omst itself: it ran a plain `go build -o bin/omst`, which
+// left a dynamic binary without the commit stamp after make test. The
+// script runs in a copy of its tree with a go that only records what it
+// is asked, and an omst-wan that cannot emulate (the script then skips).
+func TestWanSmallKeepsBuiltOmst(t *testing.T) {
+	tree := t.TempDir()
+	for _, d := range []string{"scripts", "bin", "testplans/omst", "testplans/sync"} {
+		os.MkdirAll(filepath.Join(tree, d), 0o755)
+	}
+	script, err := os.ReadFile("../../scripts/wan-small.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(tree, "scripts/wan-small.sh"), script, 0o755)
+	goLog := filepath.Join(tree, "go.log")
+	fakeGo := filepath.Join(tree, "fake-go")
+	os.WriteFile(fakeGo, []byte("#!/bin/sh\necho \"$PWD: $*\" >>"+goLog+"\n"), 0o755)
+	os.WriteFile(filepath.Join(tree, "bin/omst-wan"), []byte("#!/bin/sh\necho 'cannot emulate a WAN here: test'\nexit 77\n"), 0o755)
+	stamped := filepath.Join(tree, "bin/omst")
+	os.WriteFile(stamped, []byte("make build's omst"), 0o755)
+	cmd := exec.Command("bash", filepath.Join(tree, "scripts/wan-small.sh"))
+	cmd.Env = append(os.Environ(), "GO="+fakeGo, "OMST_BIN="+stamped, "OMST_SKIPS="+filepath.Join(tree, "skips"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("wan-small.sh: %v\n%s", err, out)
+	}
+	log, _ := os.ReadFile(goLog)
+	if !strings.Contains(string(log), "build -o bin/omst-wan") {
+		t.Fatalf("the fake go was not used: %q\n%s", log, out)
+	}
+	for _, l := range strings.Split(string(log), "\n") {
+		if strings.Contains(l, "cmd/omst ") || strings.HasSuffix(l, "cmd/omst") || strings.Contains(l, "-o bin/omst ") {
+			t.Errorf("wan-small.sh builds omst itself: go %s", l)
+		}
+	}
+	if b, _ := os.ReadFile(stamped); string(b) != "make build's omst" {
+		t.Errorf("bin/omst was replaced")
+	}
+}
