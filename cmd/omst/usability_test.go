@@ -70,19 +70,36 @@ func readmeBlock(t *testing.T) string {
 	return s[:end+1]
 }
 
-// TestReadmeUsingIt runs the README's "Using it" block as a user pastes it
-// (with /tmp/ moved into a temporary directory and omst on PATH), under
-// sh -e: every command must succeed, in order, with no sleep between.
+// TestReadmeUsingIt runs the README's "Using it" block as a user pastes it:
+// unchanged, under sh -e, from an unrelated directory, with a fresh HOME
+// and omst on PATH: every command must succeed, in order, with no sleep
+// between, and nothing may be written into the directory it was pasted
+// in, nor at a fixed path (the block once used /tmp/root and wrote its
+// 32 MiB files into the checkout). TMPDIR puts its mktemp -d here.
 func TestReadmeUsingIt(t *testing.T) {
 	block := readmeBlock(t)
-	dir := t.TempDir()
-	script := strings.ReplaceAll(block, "/tmp/", dir+"/")
-	for _, h := range []string{"root", "head", "w1"} {
-		t.Cleanup(func() { stopDetached(t, filepath.Join(dir, h)) })
+	if strings.Contains(block, "/tmp/") || strings.Contains(block, "$PWD/bin") {
+		t.Fatalf("README block uses fixed paths (/tmp/...) or the checkout ($PWD/bin): it works only from the repository's root, and clashes with another user's:\n%s", block)
 	}
-	cmd := exec.Command("sh", "-e", "-x", "-c", script)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(omstBin)+":"+os.Getenv("PATH"), "OMST_HOME=", "OMST_SOCKET=")
+	tmp, cwd := t.TempDir(), t.TempDir()
+	scratch := func() string {
+		dirs, _ := filepath.Glob(filepath.Join(tmp, "tmp.*"))
+		if len(dirs) != 1 {
+			return ""
+		}
+		return dirs[0]
+	}
+	t.Cleanup(func() {
+		if dir := scratch(); dir != "" {
+			for _, h := range []string{"root", "head", "w1"} {
+				stopDetached(t, filepath.Join(dir, h))
+			}
+		}
+	})
+	cmd := exec.Command("sh", "-e", "-x", "-c", block)
+	cmd.Dir = cwd
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(omstBin)+":"+os.Getenv("PATH"), "OMST_HOME=", "OMST_SOCKET=",
+		"TMPDIR="+tmp, "HOME="+t.TempDir())
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	done := make(chan error, 1)
@@ -93,11 +110,18 @@ func TestReadmeUsingIt(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("README block failed: %v\nstdout:\n%s\nstderr:\n%s\nroot's log:\n%s", err, out.String(), errb.String(), readLog(dir, "root"))
+			t.Fatalf("README block failed: %v\nstdout:\n%s\nstderr:\n%s\nroot's log:\n%s", err, out.String(), errb.String(), readLog(scratch(), "root"))
 		}
 	case <-time.After(3 * time.Minute):
 		cmd.Process.Kill()
 		t.Fatalf("README block did not finish in 3 minutes\nstdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	}
+	if left, _ := os.ReadDir(cwd); len(left) > 0 {
+		t.Errorf("README block wrote %d entries into the directory it ran from (%s, ...)", len(left), left[0].Name())
+	}
+	dir := scratch()
+	if dir == "" {
+		t.Fatalf("README block made no scratch directory with mktemp -d")
 	}
 	if fileHash(t, filepath.Join(dir, "copy.bin")) != fileHash(t, filepath.Join(dir, "data.bin")) {
 		t.Fatal("copy.bin differs from data.bin")
