@@ -21,7 +21,9 @@ class Info:
         size: size in bytes.
         chunk_size: chunk size in bytes (0 if unknown on this node).
         chunks: number of chunks.
-        time: put time, unix nanoseconds.
+        time: put time, an int: nanoseconds since the Unix epoch (UTC),
+            as the daemon records it; 0 if unknown on this node (a blob
+            got by its ID). ``put_time`` is the same as a datetime.
         origin: peer ID of the node where it was put.
         local: every chunk is in this node's store.
         pinned: the blob is pinned on this node.
