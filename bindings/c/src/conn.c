@@ -495,7 +495,11 @@ int conn_open(const char *path, int timeout_ms, uint32_t version, struct omst_co
 	if (r < 0) {
 		int err = errno, e;
 		if (err == ENOENT || err == ECONNREFUSED || err == ENOTDIR)
-			e = omst_fail(OMST_ENODAEMON, "no omst daemon at %s (%s)", path, strerror(err));
+			/* Printed after omst_strerror's "no omst daemon answers at the
+			 * socket" (as the README does): the socket and why, not that
+			 * again. */
+			e = omst_fail(OMST_ENODAEMON, "%s: %s (start one with omst daemon, or set OMST_SOCKET or OMST_HOME)", path,
+			              strerror(err));
 		else if (err == EAGAIN || err == ETIMEDOUT)
 			e = omst_fail(OMST_ETIMEDOUT, "connect to the omst daemon at %s: timed out", path);
 		else

@@ -224,6 +224,15 @@ static void test_no_daemon(void)
 	CHECK_RC(omst_connect(path, &h), OMST_ENODAEMON);
 	CHECK(h == NULL);
 	CHECK(strstr(omst_errmsg(), path) != NULL);
+	{
+		/* Printed as the README prints an error, it says "no omst
+		 * daemon" once (omst_strerror's), then the socket and why. */
+		char line[1024];
+		snprintf(line, sizeof line, "%s: %s", omst_strerror(OMST_ENODAEMON), omst_errmsg());
+		const char *first = strstr(line, "no omst daemon");
+		CHECK(first != NULL && strstr(first + 1, "no omst daemon") == NULL);
+		CHECK(strstr(line, "No such file or directory") != NULL);
+	}
 	CHECK_RC(omst_connect("/nonexistent-dir/omst.sock", &h), OMST_ENODAEMON);
 
 	/* A stale socket: bound, nobody listening. */
