@@ -33,6 +33,11 @@ func (g *globals) socket() string {
 	if s := os.Getenv("OMST_SOCKET"); s != "" && g.home == "" {
 		return s
 	}
+	if g.home == "" && os.Getenv("OMST_HOME") == "" {
+		if s := slurmSocket(os.Getenv, os.Hostname, os.Geteuid()); s != "" { // slurmsock.go
+			return s
+		}
+	}
 	return node.SocketPath(g.homeDir())
 }
 
@@ -60,7 +65,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "no progress output")
 	root.AddCommand(
 		withConfigFile(g, withDetach(g, daemonCmd(g))), waitCmd(g), putCmd(g), getCmd(g), preheatCmd(g), lsCmd(g), statCmd(g), rmCmd(g), idCmd(g), statusCmd(g), providersCmd(g), peersCmd(g), demoCmd(g), gridCmd(g),
-		configCmd(g), versionCmd(),
+		configCmd(g), versionCmd(), slurmCmd(g),
 	)
 	root.Version = readBuildInfo().String()
 	root.SetVersionTemplate("omst {{.Version}}\n")

@@ -1,0 +1,349 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) slurmEnv { return func(k string) string { return m[k] } }
+
+func TestParseHostnames(t *testing.T) {
+	got, err := parseHostnames("n1\nn2\n\n  n10 \n")
+	if err != nil || !slices.Equal(got, []string{"n1", "n2", "n10"}) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "\n\n", "n1\nn1\n", "a/b\n", "..\n", "n1 n2\n", "n[1-2]x,y\n"} {
+		if _, err := parseHostnames(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestChooseHeadAndTokens(t *testing.T) {
+	nodes := []string{"n1", "n2", "n3"}
+	if h, err := chooseHead(nodes, ""); err != nil || h != "n1" {
+		t.Fatalf("default head %q, %v", h, err)
+	}
+	if h, err := chooseHead(nodes, "n3"); err != nil || h != "n3" {
+		t.Fatalf("--head-node n3: %q, %v", h, err)
+	}
+	_, err := chooseHead(nodes, "n9")
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "n9") {
+		t.Fatalf("--head-node n9: %v", err)
+	}
+	tk, err := assignTokens(nodes, "n2", []string{"a", "b", "c"})
+	if err != nil || tk["n2"] != "a" || tk["n1"] != "b" || tk["n3"] != "c" {
+		t.Fatalf("tokens %v, %v", tk, err)
+	}
+	if tk, err := assignTokens(nodes, "n1", nil); err != nil || len(tk) != 0 {
+		t.Fatalf("no tokens: %v, %v", tk, err)
+	}
+	if _, err := assignTokens(nodes, "n1", []string{"a"}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "1 token(s) for 3 nodes") {
+		t.Fatalf("one token for three nodes: %v", err)
+	}
+}
+
+func TestNodeHome(t *testing.T) {
+	env := envOf(map[string]string{"TMPDIR": "/scratch/t"})
+	h, err := slurmNodeHome(tmpBase(env), "42", "n1")
+	if err != nil || h != "/scratch/t/omst-slurm-42/n1" {
+		t.Fatalf("%q %v", h, err)
+	}
+	if h, _ := slurmNodeHome(tmpBase(envOf(nil)), "42", "n1"); h != "/tmp/omst-slurm-42/n1" {
+		t.Fatalf("without TMPDIR: %q", h)
+	}
+	for _, c := range [][2]string{{"", "n1"}, {"4/2", "n1"}, {"..", "n1"}, {"42", ""}, {"42", "a/b"}, {"42", ".."}} {
+		if _, err := slurmNodeHome("/tmp", c[0], c[1]); err == nil {
+			t.Errorf("job %q node %q: no error", c[0], c[1])
+		}
+	}
+	host := func() (string, error) { return "c7.cluster.example", nil }
+	if n := slurmNodeName(envOf(map[string]string{"SLURMD_NODENAME": "n3"}), host); n != "n3" {
+		t.Errorf("SLURMD_NODENAME: %q", n)
+	}
+	if n := slurmNodeName(envOf(nil), host); n != "c7" {
+		t.Errorf("host name: %q", n)
+	}
+	if s := slurmSite("", "7"); s != "slurm-7" {
+		t.Errorf("site %q", s)
+	}
+}
+
+func TestDaemonArgs(t *testing.T) {
+	p := daemonPlan{Nodes: []string{"n1", "n2"}, Head: "n1", Site: "c-7", Parents: []string{"/ip4/10.0.0.1/tcp/4040/p2p/R"},
+		Tokens: map[string]string{"n1": "T1", "n2": "T2"}, Extra: []string{"--cache-size", "1G"}}
+	head := p.daemonArgs("n1")
+	want := []string{"daemon", "--site", "c-7", "--listen", defaultListen, "--parent", "/ip4/10.0.0.1/tcp/4040/p2p/R", "--join", "T1", "--cache-size", "1G"}
+	if !slices.Equal(head, want) {
+		t.Fatalf("head: %v", head)
+	}
+	w := withParent(p.daemonArgs("n2"), "/ip4/10.0.0.2/tcp/5/p2p/H")
+	want = []string{"daemon", "--parent", "/ip4/10.0.0.2/tcp/5/p2p/H", "--site", "c-7", "--listen", defaultListen, "--parent", "/ip4/10.0.0.1/tcp/4040/p2p/R", "--join", "T2", "--cache-size", "1G"}
+	if !slices.Equal(w, want) {
+		t.Fatalf("worker: %v", w)
+	}
+	p.Extra = []string{"--listen=/ip4/0.0.0.0/tcp/7000"}
+	if a := p.daemonArgs("n2"); slices.Contains(a, defaultListen) {
+		t.Fatalf("--listen given and the default added: %v", a)
+	}
+}
+
+func TestOrderAndPickAddrs(t *testing.T) {
+	const pid = "12D3KooWL8CuCon5jppjKyGJYjRiAtmg1fDJvYdh55ED5qt7Arox"
+	addrs := []string{
+		"/ip4/127.0.0.1/tcp/1/p2p/" + pid + "", "/ip4/127.0.0.1/udp/1/quic-v1/p2p/" + pid + "", "/ip6/::1/tcp/1/p2p/" + pid + "",
+		"/ip6/fd00::1/tcp/1/p2p/" + pid + "", "/ip4/10.1.2.3/tcp/1/p2p/" + pid + "", "garbage",
+	}
+	got := orderAddrs(addrs)
+	want := []string{"/ip4/10.1.2.3/tcp/1/p2p/" + pid + "", "/ip6/fd00::1/tcp/1/p2p/" + pid + "", "/ip4/127.0.0.1/tcp/1/p2p/" + pid + "", "/ip6/::1/tcp/1/p2p/" + pid + "",
+		"/ip4/127.0.0.1/udp/1/quic-v1/p2p/" + pid + "", "garbage"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("order:\n%v\nwant\n%v", got, want)
+	}
+	var tried []string
+	a, err := pickHeadAddr(addrs, func(hp string) error {
+		tried = append(tried, hp)
+		if strings.HasPrefix(hp, "127.") {
+			return nil
+		}
+		return errors.New("refused")
+	})
+	if err != nil || a != "/ip4/127.0.0.1/tcp/1/p2p/"+pid+"" || tried[0] != "10.1.2.3:1" {
+		t.Fatalf("picked %q %v (tried %v)", a, err, tried)
+	}
+	_, err = pickHeadAddr(addrs, func(string) error { return errors.New("refused") })
+	if err == nil || !strings.Contains(err.Error(), "10.1.2.3:1: refused") {
+		t.Fatalf("none reachable: %v", err)
+	}
+	if _, err := pickHeadAddr([]string{"/ip4/1.2.3.4/udp/1/quic-v1"}, nil); err == nil {
+		t.Fatal("no TCP address: no error")
+	}
+}
+
+func TestSrunArgs(t *testing.T) {
+	a := srunArgs("7", []string{"n1", "n2"}, stepDaemons, []string{"/bin/omst", "slurm", "task"})
+	for _, w := range []string{"--jobid=7", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--kill-on-bad-exit=0"} {
+		if !slices.Contains(a, w) {
+			t.Errorf("no %s in %v", w, a)
+		}
+	}
+	if !slices.Equal(a[len(a)-3:], []string{"/bin/omst", "slurm", "task"}) {
+		t.Errorf("command not last: %v", a)
+	}
+}
+
+// TestSlurmSocket: the socket rule, against real directories and a real
+// listening socket.
+func TestSlurmSocket(t *testing.T) {
+	base := t.TempDir()
+	env := map[string]string{"TMPDIR": base, "SLURM_JOB_ID": "77", "SLURMD_NODENAME": "n2"}
+	host := func() (string, error) { return "h", nil }
+	uid := os.Geteuid()
+	if s := slurmSocket(envOf(env), host, uid); s != "" {
+		t.Fatalf("no directory yet: %q", s)
+	}
+	home := filepath.Join(base, "omst-slurm-77", "n2")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if s := slurmSocket(envOf(env), host, uid); s != "" {
+		t.Fatalf("no socket yet: %q", s)
+	}
+	sock := filepath.Join(home, "omst.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if s := slurmSocket(envOf(env), host, uid); s != sock {
+		t.Fatalf("got %q, want %q", s, sock)
+	}
+	if s := slurmSocket(envOf(env), host, uid+1); s != "" {
+		t.Fatalf("a directory of another user trusted: %q", s)
+	}
+	other := map[string]string{"TMPDIR": base, "SLURM_JOB_ID": "78", "SLURMD_NODENAME": "n2"}
+	if s := slurmSocket(envOf(other), host, uid); s != "" {
+		t.Fatalf("another job's: %q", s)
+	}
+	delete(env, "SLURM_JOB_ID")
+	if s := slurmSocket(envOf(env), host, uid); s != "" {
+		t.Fatalf("outside a job: %q", s)
+	}
+	// The CLI: the rule applies without OMST_SOCKET/OMST_HOME/--home,
+	// and each of those wins over it.
+	t.Setenv("TMPDIR", base)
+	t.Setenv("SLURM_JOB_ID", "77")
+	t.Setenv("SLURMD_NODENAME", "n2")
+	t.Setenv("OMST_SOCKET", "")
+	t.Setenv("OMST_HOME", "")
+	if s := (&globals{}).socket(); s != sock {
+		t.Fatalf("CLI: %q, want %q", s, sock)
+	}
+	if s := (&globals{home: "/h"}).socket(); s != "/h/omst.sock" {
+		t.Fatalf("--home: %q", s)
+	}
+	t.Setenv("OMST_HOME", "/e")
+	if s := (&globals{}).socket(); s != "/e/omst.sock" {
+		t.Fatalf("OMST_HOME: %q", s)
+	}
+	t.Setenv("OMST_SOCKET", "/s.sock")
+	if s := (&globals{}).socket(); s != "/s.sock" {
+		t.Fatalf("OMST_SOCKET: %q", s)
+	}
+}
+
+// TestRendezvous: up's server and tasks over real loopback TCP: the head
+// first, a worker gets the head's addresses, a wrong token, an unknown
+// node and a second task for a node are refused.
+func TestRendezvous(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := daemonPlan{Nodes: []string{"n1", "n2", "n3"}, Head: "n1", Site: "s"}
+	srv := newRdvServer(ln, "tok", plan, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go srv.serve(ctx)
+	defer ln.Close()
+	addr := ln.Addr().String()
+
+	// A worker asks before the head has reported: it waits.
+	type got struct {
+		a   rdvAssign
+		err error
+	}
+	wch := make(chan got, 1)
+	go func() {
+		a, c, _, err := rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n2"})
+		if err == nil {
+			writeRdv(c, rdvReport{Node: "n2", OK: true, Addrs: []string{"/ip4/127.0.0.1/tcp/2/p2p/W"}})
+			c.Close()
+		}
+		wch <- got{a, err}
+	}()
+	select {
+	case g := <-wch:
+		t.Fatalf("worker answered before the head reported: %+v", g)
+	case <-time.After(200 * time.Millisecond):
+	}
+	a, c, _, err := rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n1"})
+	if err != nil || a.Error != "" || len(a.HeadAddrs) != 0 || a.Args[0] != "daemon" {
+		t.Fatalf("head: %+v %v", a, err)
+	}
+	writeRdv(c, rdvReport{Node: "n1", OK: true, Addrs: []string{"/ip4/127.0.0.1/tcp/1/p2p/H"}})
+	c.Close()
+	g := <-wch
+	if g.err != nil || !slices.Equal(g.a.HeadAddrs, []string{"/ip4/127.0.0.1/tcp/1/p2p/H"}) {
+		t.Fatalf("worker: %+v", g)
+	}
+	for _, h := range []rdvHello{{Token: "bad", Node: "n3"}, {Token: "tok", Node: "n9"}, {Token: "tok", Node: "n1"}} {
+		a, c, _, err := rdvClient(ctx, addr, h)
+		if err != nil || a.Error == "" {
+			t.Errorf("%+v: not refused: %+v %v", h, a, err)
+		}
+		if c != nil {
+			c.Close()
+		}
+	}
+	// n3 fails.
+	a, c, _, err = rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeRdv(c, rdvReport{Node: "n3", Error: "home in use"})
+	c.Close()
+	for len(srv.snapshot()) < 3 {
+		select {
+		case <-srv.changed:
+		case <-ctx.Done():
+			t.Fatalf("results: %+v", srv.snapshot())
+		}
+	}
+	r := srv.snapshot()
+	if !r["n1"].OK || !r["n2"].OK || r["n3"].OK || r["n3"].Err != "home in use" {
+		t.Fatalf("results: %+v", r)
+	}
+}
+
+// TestRendezvousHeadFails: the workers of a failed head are told so.
+func TestRendezvousHeadFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srv := newRdvServer(ln, "tok", daemonPlan{Nodes: []string{"n1", "n2"}, Head: "n1"}, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go srv.serve(ctx)
+	_, c, _, err := rdvClient(ctx, ln.Addr().String(), rdvHello{Token: "tok", Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // no report: the task died
+	a, c2, _, err := rdvClient(ctx, ln.Addr().String(), rdvHello{Token: "tok", Node: "n2"})
+	if err != nil || !strings.Contains(a.Error, "its head n1 failed") {
+		t.Fatalf("worker: %+v %v", a, err)
+	}
+	c2.Close()
+	if r := srv.snapshot(); r["n1"].OK || !strings.Contains(r["n1"].Err, "without a report") {
+		t.Fatalf("head: %+v", r)
+	}
+}
+
+func TestReadRdvBad(t *testing.T) {
+	var h rdvHello
+	long := strings.Repeat("x", rdvMaxLine+10) + "\n"
+	for _, in := range []string{"", "not json\n", "[1,2]\n", long} {
+		if err := readRdv(bufio.NewReader(strings.NewReader(in)), &h); err == nil {
+			t.Errorf("%.20q: no error", in)
+		}
+	}
+	if err := readRdv(bufio.NewReader(strings.NewReader(`{"token":"a","node":"n1"}`)), &h); err != nil || h.Node != "n1" {
+		t.Fatalf("no final newline: %+v %v", h, err)
+	}
+}
+
+func FuzzDecodeRdv(f *testing.F) {
+	f.Add([]byte(`{"token":"t","node":"n1","pid":3}`))
+	f.Add([]byte(`{"args":["daemon"],"head_addrs":["/ip4/1.2.3.4/tcp/1"]}`))
+	f.Add([]byte(`{"node":"n1","ok":true,"addrs":null}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h rdvHello
+		var a rdvAssign
+		var r rdvReport
+		for _, v := range []any{&h, &a, &r} {
+			if err := decodeRdv(b, v); err != nil && !errors.Is(err, errRdvLine) {
+				t.Fatalf("error not errRdvLine: %v", err)
+			}
+		}
+		readRdv(bufio.NewReader(strings.NewReader(string(b))), &h)
+		orderAddrs(a.HeadAddrs)
+	})
+}
+
+// TestSlurmOutsideAllocation: up, down and bcast outside a job say so.
+func TestSlurmOutsideAllocation(t *testing.T) {
+	t.Setenv("SLURM_JOB_ID", "")
+	for _, args := range [][]string{{"slurm", "up"}, {"slurm", "down"}, {"slurm", "bcast", "x", "/tmp/x"}} {
+		root := newRoot()
+		root.SetArgs(args)
+		root.SetOut(new(strings.Builder))
+		root.SetErr(new(strings.Builder))
+		err := root.Execute()
+		if !errors.Is(err, ErrNoAllocation) || exitCode(err) == 0 {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
