@@ -22,7 +22,10 @@
  * omst_get_to_fd).
  *
  * The default daemon's socket is $OMST_SOCKET, else $OMST_HOME/omst.sock,
- * else ~/.omst/omst.sock.
+ * else, inside a Slurm job, this node's daemon of the job if `omst slurm up`
+ * started one ($TMPDIR or /tmp, omst-slurm-$SLURM_JOB_ID/NODE/omst.sock, NODE
+ * being $SLURMD_NODENAME or the short host name, the job's directory owned
+ * by this user; docs/operations.md, "Under Slurm"), else ~/.omst/omst.sock.
  */
 #ifndef OMST_H
 #define OMST_H

@@ -72,12 +72,16 @@ static int env_timeout_ms(void)
 	return DEFAULT_TIMEOUT_MS;
 }
 
-/* The default socket path, malloc'd. */
+/* The default socket path, malloc'd: $OMST_SOCKET, else $OMST_HOME/omst.sock,
+ * else this node's daemon of this Slurm job (slurm.c), else
+ * ~/.omst/omst.sock. */
 static int default_socket(char **out)
 {
 	const char *s = getenv("OMST_SOCKET");
 	const char *home = getenv("OMST_HOME"), *suffix = "/omst.sock";
 	if (s == NULL || *s == '\0') {
+		if ((home == NULL || *home == '\0') && omst_slurm_socket(out))
+			return 0; /* this node's daemon of this Slurm job (slurm.c) */
 		if (home == NULL || *home == '\0') {
 			home = getenv("HOME");
 			suffix = "/.omst/omst.sock";

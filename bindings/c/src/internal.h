@@ -37,6 +37,7 @@
 #define omst_check_name omst__check_name
 #define omst_utf8_valid omst__utf8_valid
 #define omst_abs_path omst__abs_path
+#define omst_slurm_socket omst__slurm_socket
 #define omst_check_chunk_size omst__check_chunk_size
 #define buf_add_extent omst__buf_add_extent
 #define buf_finish omst__buf_finish
@@ -232,6 +233,10 @@ int omst_utf8_valid(const unsigned char *s, size_t n);
 /* Makes path absolute against the working directory into a malloc'd
  * string (*out); checks NULL, empty, the 4096-byte limit. */
 int omst_abs_path(const char *path, char **out, size_t *len);
+
+/* The socket of this node's daemon of this Slurm job (slurm.c): 1 and a
+ * malloc'd path in *out if there is one, else 0. */
+int omst_slurm_socket(char **out);
 /* chunk_size: 0 or 4096 .. 64 MiB. */
 int omst_check_chunk_size(uint32_t cs);
 

@@ -288,6 +288,59 @@ static void test_default_socket(void)
 	CHECK(memcmp(buf, got, 5) == 0);
 }
 
+/* Inside a Slurm job: this node's daemon of the job, found by
+ * $SLURM_JOB_ID, $SLURMD_NODENAME and $TMPDIR, without OMST_SOCKET or
+ * OMST_HOME (slurm.c); those still win. */
+static void test_slurm_socket(void)
+{
+	omst_t *h;
+	char base[512], dir[600], node[700], sock[800], home[600];
+	snprintf(base, sizeof base, "%s/slurm-%d", t_tmp, (int)getpid());
+	snprintf(dir, sizeof dir, "%s/omst-slurm-4242", base);
+	snprintf(node, sizeof node, "%s/n3", dir);
+	snprintf(sock, sizeof sock, "%s/omst.sock", node);
+	snprintf(home, sizeof home, "%s/nohome", base);
+	CHECK(mkdir(base, 0700) == 0);
+	CHECK(mkdir(dir, 0700) == 0);
+	CHECK(mkdir(node, 0700) == 0);
+	unsetenv("OMST_SOCKET");
+	unsetenv("OMST_HOME");
+	setenv("HOME", home, 1); /* no daemon there */
+	setenv("TMPDIR", base, 1);
+	setenv("SLURM_JOB_ID", "4242", 1);
+	setenv("SLURMD_NODENAME", "n3", 1);
+	/* No socket in the job's directory yet: the default, no daemon. */
+	CHECK_RC(omst_connect(NULL, &h), OMST_ENODAEMON);
+	CHECK(symlink(t_sock, sock) == 0);
+	CHECK_RC(omst_connect(NULL, &h), 0);
+	omst_close(h);
+	char buf[5] = "slurm", got[5];
+	CHECK_RC(OmstPutData("default/slurm", buf, 5), 0);
+	CHECK_RC(OmstGetData("default/slurm", got, 5), 0);
+	CHECK(memcmp(buf, got, 5) == 0);
+	/* Another node's name, another job: not this one's. */
+	setenv("SLURMD_NODENAME", "n4", 1);
+	CHECK_RC(omst_connect(NULL, &h), OMST_ENODAEMON);
+	setenv("SLURMD_NODENAME", "n3", 1);
+	setenv("SLURM_JOB_ID", "4243", 1);
+	CHECK_RC(omst_connect(NULL, &h), OMST_ENODAEMON);
+	setenv("SLURM_JOB_ID", "../omst-slurm-4242", 1);
+	CHECK_RC(omst_connect(NULL, &h), OMST_ENODAEMON);
+	/* $OMST_HOME wins. */
+	setenv("SLURM_JOB_ID", "4242", 1);
+	setenv("OMST_HOME", home, 1);
+	CHECK_RC(omst_connect(NULL, &h), OMST_ENODAEMON);
+	unsetenv("OMST_HOME");
+	unlink(sock);
+	rmdir(node);
+	rmdir(dir);
+	rmdir(base);
+	unsetenv("TMPDIR");
+	unsetenv("SLURM_JOB_ID");
+	unsetenv("SLURMD_NODENAME");
+	setenv("OMST_SOCKET", t_sock, 1);
+}
+
 /* ---- round trips ------------------------------------------------------ */
 
 static void roundtrip(omst_t *h, size_t n, uint32_t chunk)
@@ -1134,6 +1187,7 @@ static const struct test tests[] = {
 	{"strerror", test_strerror, 0},
 	{"no_daemon", test_no_daemon, 0},
 	{"default_socket", test_default_socket, 0},
+	{"slurm_socket", test_slurm_socket, 0},
 	{"null_args", test_null_args, 0},
 	{"invalid_names", test_invalid_names, 0},
 	{"roundtrip", test_roundtrip, 0},

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, TypeVar
 from . import _localfile, _wire
 from ._conn import Buffer, Connection
 from ._input import put_source
+from ._slurm import slurm_socket
 from ._wire import FrameType
 from .errors import (
     BadRequest,
@@ -81,13 +82,18 @@ T = TypeVar("T")
 
 
 def default_socket() -> str:
-    """The daemon socket: $OMST_SOCKET, else $OMST_HOME/omst.sock, else ~/.omst/omst.sock."""
+    """The daemon socket: $OMST_SOCKET, else $OMST_HOME/omst.sock, else inside a
+    Slurm job this node's daemon of the job if ``omst slurm up`` started one
+    (omst._slurm), else ~/.omst/omst.sock."""
     s = os.environ.get("OMST_SOCKET")
     if s:
         return s
     h = os.environ.get("OMST_HOME")
     if h:
         return os.path.join(h, "omst.sock")
+    js = slurm_socket()
+    if js:
+        return js
     return os.path.join(os.path.expanduser("~"), ".omst", "omst.sock")
 
 

@@ -258,6 +258,40 @@ def test_module_level_functions(daemon: object, ns: str, monkeypatch: pytest.Mon
         omst.set_default_client(None)
 
 
+def test_slurm_socket(monkeypatch: pytest.MonkeyPatch, tmp_path: "os.PathLike[str]", daemon: object) -> None:
+    """Inside a Slurm job, this node's daemon of the job without OMST_SOCKET
+    or OMST_HOME (omst._slurm); those still win."""
+    import os as _os
+
+    base = str(tmp_path)
+    node = _os.path.join(base, "omst-slurm-4242", "n3")
+    _os.makedirs(node, mode=0o700)
+    for k in ("OMST_SOCKET", "OMST_HOME"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", _os.path.join(base, "nohome"))
+    monkeypatch.setenv("TMPDIR", base)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURMD_NODENAME", "n3")
+    assert omst.default_socket() == _os.path.join(base, "nohome", ".omst", "omst.sock")  # no socket yet
+    sock = _os.path.join(node, "omst.sock")
+    _os.symlink(daemon.sock, sock)  # type: ignore[attr-defined]
+    assert omst.default_socket() == sock
+    with omst.Client() as c:
+        c.put("default/slurm", b"slurm")
+        assert c.get("default/slurm") == b"slurm"
+    monkeypatch.setenv("SLURMD_NODENAME", "n4")
+    assert omst.default_socket() != sock
+    monkeypatch.setenv("SLURMD_NODENAME", "n3")
+    monkeypatch.setenv("SLURM_JOB_ID", "../omst-slurm-4242")
+    assert omst.default_socket() != sock
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("OMST_HOME", "/h")
+    assert omst.default_socket() == "/h/omst.sock"
+    monkeypatch.delenv("OMST_HOME")
+    monkeypatch.setenv("OMST_SOCKET", "/a/b.sock")
+    assert omst.default_socket() == "/a/b.sock"
+
+
 def test_default_socket(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMST_SOCKET", "/a/b.sock")
     assert omst.default_socket() == "/a/b.sock"
