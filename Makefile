@@ -14,7 +14,7 @@ SOAK    ?= 30m
 FAULTBIN := bin/omst-fault
 FAULTS  = bin/omst-faults -bin $(BIN) -fault-bin $(FAULTBIN) $(if $(SEED),-seed $(SEED)) $(if $(CASES),-cases $(CASES))
 
-.PHONY: all build demo test check unit race integration faultbin faults soak bindings ctest pytest examples wan-small fuzz bench bench-bindings bench-wan bench-sim clean deps
+.PHONY: all build demo test check unit race integration faultbin faults soak bindings ctest pytest examples wan-small slurm fuzz bench bench-bindings bench-wan bench-sim clean deps
 
 all: build
 
@@ -41,7 +41,7 @@ ifneq ($(filter test,$(MAKECMDGOALS)),)
 $(shell mkdir -p bin && rm -f "$(OMST_SKIPS)")
 endif
 
-test: deps check race integration faults bindings examples wan-small ## everything CI runs
+test: deps check race integration faults bindings examples wan-small slurm ## everything CI runs
 	@scripts/test-summary.sh "$(OMST_SKIPS)"
 
 check: ## formatting, vet, and go.mod/go.sum tidy (main module and the test plans)
@@ -89,6 +89,9 @@ examples: build ## MPI, task-farm (C) and sweep (Python) examples, each against 
 wan-small: build ## the testground plan's own tests, then its small broadcast on emulated WAN namespaces (root; skips without)
 	cd testplans/omst && $(GO) vet ./... && OMST_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
 	GO=$(GO) OMST_BIN=$(CURDIR)/$(BIN) ./scripts/wan-small.sh
+
+slurm: build ## omst under a real Slurm: a 4-node cluster on this machine (scripts/slurm-cluster.sh), sbatch jobs running omst slurm up, an MPI program, bcast, down, scancel mid-transfer, two jobs at once (root; skips without the packages)
+	OMST_BIN=$(CURDIR)/$(BIN) scripts/slurm-test.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

@@ -307,7 +307,8 @@ func slurmBcastCmd(g *globals) *cobra.Command {
 		Long: "Every node of the job gets the blob NAME, or the file FILE, into the path DEST on its own disk,\n" +
 			"each from its own daemon of the job: through the tree and the site's exchange (sbcast's job).\n" +
 			"An existing file at SOURCE is put first, under slurm/JOBID/bcast/BASENAME, with this host's\n" +
-			"daemon of the job; anything else is a blob's name. DEST that exists is an error unless\n" +
+			"daemon of the job; anything else is a blob's name. %N in DEST is the node's name (for nodes\n" +
+			"that share a file system). DEST that exists is an error unless\n" +
 			"--force. --preserve (FILE only) gives DEST the file's mode and modification time. Prints\n" +
 			"a line per node; exits 1 if any node failed.",
 		Args: cobra.ExactArgs(2),
@@ -399,6 +400,7 @@ func slurmTaskCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", nodeName, msg)
 				return nil
 			case get != "":
+				dest := expandDest(dest, nodeName)
 				n, err := getToDest(cmd.Context(), g, get, dest, force, mode, mtime)
 				if err != nil {
 					return fmt.Errorf("%s: %w", nodeName, err)

@@ -73,6 +73,9 @@ func TestNodeHome(t *testing.T) {
 	if n := slurmNodeName(envOf(nil), host); n != "c7" {
 		t.Errorf("host name: %q", n)
 	}
+	if d := expandDest("/scratch/%N/in.dat", "n2"); d != "/scratch/n2/in.dat" {
+		t.Errorf("expandDest: %q", d)
+	}
 	if s := slurmSite("", "7"); s != "slurm-7" {
 		t.Errorf("site %q", s)
 	}

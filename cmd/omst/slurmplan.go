@@ -271,3 +271,7 @@ func srunArgs(job string, nodes []string, stepName string, cmd []string) []strin
 	}
 	return append(args, cmd...)
 }
+
+// expandDest is bcast's DEST on node: each %N replaced by the node's name
+// (as in srun's file name patterns), for nodes that share a file system.
+func expandDest(dest, node string) string { return strings.ReplaceAll(dest, "%N", node) }
