@@ -13,7 +13,8 @@
 # tails); stop kills every daemon it started (by the pids in DIR) and
 # removes DIR; both are idempotent. SLURM_NODES (default 4) and
 # SLURM_BASE_PORT (default 16817: ctld, then one port per node) change the
-# shape and the ports.
+# shape and the ports; SLURM_BB_LUA=FILE turns on the burst_buffer/lua
+# plugin with FILE as DIR/burst_buffer.lua (Directive=BB_LUA).
 set -euo pipefail
 
 usage() { echo "usage: $0 {start|stop|status|env} DIR" >&2; exit 2; }
@@ -136,6 +137,11 @@ NodeName=n[1-$NODES] NodeHostname=$(hostname) NodeAddr=127.0.0.1 Port=[$((BASE +
 PartitionName=debug Nodes=n[1-$NODES] Default=YES MaxTime=INFINITE State=UP
 EOF
   : >"$DIR/plugstack.conf"
+  if [ -n "${SLURM_BB_LUA:-}" ]; then
+    cp "$SLURM_BB_LUA" "$DIR/burst_buffer.lua"
+    printf "Directive=BB_LUA\n" >"$DIR/burst_buffer.conf"
+    echo "BurstBufferType=burst_buffer/lua" >>"$CONF"
+  fi
   slurmctld -f "$CONF" -i
   local n
   for n in $(nodenames); do

@@ -13,6 +13,9 @@
 #      site, ports, sockets), a put and a get on every node;
 #   C. scancel in the middle of a transfer: every daemon gone and every
 #      directory removed within seconds;
+#   D. stage-in and stage-out through dist/slurm/burst_buffer.lua (a job of
+#      user nobody: the plugin refuses root's), and a malformed #BB_LUA omst
+#      line rejected at submission;
 # and `omst slurm up` outside an allocation (a clear error). After the
 # jobs: no `omst slurm task` process and no job directory left. Bounded in
 # time; the cluster is stopped on every exit path.
@@ -52,6 +55,7 @@ cleanup() {
 	local rc=$?
 	[ -n "${SLURM_CONF:-}" ] && scancel --quiet --full --signal=KILL -u root 2>/dev/null || true
 	"$repo/scripts/slurm-cluster.sh" stop "$work/cluster" || true
+	[ -f "$work/bb/ctl/lock" ] && kill "$(cat "$work/bb/ctl/lock")" 2>/dev/null || true
 	# Tasks of the test's jobs that slurmstepd did not end (their binary is ours).
 	for p in $(pgrep -f "$OMST_BIN slurm task" || true); do
 		grep -qz "TMPDIR=$work/tmp" "/proc/$p/environ" 2>/dev/null && kill -KILL "$p" 2>/dev/null || true
@@ -70,9 +74,24 @@ timeout 300 make -s -C "$repo/bindings/c" install PREFIX="$work/prefix" B="$work
 PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" timeout 120 make -s -C "$repo/examples/mpi" BUILD="$work/build" >>"$work/build.log" 2>&1 ||
 	{ tail -n 30 "$work/build.log" >&2; die "building omst_mpi"; }
 
+# Stage-in and stage-out (dist/slurm/burst_buffer.lua): a daemon on the
+# "controller host" running as nobody (the plugin refuses root's jobs), the
+# omst binary where nobody can run it.
+chmod 0711 "$work"
+mkdir -p "$work/bb/job"
+install -m 0755 "$OMST_BIN" "$work/bb/omst"
+chown 65534:65534 "$work/bb" "$work/bb/job"
+asnobody() { setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$work/bb" "$@"; }
+asnobody "$work/bb/omst" --home "$work/bb/ctl" daemon --detach --listen /ip4/127.0.0.1/tcp/0 >/dev/null ||
+	die "the stage daemon (as nobody) did not start"
+head -c $((4 << 20)) /dev/urandom >"$work/bb/in.src"
+chmod 0644 "$work/bb/in.src"
+asnobody "$work/bb/omst" --home "$work/bb/ctl" put bb/in "$work/bb/in.src" >/dev/null || die "put bb/in"
+export OMST_BB_BIN=$work/bb/omst OMST_BB_SOCKET=$work/bb/ctl/omst.sock
+
 # The cluster, on ports of its own.
 export SLURM_BASE_PORT=$((21000 + RANDOM % 8000))
-"$repo/scripts/slurm-cluster.sh" start "$work/cluster" || die "the Slurm cluster did not start"
+SLURM_BB_LUA=$repo/dist/slurm/burst_buffer.lua "$repo/scripts/slurm-cluster.sh" start "$work/cluster" || die "the Slurm cluster did not start"
 export SLURM_CONF=$work/cluster/slurm.conf
 export TMPDIR=$work/tmp # the nodes' local disk, as far as the jobs know
 mkdir -p "$TMPDIR"
@@ -194,6 +213,22 @@ echo "C: the transfer ended before scancel"
 EOF
 chmod +x "$work"/job?.sh
 
+cat >"$work/bb/job/jobD.sh" <<EOF
+#!/bin/bash
+#SBATCH -N 1
+#BB_LUA omst get bb/in $work/bb/job/in.dat
+#BB_LUA omst put bb/out $work/bb/job/out.dat
+cmp "$work/bb/in.src" "$work/bb/job/in.dat" || { echo "D: FAIL: in.dat not staged in"; exit 1; }
+sha256sum <"$work/bb/job/in.dat" >"$work/bb/job/out.dat"
+echo "D: OK"
+EOF
+printf '#!/bin/bash\n#BB_LUA omst fetch bb/in /tmp/x\ntrue\n' >"$work/bb/job/bad.sh"
+if out=$(sbatch --uid=65534 --gid=65534 -D "$work/bb/job" -o /dev/null "$work/bb/job/bad.sh" 2>&1); then die "a job with a malformed #BB_LUA omst line was accepted"; fi
+grep -q "want .omst get NAME PATH" <<<"$out" || die "a malformed #BB_LUA omst line: $out"
+say "ok: a malformed #BB_LUA omst line rejects the job: $out"
+say "job D (as nobody): stage-in with #BB_LUA omst get, stage-out with #BB_LUA omst put"
+D=$(sbatch --parsable --uid=65534 --gid=65534 -D "$work/bb/job" -o "$work/bb/job/D.out" "$work/bb/job/jobD.sh") || die "sbatch D"
+
 say "jobs A and B at once on the 4 nodes"
 A=$(sbatch --parsable -N4 -J omst-A -o "$work/A.out" "$work/jobA.sh") || die "sbatch A"
 B=$(sbatch --parsable -N4 -J omst-B -o "$work/B.out" "$work/jobB.sh") || die "sbatch B"
@@ -224,6 +259,13 @@ done
 [ ! -e "$TMPDIR/omst-slurm-$C" ] || die "job C's directory left 15 s after scancel: $(ls -R "$TMPDIR/omst-slurm-$C")"
 say "ok: scancel mid-transfer: 4 daemons gone and directories removed within $((SECONDS - t0)) s"
 waitjobs 30 "$C"
+
+waitjobs 120 "$D"
+grep -q '^D: OK' "$work/bb/job/D.out" 2>/dev/null || { cat "$work/bb/job/D.out" >&2 || true; scontrol show job "$D" >&2 || true; die "job D"; }
+want=$(sha256sum <"$work/bb/in.src")
+got=$(asnobody "$work/bb/omst" --home "$work/bb/ctl" get bb/out) || die "bb/out was not staged out"
+[ "$got" = "$want" ] || die "bb/out: $got, want $want"
+say "ok: job D's input staged in before it ran, its output staged out after"
 
 [ -z "$(ls "$TMPDIR")" ] || die "left in TMPDIR: $(ls "$TMPDIR")"
 say "passed in $((SECONDS - start)) s"
