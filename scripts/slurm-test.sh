@@ -10,7 +10,8 @@
 #      then a node whose daemon cannot start (n3): named, the others up,
 #      exit status non-zero, and down cleans up;
 #   B. at the same time as A, on the same nodes: its own daemons (its own
-#      site, ports, sockets), a put and a get on every node;
+#      site, ports, sockets), a put and a get on every node; it ends without
+#      omst slurm down (the job's end stops its daemons);
 #   C. scancel in the middle of a transfer: every daemon gone and every
 #      directory removed within seconds;
 #   D. stage-in and stage-out through dist/slurm/burst_buffer.lua (a job of
@@ -194,8 +195,7 @@ n=$(srun "${all[@]}" "$OMST_BIN" get "b/$J" | grep -c "hello from $J") || true
 for i in $(seq 300); do [ -e "$WORK/up.A" ] && break; sleep 0.2; done
 [ -e "$WORK/up.A" ] || fail "job A never came up"
 [ "$(ls -d "$TMPDIR"/omst-slurm-* | wc -l)" -ge 2 ] || fail "not both jobs' directories at once"
-say "up beside job A: 4 daemons of site omsttest-$J, a put and 4 gets"
-"$OMST_BIN" slurm down >/dev/null || fail down
+say "up beside job A: 4 daemons of site omsttest-$J, a put and 4 gets; ends without omst slurm down"
 say OK
 EOF
 

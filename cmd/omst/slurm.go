@@ -214,7 +214,7 @@ wait:
 			return fmt.Errorf("interrupted while the daemons started: stopped srun (pid %d)", run.Process.Pid)
 		}
 	}
-	ln.Close()
+	srv.close() // from here on the results are final
 	res := srv.snapshot()
 	var failed []string
 	for _, n := range plan.Nodes {
@@ -252,7 +252,12 @@ var errSlurmFailed = errors.New("no omst daemon")
 
 // fileTail returns the last n lines written to f, indented.
 func fileTail(f *os.File, n int) string {
-	b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	from := max(st.Size()-64<<10, 0)
+	b, err := io.ReadAll(io.NewSectionReader(f, from, st.Size()-from))
 	if err != nil || len(bytes.TrimSpace(b)) == 0 {
 		return ""
 	}
@@ -433,7 +438,7 @@ func runNodeDaemon(cmd *cobra.Command, job, nodeName, home string) error {
 	if port == "" || token == "" {
 		return fmt.Errorf("%s: no %s/%s: this task is started by omst slurm up", nodeName, rdvPortEnv, rdvTokenEnv)
 	}
-	a, conn, _, err := rdvClient(ctx, net.JoinHostPort(host, port), rdvHello{Token: token, Node: nodeName, Step: os.Getenv("SLURM_STEP_ID"), Pid: os.Getpid()})
+	a, conn, rd, err := rdvClient(ctx, net.JoinHostPort(host, port), rdvHello{Token: token, Node: nodeName, Step: os.Getenv("SLURM_STEP_ID"), Pid: os.Getpid()})
 	if err != nil {
 		return fmt.Errorf("%s: %w", nodeName, err)
 	}
@@ -441,11 +446,20 @@ func runNodeDaemon(cmd *cobra.Command, job, nodeName, home string) error {
 	if a.Error != "" {
 		return fmt.Errorf("%s: %s", nodeName, a.Error)
 	}
-	report := func(r rdvReport) {
+	// report sends the task's report and waits for up's acknowledgement:
+	// a daemon up did not hear of (it gave up waiting) must not stay.
+	report := func(r rdvReport) error {
 		r.Node, r.Home = nodeName, home
+		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		writeRdv(conn, r)
-		conn.Close()
+		if err := writeRdv(conn, r); err != nil {
+			return fmt.Errorf("report to omst slurm up: %w", err)
+		}
+		var ack rdvAck
+		if err := readRdv(rd, &ack); err != nil {
+			return fmt.Errorf("no acknowledgement from omst slurm up (did it give up?): %w", err)
+		}
+		return nil
 	}
 	args := a.Args
 	if len(a.HeadAddrs) > 0 {
@@ -511,7 +525,11 @@ func runNodeDaemon(cmd *cobra.Command, job, nodeName, home string) error {
 		<-exited
 		return fmt.Errorf("%s: %w", nodeName, err)
 	}
-	report(rdvReport{OK: true, Addrs: st.Addrs})
+	if err := report(rdvReport{OK: true, Addrs: st.Addrs}); err != nil {
+		stopDaemon()
+		<-exited
+		return fmt.Errorf("%s: %w: stopped the daemon", nodeName, err)
+	}
 	// Until the step ends (down's SIGTERM, scancel, the job's end).
 	<-exited
 	if err := <-done; err != nil && ctx.Err() == nil {

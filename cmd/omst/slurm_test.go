@@ -227,10 +227,9 @@ func TestRendezvous(t *testing.T) {
 	}
 	wch := make(chan got, 1)
 	go func() {
-		a, c, _, err := rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n2"})
+		a, c, rd, err := rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n2"})
 		if err == nil {
-			writeRdv(c, rdvReport{Node: "n2", OK: true, Addrs: []string{"/ip4/127.0.0.1/tcp/2/p2p/W"}})
-			c.Close()
+			err = reportAcked(c, rd, rdvReport{Node: "n2", OK: true, Addrs: []string{"/ip4/127.0.0.1/tcp/2/p2p/W"}})
 		}
 		wch <- got{a, err}
 	}()
@@ -239,12 +238,13 @@ func TestRendezvous(t *testing.T) {
 		t.Fatalf("worker answered before the head reported: %+v", g)
 	case <-time.After(200 * time.Millisecond):
 	}
-	a, c, _, err := rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n1"})
+	a, c, rd, err := rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n1"})
 	if err != nil || a.Error != "" || len(a.HeadAddrs) != 0 || a.Args[0] != "daemon" {
 		t.Fatalf("head: %+v %v", a, err)
 	}
-	writeRdv(c, rdvReport{Node: "n1", OK: true, Addrs: []string{"/ip4/127.0.0.1/tcp/1/p2p/H"}})
-	c.Close()
+	if err := reportAcked(c, rd, rdvReport{Node: "n1", OK: true, Addrs: []string{"/ip4/127.0.0.1/tcp/1/p2p/H"}}); err != nil {
+		t.Fatalf("head's report: %v", err)
+	}
 	g := <-wch
 	if g.err != nil || !slices.Equal(g.a.HeadAddrs, []string{"/ip4/127.0.0.1/tcp/1/p2p/H"}) {
 		t.Fatalf("worker: %+v", g)
@@ -259,12 +259,13 @@ func TestRendezvous(t *testing.T) {
 		}
 	}
 	// n3 fails.
-	a, c, _, err = rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n3"})
+	a, c, rd, err = rdvClient(ctx, addr, rdvHello{Token: "tok", Node: "n3"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeRdv(c, rdvReport{Node: "n3", Error: "home in use"})
-	c.Close()
+	if err := reportAcked(c, rd, rdvReport{Node: "n3", Error: "home in use"}); err != nil {
+		t.Fatal(err)
+	}
 	for len(srv.snapshot()) < 3 {
 		select {
 		case <-srv.changed:
@@ -301,6 +302,48 @@ func TestRendezvousHeadFails(t *testing.T) {
 	c2.Close()
 	if r := srv.snapshot(); r["n1"].OK || !strings.Contains(r["n1"].Err, "without a report") {
 		t.Fatalf("head: %+v", r)
+	}
+}
+
+// reportAcked sends a task's report and reads up's acknowledgement.
+func reportAcked(c net.Conn, rd *bufio.Reader, r rdvReport) error {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := writeRdv(c, r); err != nil {
+		return err
+	}
+	var ack rdvAck
+	if err := readRdv(rd, &ack); err != nil {
+		return err
+	}
+	if !ack.OK {
+		return errors.New("not acknowledged")
+	}
+	return nil
+}
+
+// TestRendezvousLateReport: a report that comes after up gave up (closed)
+// is neither counted nor acknowledged, so that its task stops its daemon.
+func TestRendezvousLateReport(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srv := newRdvServer(ln, "tok", daemonPlan{Nodes: []string{"n1"}, Head: "n1"}, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go srv.serve(ctx)
+	_, c, rd, err := rdvClient(ctx, ln.Addr().String(), rdvHello{Token: "tok", Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.close()
+	if err := reportAcked(c, rd, rdvReport{Node: "n1", OK: true}); err == nil {
+		t.Fatal("a report after close was acknowledged")
+	}
+	if r := srv.snapshot(); len(r) != 0 {
+		t.Fatalf("a report after close was counted: %+v", r)
 	}
 }
 

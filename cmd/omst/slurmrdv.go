@@ -58,6 +58,12 @@ type rdvReport struct {
 	Error string   `json:"error,omitempty"`
 }
 
+// rdvAck is up's answer to a report: it counted it. A task whose report
+// is not acknowledged stops its daemon (up gave up waiting for it).
+type rdvAck struct {
+	OK bool `json:"ok"`
+}
+
 // errRdvLine is returned for a rendezvous line that is too long or not
 // the JSON object expected.
 var errRdvLine = errors.New("bad rendezvous message")
@@ -122,6 +128,7 @@ type rdvServer struct {
 	repWait time.Duration
 
 	mu       sync.Mutex
+	closed   bool
 	seen     map[string]bool
 	results  map[string]nodeResult
 	headDone chan struct{} // closed once the head reported
@@ -150,16 +157,27 @@ func (s *rdvServer) serve(ctx context.Context) {
 	}
 }
 
-// record keeps node's result (the first one only).
+// record keeps node's result (the first one only; none once closed).
 func (s *rdvServer) record(node string, r nodeResult) {
 	s.mu.Lock()
-	if _, ok := s.results[node]; !ok {
-		s.results[node] = r
-		if node == s.plan.Head {
-			close(s.headDone)
-		}
-	}
+	s.recordLocked(node, r)
 	s.mu.Unlock()
+	s.notify()
+}
+
+// recordLocked is record with s.mu held; it reports whether r was kept.
+func (s *rdvServer) recordLocked(node string, r nodeResult) bool {
+	if _, ok := s.results[node]; ok || s.closed {
+		return false
+	}
+	s.results[node] = r
+	if node == s.plan.Head {
+		close(s.headDone)
+	}
+	return true
+}
+
+func (s *rdvServer) notify() {
 	select {
 	case s.changed <- struct{}{}:
 	default:
@@ -232,11 +250,34 @@ func (s *rdvServer) handle(ctx context.Context, c net.Conn) {
 		s.record(h.Node, nodeResult{Err: fmt.Sprintf("its task reported for node %q", rep.Node)})
 		return
 	}
+	var res nodeResult
 	if rep.OK {
-		s.record(h.Node, nodeResult{OK: true, Addrs: rep.Addrs, Home: rep.Home})
+		res = nodeResult{OK: true, Addrs: rep.Addrs, Home: rep.Home}
 	} else {
-		s.record(h.Node, nodeResult{Err: rep.Error, Home: rep.Home})
+		res = nodeResult{Err: rep.Error, Home: rep.Home}
 	}
+	// Acknowledged only if counted, and counted as up only if
+	// acknowledged: after up has given up (closed), a late daemon is told
+	// nothing and stops. The lock is held over the write so that close
+	// waits for it.
+	s.mu.Lock()
+	if s.recordLocked(h.Node, res) {
+		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if err := writeRdv(c, rdvAck{OK: true}); err != nil && res.OK {
+			s.results[h.Node] = nodeResult{Err: "its report could not be acknowledged: " + err.Error(), Home: res.Home}
+		}
+	}
+	s.mu.Unlock()
+	s.notify()
+}
+
+// close stops counting reports: the tasks not yet acknowledged get no
+// acknowledgement (and stop their daemons).
+func (s *rdvServer) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.ln.Close()
 }
 
 // rdvClient is a task's side: it connects, says hello and returns up's
