@@ -393,3 +393,53 @@ func TestSlurmOutsideAllocation(t *testing.T) {
 		}
 	}
 }
+
+// runOmst runs the CLI in-process and returns its error.
+func runOmst(args ...string) error {
+	root := newRoot()
+	usageErrors(root)
+	root.SetArgs(args)
+	root.SetOut(new(strings.Builder))
+	root.SetErr(new(strings.Builder))
+	return root.Execute()
+}
+
+// TestSlurmBadInput: each bad flag or argument of up and bcast is named,
+// with exit status 2, before anything is started; scontrol's failure is
+// named. scontrol is a script at the test's edge printing a node list.
+func TestSlurmBadInput(t *testing.T) {
+	bin := t.TempDir()
+	script := "#!/bin/sh\n[ \"$3\" = broken ] && { echo 'scontrol: error: bad list' >&2; exit 1; }\nprintf 'n1\\nn2\\nn3\\n'\n"
+	if err := os.WriteFile(filepath.Join(bin, "scontrol"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("SLURM_JOB_ID", "5")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-3]")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"slurm", "up", "--head-node", "n9"}, "--head-node n9: not a node of this allocation (n1,n2,n3)"},
+		{[]string{"slurm", "up", "--join", "tok"}, "--join: 1 token(s) for 3 nodes"},
+		{[]string{"slurm", "up", "--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"slurm", "bcast", "x", "rel/path"}, "DEST \"rel/path\": want an absolute path"},
+		{[]string{"slurm", "bcast", "--preserve", "some/name", "/tmp/x"}, "--preserve: SOURCE some/name is a blob name"},
+		{[]string{"slurm", "bcast", t.TempDir(), "/tmp/x"}, "not a regular file"},
+		{[]string{"slurm", "bcast", "x"}, "accepts 2 arg(s)"},
+	} {
+		err := runOmst(c.args...)
+		if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: exit %d, %v; want exit 2 and %q", c.args, exitCode(err), err, c.want)
+		}
+	}
+	t.Setenv("SLURM_JOB_NODELIST", "broken")
+	err := runOmst("slurm", "down")
+	if err == nil || !strings.Contains(err.Error(), "scontrol show hostnames broken") || !strings.Contains(err.Error(), "bad list") {
+		t.Errorf("scontrol failing: %v", err)
+	}
+	t.Setenv("SLURM_JOB_NODELIST", "")
+	if err := runOmst("slurm", "down"); err == nil || !strings.Contains(err.Error(), "no SLURM_JOB_NODELIST") {
+		t.Errorf("no node list: %v", err)
+	}
+}
