@@ -9,6 +9,7 @@ package main
 // the clients' socket rule in slurmsock.go.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -430,16 +431,30 @@ func slurmTaskCmd(g *globals) *cobra.Command {
 // daemon in this process until the step ends, then its home removed.
 func runNodeDaemon(cmd *cobra.Command, job, nodeName, home string) error {
 	ctx := cmd.Context()
-	host := os.Getenv("SLURM_LAUNCH_NODE_IPADDR")
-	if host == "" {
-		host = os.Getenv(rdvHostEnv)
-	}
 	port, token := os.Getenv(rdvPortEnv), os.Getenv(rdvTokenEnv)
 	if port == "" || token == "" {
 		return fmt.Errorf("%s: no %s/%s: this task is started by omst slurm up", nodeName, rdvPortEnv, rdvTokenEnv)
 	}
-	a, conn, rd, err := rdvClient(ctx, net.JoinHostPort(host, port), rdvHello{Token: token, Node: nodeName, Step: os.Getenv("SLURM_STEP_ID"), Pid: os.Getpid()})
-	if err != nil {
+	// up's host: the address srun launched from, else its host name.
+	var (
+		a    rdvAssign
+		conn net.Conn
+		rd   *bufio.Reader
+		err  error
+	)
+	hello := rdvHello{Token: token, Node: nodeName, Step: os.Getenv("SLURM_STEP_ID"), Pid: os.Getpid()}
+	for _, host := range []string{os.Getenv("SLURM_LAUNCH_NODE_IPADDR"), os.Getenv(rdvHostEnv)} {
+		if host == "" {
+			continue
+		}
+		if a, conn, rd, err = rdvClient(ctx, net.JoinHostPort(host, port), hello); err == nil {
+			break
+		}
+	}
+	if conn == nil {
+		if err == nil {
+			err = fmt.Errorf("no SLURM_LAUNCH_NODE_IPADDR or %s: where is omst slurm up?", rdvHostEnv)
+		}
 		return fmt.Errorf("%s: %w", nodeName, err)
 	}
 	defer conn.Close()
