@@ -14,6 +14,9 @@
 #      omst slurm down (the job's end stops its daemons);
 #   C. scancel in the middle of a transfer: every daemon gone and every
 #      directory removed within seconds;
+#   E. with A and B: omst slurm up --parent ROOT --join TOKEN (one per node)
+#      joins the job to a closed grid's root outside Slurm; the input from
+#      the root on every node, the results read by name at the root;
 #   D. stage-in and stage-out through dist/slurm/burst_buffer.lua (a job of
 #      user nobody: the plugin refuses root's), and a malformed #BB_LUA omst
 #      line rejected at submission;
@@ -57,6 +60,7 @@ cleanup() {
 	[ -n "${SLURM_CONF:-}" ] && scancel --quiet --full --signal=KILL -u root 2>/dev/null || true
 	"$repo/scripts/slurm-cluster.sh" stop "$work/cluster" || true
 	[ -f "$work/bb/ctl/lock" ] && kill "$(cat "$work/bb/ctl/lock")" 2>/dev/null || true
+	[ -f "$work/root/lock" ] && kill "$(cat "$work/root/lock")" 2>/dev/null || true
 	# Tasks of the test's jobs that slurmstepd did not end (their binary is ours).
 	for p in $(pgrep -f "$OMST_BIN slurm task" || true); do
 		grep -qz "TMPDIR=$work/tmp" "/proc/$p/environ" 2>/dev/null && kill -KILL "$p" 2>/dev/null || true
@@ -229,14 +233,58 @@ say "ok: a malformed #BB_LUA omst line rejects the job: $out"
 say "job D (as nobody): stage-in with #BB_LUA omst get, stage-out with #BB_LUA omst put"
 D=$(sbatch --parsable --uid=65534 --gid=65534 -D "$work/bb/job" -o "$work/bb/job/D.out" "$work/bb/job/jobD.sh") || die "sbatch D"
 
-say "jobs A and B at once on the 4 nodes"
+# Job E joins the allocation to a closed grid's root on "the master's
+# machine" (this host, outside Slurm) with a token per node.
+"$OMST_BIN" --home "$work/root" grid init >/dev/null 2>&1 || die "grid init"
+"$OMST_BIN" --home "$work/root" daemon --detach --listen /ip4/0.0.0.0/tcp/0 >/dev/null 2>&1 || die "the root did not start"
+ROOT=$("$OMST_BIN" --home "$work/root" id | grep -v /127.0.0.1/ | head -n 1)
+echo "input for every node" | "$OMST_BIN" --home "$work/root" put input/e - >/dev/null || die "put input/e at the root"
+: >"$work/tokens-e"
+chmod 0600 "$work/tokens-e"
+for role in head worker worker worker; do
+	t=$("$OMST_BIN" --home "$work/root" grid token --role "$role" --prefix results/e/ --ttl 10m 2>/dev/null | tail -n 1) || die "grid token"
+	printf -- '--join\n%s\n' "$t" >>"$work/tokens-e"
+done
+export ROOT
+cat >"$work/jobE.sh" <<'EOF'
+#!/bin/bash
+set -uo pipefail
+fail() { echo "E: FAIL: $*"; exit 1; }
+all=(--overlap -N4 --ntasks-per-node=1)
+mapfile -t toks <"$WORK/tokens-e"
+"$OMST_BIN" slurm up --parent "$ROOT" "${toks[@]}" >/dev/null || fail "omst slurm up --parent --join"
+n=$(srun "${all[@]}" "$OMST_BIN" get input/e | grep -c "input for every node") || true
+[ "$n" = 4 ] || fail "input/e from the root on $n of 4 nodes"
+srun "${all[@]}" sh -c 'echo "result of $SLURMD_NODENAME" | "$OMST_BIN" put "results/e/$SLURMD_NODENAME" -' >/dev/null || fail "results"
+for i in $(seq 300); do "$OMST_BIN" stat "collected/$SLURM_JOB_ID" >/dev/null 2>&1 && break; sleep 0.2; done
+"$OMST_BIN" stat "collected/$SLURM_JOB_ID" >/dev/null 2>&1 || fail "the master never said it collected the results"
+"$OMST_BIN" slurm down >/dev/null || fail down
+echo "E: OK"
+EOF
+chmod +x "$work/jobE.sh"
+
+say "jobs A and B at once on the 4 nodes, and E joined to a closed root"
 A=$(sbatch --parsable -N4 -J omst-A -o "$work/A.out" "$work/jobA.sh") || die "sbatch A"
 B=$(sbatch --parsable -N4 -J omst-B -o "$work/B.out" "$work/jobB.sh") || die "sbatch B"
-waitjobs 150 "$A" "$B"
+E=$(sbatch --parsable -N4 -J omst-E -o "$work/E.out" "$work/jobE.sh") || die "sbatch E"
+# The master: job E's results by name through the root, then the handshake.
+for ((i = 0; i < 600; i++)); do
+	"$OMST_BIN" --home "$work/root" stat results/e/n4 >/dev/null 2>&1 && break
+	grep -q FAIL "$work/E.out" 2>/dev/null && die "job E"
+	sleep 0.2
+done
+for n in n1 n2 n3 n4; do
+	got=$("$OMST_BIN" --home "$work/root" get "results/e/$n" 2>&1) || die "the root cannot get results/e/$n: $got"
+	[ "$got" = "result of $n" ] || die "results/e/$n at the root: $got"
+done
+"$OMST_BIN" --home "$work/root" put "collected/$E" /dev/null >/dev/null || die "put collected/$E"
+waitjobs 150 "$A" "$B" "$E"
 grep -q '^A: OK' "$work/A.out" || die "job A"
 grep -q '^B: OK' "$work/B.out" || die "job B"
+grep -q '^E: OK' "$work/E.out" || die "job E"
+say "ok: job E joined the closed root's grid with a token per node: the input from the root on 4 nodes, 4 results read by name at the root"
 sed 's/^/    /' "$work/A.out" "$work/B.out"
-for j in "$A" "$B"; do
+for j in "$A" "$B" "$E"; do
 	[ -z "$(job_procs "$j")" ] || die "job $j's daemons still run: $(job_procs "$j")"
 	[ ! -e "$TMPDIR/omst-slurm-$j" ] || die "job $j's directory left: $(ls -R "$TMPDIR/omst-slurm-$j")"
 done
