@@ -443,3 +443,26 @@ func TestSlurmBadInput(t *testing.T) {
 		t.Errorf("no node list: %v", err)
 	}
 }
+
+func FuzzParseHostnames(f *testing.F) {
+	f.Add("n1\nn2\n")
+	f.Add("node[01-02]\n")
+	f.Add("\n\n")
+	f.Add("a/b\n..\n")
+	f.Fuzz(func(t *testing.T, out string) {
+		nodes, err := parseHostnames(out)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, n := range nodes {
+			if !validComponent(n) || seen[n] {
+				t.Fatalf("%q: bad or repeated node %q in %v", out, n, nodes)
+			}
+			seen[n] = true
+			if _, err := slurmNodeHome("/tmp", "1", n); err != nil {
+				t.Fatalf("%q: node %q gives no home: %v", out, n, err)
+			}
+		}
+	})
+}
