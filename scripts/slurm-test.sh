@@ -94,9 +94,13 @@ chmod 0644 "$work/bb/in.src"
 asnobody "$work/bb/omst" --home "$work/bb/ctl" put bb/in "$work/bb/in.src" >/dev/null || die "put bb/in"
 export OMST_BB_BIN=$work/bb/omst OMST_BB_SOCKET=$work/bb/ctl/omst.sock
 
-# The cluster, on ports of its own.
-export SLURM_BASE_PORT=$((21000 + RANDOM % 8000))
-SLURM_BB_LUA=$repo/dist/slurm/burst_buffer.lua "$repo/scripts/slurm-cluster.sh" start "$work/cluster" || die "the Slurm cluster did not start"
+# The cluster, on ports of its own (another base if those are taken).
+for try in 1 2 3; do
+	export SLURM_BASE_PORT=$((21000 + RANDOM % 8000))
+	SLURM_BB_LUA=$repo/dist/slurm/burst_buffer.lua "$repo/scripts/slurm-cluster.sh" start "$work/cluster" >"$work/cluster-start.log" 2>&1 && break
+	[ "$try" = 3 ] && { cat "$work/cluster-start.log" >&2; die "the Slurm cluster did not start"; }
+done
+cat "$work/cluster-start.log"
 export SLURM_CONF=$work/cluster/slurm.conf
 export TMPDIR=$work/tmp # the nodes' local disk, as far as the jobs know
 mkdir -p "$TMPDIR"
