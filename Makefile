@@ -90,8 +90,8 @@ wan-small: build ## the testground plan's own tests, then its small broadcast on
 	cd testplans/omst && $(GO) vet ./... && OMST_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
 	GO=$(GO) OMST_BIN=$(CURDIR)/$(BIN) ./scripts/wan-small.sh
 
-slurm: build ## omst under a real Slurm: a 4-node cluster on this machine (scripts/slurm-cluster.sh), sbatch jobs running omst slurm up, an MPI program, bcast, down, scancel mid-transfer, jobs side by side, one joined to a closed root, stage-in/out by dist/slurm/burst_buffer.lua (root; skips without the packages; ~40 s)
-	OMST_BIN=$(CURDIR)/$(BIN) scripts/slurm-test.sh
+slurm: build ## omst under a real Slurm: a 4-node cluster on this machine (scripts/slurm-cluster.sh), sbatch jobs running omst slurm up, an MPI program, bcast, down, scancel mid-transfer, jobs side by side, one joined to a closed root, stage-in/out by dist/slurm/burst_buffer.lua (root; skips without the packages; ~1 min)
+	OMST_BIN=$(CURDIR)/$(BIN) PYTHON=$$(scripts/pyenv.sh) scripts/slurm-test.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

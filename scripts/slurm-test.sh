@@ -5,7 +5,7 @@
 #   A. omst slurm up; an MPI program (examples/mpi/omst_mpi, srun
 #      --mpi=pmi2, one rank per node) that gets its initial data with
 #      OmstGetData and publishes results, each rank finding its node's
-#      daemon of the job by itself; omst slurm bcast (--preserve, refused
+#      daemon of the job by itself, and the Python package likewise; omst slurm bcast (--preserve, refused
 #      without --force, --force); omst slurm down, then no directory left;
 #      then a node whose daemon cannot start (n3): named, the others up,
 #      exit status non-zero, and down cleans up;
@@ -104,7 +104,9 @@ cat "$work/cluster-start.log"
 export SLURM_CONF=$work/cluster/slurm.conf
 export TMPDIR=$work/tmp # the nodes' local disk, as far as the jobs know
 mkdir -p "$TMPDIR"
-export OMST_BIN WORK=$work MPI_BIN=$work/build/omst_mpi
+# The Python package (bindings/python) in the repository's .venv.
+PYTHON=${PYTHON:-$("$repo/scripts/pyenv.sh")} || die "no Python with the omst package (scripts/pyenv.sh)"
+export OMST_BIN WORK=$work MPI_BIN=$work/build/omst_mpi PYTHON
 unset OMST_SOCKET OMST_HOME
 
 # Outside an allocation: a clear error.
@@ -152,6 +154,10 @@ for i in $(seq 300); do [ -e "$WORK/up.B" ] && break; sleep 0.2; done
 # The MPI program: no OMST_SOCKET, no OMST_HOME; each rank finds its node's daemon.
 timeout 90 srun --mpi=pmi2 -N4 --ntasks-per-node=1 "$MPI_BIN" -s 8 "mpi/$J" || fail "the MPI program"
 say "MPI program passed"
+# The Python package in a job step: no variable, its node's daemon of the job.
+py=$(srun "${all[@]}" "$PYTHON" -c 'import omst, os; print(len(omst.get("mpi/'"$J"'/init")), omst.default_socket() == os.path.join(os.environ["TMPDIR"], "omst-slurm-" + os.environ["SLURM_JOB_ID"], os.environ["SLURMD_NODENAME"], "omst.sock"))' 2>&1)
+[ "$(grep -c "^$((8 << 20)) True\$" <<<"$py")" = 4 ] || fail "Python in a job step: $py"
+say "Python: 4 nodes got the initial data from their own daemon of the job"
 # Each node's daemon of this job got the initial data itself.
 n=$(srun "${all[@]}" "$OMST_BIN" stat "mpi/$J/init" 2>&1 | grep -c '^size') || true
 [ "$n" = 4 ] || fail "the initial data on $n of 4 daemons"
