@@ -407,7 +407,7 @@ func slurmTaskCmd(g *globals) *cobra.Command {
 				return nil
 			case get != "":
 				dest := expandDest(dest, nodeName)
-				n, err := getToDest(cmd.Context(), g, get, dest, force, mode, mtime)
+				n, err := getToDest(cmd.Context(), job, node.SocketPath(home), get, dest, force, mode, mtime)
 				if err != nil {
 					return fmt.Errorf("%s: %w", nodeName, err)
 				}
@@ -585,14 +585,19 @@ func removeNodeHome(home string) error {
 }
 
 // stopNodeDaemon stops the daemon holding home (by the pid in its lock
-// file, if that process is an omst slurm task) and removes home.
+// file, if that process is an omst slurm task) and removes home. A home
+// whose lock another kind of process holds is left alone (an error).
 func stopNodeDaemon(home string, wait time.Duration) (string, error) {
 	if _, err := os.Lstat(home); errors.Is(err, os.ErrNotExist) {
 		os.Remove(filepath.Dir(home))
 		return "no daemon of this job here", nil
 	}
 	msg := "removed " + home
-	if pid, err := strconv.Atoi(lockPid(home)); err == nil && pid > 0 && isSlurmTask(pid) {
+	pid, err := strconv.Atoi(lockPid(home))
+	if err == nil && pid > 0 && alive(pid) && !isSlurmTask(pid) && holdsLock(home) {
+		return "", fmt.Errorf("%s is held by pid %d, which is not an omst slurm task: left alone", home, pid)
+	}
+	if err == nil && pid > 0 && isSlurmTask(pid) {
 		syscall.Kill(pid, syscall.SIGTERM)
 		end := time.Now().Add(wait)
 		for alive(pid) && time.Now().Before(end) {
@@ -609,6 +614,21 @@ func stopNodeDaemon(home string, wait time.Duration) (string, error) {
 		return "", fmt.Errorf("remove %s: %w", home, err)
 	}
 	return msg, nil
+}
+
+// holdsLock reports whether some process holds HOME/lock (a daemon runs
+// there), by trying to take it.
+func holdsLock(home string) bool {
+	f, err := os.Open(filepath.Join(home, "lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // alive reports whether process pid exists (and is not a zombie).
@@ -631,8 +651,11 @@ func isSlurmTask(pid int) bool {
 }
 
 // getToDest is bcast's part on one node: the blob into dest through this
-// node's daemon of the job.
-func getToDest(ctx context.Context, g *globals, name, dest string, force bool, mode string, mtime int64) (uint64, error) {
+// node's daemon of the job (at sock).
+func getToDest(ctx context.Context, job, sock, name, dest string, force bool, mode string, mtime int64) (uint64, error) {
+	if _, err := os.Stat(sock); err != nil {
+		return 0, fmt.Errorf("%w: no omst daemon of job %s on this node (no %s): omst slurm up first", rpcbridge.ErrNoDaemon, job, sock)
+	}
 	if !force {
 		if _, err := os.Lstat(dest); err == nil {
 			return 0, fmt.Errorf("%s exists (--force replaces it)", dest)
@@ -646,7 +669,7 @@ func getToDest(ctx context.Context, g *globals, name, dest string, force bool, m
 		}
 		perm = os.FileMode(m)
 	}
-	cl, err := g.dial()
+	cl, err := rpcbridge.Dial(sock)
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/omst-project/omst/pkg/rpcbridge"
 )
 
 func envOf(m map[string]string) slurmEnv { return func(k string) string { return m[k] } }
@@ -465,4 +467,78 @@ func FuzzParseHostnames(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSlurmGetToDest: bcast's part on one node against a real daemon:
+// the blob into DEST with the mode and time asked, an existing DEST
+// refused without --force and replaced with it, no daemon named as such.
+func TestSlurmGetToDest(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	startDaemon(t, home)
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, []byte("broadcast me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustOmst(t, 20*time.Second, "--home", home, "put", "bc/x", src)
+	sock := filepath.Join(home, "omst.sock")
+	dest := filepath.Join(dir, "dest")
+	ctx := context.Background()
+	mtime := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	n, err := getToDest(ctx, "7", sock, "bc/x", dest, false, "0600", mtime.UnixNano())
+	if err != nil || n != 12 {
+		t.Fatalf("get: %d, %v", n, err)
+	}
+	st, err := os.Stat(dest)
+	if err != nil || st.Mode().Perm() != 0o600 || !st.ModTime().Equal(mtime) {
+		t.Fatalf("dest: %v %v", st, err)
+	}
+	if b, _ := os.ReadFile(dest); string(b) != "broadcast me" {
+		t.Fatalf("dest holds %q", b)
+	}
+	if _, err := getToDest(ctx, "7", sock, "bc/x", dest, false, "", 0); err == nil || !strings.Contains(err.Error(), "exists (--force replaces it)") {
+		t.Fatalf("existing dest without --force: %v", err)
+	}
+	if _, err := getToDest(ctx, "7", sock, "bc/x", dest, true, "", 0); err != nil {
+		t.Fatalf("--force: %v", err)
+	}
+	if _, err := getToDest(ctx, "7", sock, "bc/x", filepath.Join(dir, "d2"), false, "9z", 0); exitCode(err) != exitUsage {
+		t.Fatalf("bad mode: %v", err)
+	}
+	_, err = getToDest(ctx, "7", filepath.Join(dir, "none.sock"), "bc/x", filepath.Join(dir, "d3"), false, "", 0)
+	if !errors.Is(err, rpcbridge.ErrNoDaemon) || !strings.Contains(err.Error(), "no omst daemon of job 7 on this node") {
+		t.Fatalf("no daemon: %v", err)
+	}
+}
+
+// TestStopNodeDaemon: down's part on one node removes the home; it
+// signals only a process that is an `omst slurm task` (the pid in a lock
+// file may be another's).
+func TestStopNodeDaemon(t *testing.T) {
+	dir := t.TempDir()
+	if msg, err := stopNodeDaemon(filepath.Join(dir, "omst-slurm-7", "n1"), time.Second); err != nil || !strings.Contains(msg, "no daemon") {
+		t.Fatalf("nothing there: %q %v", msg, err)
+	}
+	home := filepath.Join(dir, "omst-slurm-7", "n1")
+	d := startDaemon(t, home) // a plain daemon, not a slurm task: left alone
+	_, err := stopNodeDaemon(home, time.Second)
+	if err == nil || !strings.Contains(err.Error(), "not an omst slurm task: left alone") {
+		t.Fatalf("a home held by another process: %v", err)
+	}
+	select {
+	case <-d.done:
+		t.Fatal("a process that is not an omst slurm task was stopped")
+	default:
+	}
+	if _, err := os.Stat(filepath.Join(home, "lock")); err != nil {
+		t.Fatalf("its home was touched: %v", err)
+	}
+	d.stop(t)
+	// Its lock released, the home is a leftover: removed, with the job's directory.
+	if msg, err := stopNodeDaemon(home, time.Second); err != nil || !strings.Contains(msg, "removed") {
+		t.Fatalf("leftover home: %q %v", msg, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "omst-slurm-7")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the job directory is left: %v", err)
+	}
 }
