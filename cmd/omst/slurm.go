@@ -140,10 +140,10 @@ func slurmUpCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&head, "head-node", "", "the node whose daemon is the head (default: the allocation's first)")
-	f.StringArrayVar(&parents, "parent", nil, "a grid's root (multiaddr ending in /p2p/<ID>) the head joins; repeatable (fallbacks, also the workers')")
-	f.StringArrayVar(&joins, "join", nil, "join tokens of a closed grid (omst grid token), one per node, the head's first; repeatable")
-	f.StringVar(&site, "site", "", "the site name of the job's daemons (default CLUSTER-JOBID)")
+	f.StringVar(&head, "head-node", "", "the `NODE` whose daemon is the head (default: the allocation's first)")
+	f.StringArrayVar(&parents, "parent", nil, "a grid's root `ADDR` (multiaddr ending in /p2p/<ID>) the head joins; repeatable (fallbacks, also the workers')")
+	f.StringArrayVar(&joins, "join", nil, "a join `TOKEN` of a closed grid (omst grid token): one per node, the head's first; repeatable")
+	f.StringVar(&site, "site", "", "the site `NAME` of the job's daemons (default CLUSTER-JOBID)")
 	f.DurationVar(&timeout, "timeout", 60*time.Second, "how long the daemons have to start and connect")
 	return c
 }
