@@ -286,6 +286,9 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 		} else if err != nil && !errors.Is(err, blob.ErrNotFound) {
 			return err
 		}
+		if at, ok := s.removalCovering(name); ok && at >= now {
+			now = at + 1 // a put after a removal lives, whatever the clocks
+		}
 		rec = blob.Record{Name: name, ID: id, Size: m.Size, Time: now, Origin: origin}
 		if err := checkReplace(txn, name, ig.opts); err != nil {
 			return err

@@ -139,6 +139,9 @@ func (s *Store) PutRecordFrom(r blob.Record, via string) (changed bool, err erro
 	if len(via) > maxRouteLen {
 		return false, fmt.Errorf("put record %q: route of %d bytes", r.Name, len(via))
 	}
+	if rule, ok := s.Withdrawn(r); ok {
+		return false, fmt.Errorf("put record %w", withdrawnErr(r, rule))
+	}
 	s.metaMu.Lock()
 	defer s.metaMu.Unlock()
 	err = s.db.Update(func(txn *badger.Txn) error {
@@ -250,6 +253,9 @@ func (s *Store) Record(name string) (blob.Record, error) {
 	if err != nil {
 		return blob.Record{}, fmt.Errorf("record %q: %w", name, err)
 	}
+	if rule, ok := s.Withdrawn(r); ok {
+		return blob.Record{}, fmt.Errorf("record %w", withdrawnErr(r, rule))
+	}
 	return r, nil
 }
 
@@ -282,7 +288,14 @@ func (s *Store) List(prefix string) ([]blob.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %q: %w", prefix, err)
 	}
-	return out, nil
+	// Names a rule withdraws are not listed, even before Expire drops them.
+	live := out[:0]
+	for _, r := range out {
+		if _, gone := s.Withdrawn(r); !gone {
+			live = append(live, r)
+		}
+	}
+	return live, nil
 }
 
 // scanRecords decodes every record stored under the key prefix, in key
@@ -341,28 +354,8 @@ func (s *Store) RemoveNameIf(name string, may func(user uint32, hasUser bool) er
 				return err
 			}
 		}
-		if err := txn.Delete(recordKey(name)); err != nil {
-			return err
-		}
-		if err := txn.Delete(userKey(name)); err != nil {
-			return err
-		}
-		if err := txn.Delete(routeKey(name)); err != nil {
-			return err
-		}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name)})
-		var keys [][]byte
-		for it.Rewind(); it.Valid(); it.Next() {
-			keys = append(keys, it.Item().KeyCopy(nil))
-		}
-		it.Close()
-		for _, k := range keys {
-			if err := txn.Delete(k); err != nil {
-				return err
-			}
-		}
 		var err error
-		unpins, err = s.dropOwnerTxn(txn, name, "")
+		unpins, err = s.removeNameTxn(txn, name)
 		return err
 	})
 	if err != nil {
@@ -372,6 +365,33 @@ func (s *Store) RemoveNameIf(name string, may func(user uint32, hasUser bool) er
 	s.dropOwnerMem(name, "", unpins)
 	s.mu.Unlock()
 	return nil
+}
+
+// removeNameTxn deletes name's record, user, route and history and drops
+// the pins it holds; it returns the blobs it held (for dropOwnerMem).
+// Call with metaMu held.
+func (s *Store) removeNameTxn(txn *badger.Txn, name string) ([]string, error) {
+	if err := txn.Delete(recordKey(name)); err != nil {
+		return nil, err
+	}
+	if err := txn.Delete(userKey(name)); err != nil {
+		return nil, err
+	}
+	if err := txn.Delete(routeKey(name)); err != nil {
+		return nil, err
+	}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name)})
+	var keys [][]byte
+	for it.Rewind(); it.Valid(); it.Next() {
+		keys = append(keys, it.Item().KeyCopy(nil))
+	}
+	it.Close()
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
+			return nil, err
+		}
+	}
+	return s.dropOwnerTxn(txn, name, "")
 }
 
 // Pin keeps every chunk of blob id from eviction until Unpin. It needs the

@@ -20,6 +20,7 @@ import (
 	"github.com/shirou/gopsutil/v4/disk"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/namespace"
 )
 
 // MinDefaultMaxBytes is the floor of the default size cap (Options.MaxBytes == 0).
@@ -63,6 +64,9 @@ type Options struct {
 	// verified once. 0 selects DefaultVerifiedMemoBytes; negative keeps
 	// none (every read goes to the disk and is verified).
 	VerifiedMemoBytes int
+	// Now is the clock the namespace rules' TTLs are judged by (rules.go);
+	// nil is time.Now.
+	Now func() time.Time
 }
 
 // Usage is a snapshot of the store's accounting. Byte counts are chunk
@@ -130,6 +134,12 @@ type Store struct {
 	verified  *memo[blob.Hash, []byte]
 	manifests *memo[string, *blob.Manifest]
 
+	// rules are the namespace rules held (rules.go), guarded by rulesMu
+	// (taken after metaMu, never with mu); now is Options.Now.
+	rulesMu sync.RWMutex
+	rules   *namespace.Set
+	now     func() time.Time
+
 	flushMu   sync.Mutex // serializes flushes, so a later flush always wins
 	flushKick chan struct{}
 	stop      context.CancelFunc
@@ -160,6 +170,7 @@ const (
 	keyHistory  = "h/" // + name + 0x00 + 16 B   -> encoded record
 	keyRoute    = "t/" // + name                 -> peer ID the current record came from
 	keyUser     = "u/" // + name                 -> u32 uid of the local user that put the current record here
+	keyRule     = "x/" // + kind u8 + scope      -> encoded namespace rule (rules.go)
 	keyVersion  = "v"  //                        -> format version u32
 )
 
@@ -199,6 +210,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		pins:      make(map[string]*pinnedBlob),
 		dirty:     make(map[blob.Hash]struct{}),
 		capBytes:  opts.MaxBytes,
+		now:       opts.Now,
 		flushKick: make(chan struct{}, 1),
 		flushDone: make(chan struct{}),
 	}
@@ -285,6 +297,9 @@ func (s *Store) loadRecovering() (err error) {
 // load rebuilds the in-memory state from the index and the chunk files.
 func (s *Store) load() error {
 	if err := s.checkVersion(); err != nil {
+		return err
+	}
+	if err := s.loadRules(); err != nil {
 		return err
 	}
 	if err := clearDir(s.tmpDir); err != nil {
