@@ -93,6 +93,11 @@ type Config struct {
 	// grid): every removal signed by its Origin is accepted, none is a
 	// client's. Refusals count as rejected.
 	CheckRemoval func(blob.Record) (byClient bool, err error)
+	// Withdrawn, when set, reports whether a namespace rule this node
+	// holds (pkg/namespace) withdraws a name record: the validator then
+	// refuses it (neither stored nor returned; counted as rejected), and
+	// DropWithdrawn deletes the ones stored already.
+	Withdrawn func(blob.Record) bool
 	// Limits bound the records other nodes can make this node keep
 	// (zero fields: the defaults).
 	Limits StoreLimits
@@ -182,7 +187,8 @@ func New(cfg Config) (*DHT, error) {
 		kad.Datastore(d.store),
 		// Only omst's name records: no public-key or IPNS values.
 		kad.Validator(record.NamespacedValidator{NameNamespace: nameValidator{
-			rejected: &d.rejected, check: cfg.CheckRecord, checkRemoval: cfg.CheckRemoval, now: cfg.Now}}),
+			rejected: &d.rejected, check: cfg.CheckRecord, checkRemoval: cfg.CheckRemoval, now: cfg.Now,
+			withdrawn: cfg.Withdrawn}}),
 	)
 	if err != nil {
 		cancel()
@@ -290,6 +296,16 @@ func (d *DHT) Name(ctx context.Context, name string) (blob.Record, error) {
 		return blob.Record{}, fmt.Errorf("dht: name %q: removed by %s at %s: %w", name, r.Origin, r.When().UTC().Format(time.RFC3339), blob.ErrNotFound)
 	}
 	return r, nil
+}
+
+// DropWithdrawn deletes the name records this node stores for the DHT
+// that Config.Withdrawn withdraws (after a namespace rule arrived), and
+// returns how many.
+func (d *DHT) DropWithdrawn() int {
+	if d.cfg.Withdrawn == nil {
+		return 0
+	}
+	return d.store.dropNames(d.cfg.Withdrawn)
 }
 
 // RecordsRejected counts the name records this node's validator rejected

@@ -161,6 +161,10 @@ func take16(b []byte, limit int) (field, rest []byte, err error) {
 // checking node's clock: it would hide its name until that date.
 var ErrFutureRemoval = errors.New("name removal dated in the future")
 
+// ErrWithdrawn marks a name record that a namespace rule this node holds
+// withdraws (Config.Withdrawn: its prefix removed, its TTL passed).
+var ErrWithdrawn = errors.New("name record withdrawn by a namespace rule")
+
 // ClockSkew is how far past the checking node's clock a removal may be
 // dated (grid.ClockSkew, as for a closed grid's records).
 const ClockSkew = grid.ClockSkew
@@ -174,6 +178,7 @@ type nameValidator struct {
 	check        func(blob.Record) error         // Config.CheckRecord; nil: none
 	checkRemoval func(blob.Record) (bool, error) // Config.CheckRemoval; nil: none
 	now          func() time.Time                // Config.Now; nil: time.Now
+	withdrawn    func(blob.Record) bool          // Config.Withdrawn; nil: none
 }
 
 // nameValue is a valid value: a name record, or a removal (and whether
@@ -217,6 +222,9 @@ func (v nameValidator) open(key string, value []byte) (nameValue, error) {
 	case !removed:
 		if v.check != nil {
 			err = v.check(r)
+		}
+		if err == nil && v.withdrawn != nil && v.withdrawn(r) {
+			err = fmt.Errorf("record of %q by %s: %w", r.Name, r.Origin, ErrWithdrawn)
 		}
 	case r.When().After(now().Add(ClockSkew)):
 		err = fmt.Errorf("removal of %q by %s dated %s: %w", r.Name, r.Origin, r.When().UTC().Format(time.RFC3339), ErrFutureRemoval)

@@ -347,3 +347,51 @@ func (s *boundedStore) stats() StoreStats {
 	defer s.mu.Unlock()
 	return StoreStats{Names: s.names, NameBytes: s.nameBytes, Providers: s.provs, Refused: s.refused}
 }
+
+// dropNames deletes every stored name record (not a removal) for which
+// drop is true, and returns how many it deleted.
+func (s *boundedStore) dropNames(drop func(blob.Record) bool) int {
+	s.mu.Lock()
+	var keys []string
+	for k, e := range s.entries {
+		if !e.provider {
+			keys = append(keys, k)
+		}
+	}
+	s.mu.Unlock()
+	n := 0
+	ctx := context.Background()
+	for _, k := range keys {
+		v, err := s.store.Get(ctx, ds.NewKey(k))
+		if err != nil {
+			continue
+		}
+		r, ok := storedName(v)
+		if !ok || !drop(r) {
+			continue
+		}
+		if s.Delete(ctx, ds.NewKey(k)) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// storedName is the name record in value, a stored kad record, if it is
+// one (not a removal).
+func storedName(value []byte) (blob.Record, bool) {
+	var rec recpb.Record
+	if proto.Unmarshal(value, &rec) != nil {
+		return blob.Record{}, false
+	}
+	v := rec.GetValue()
+	if len(v) < len(nameMagic) || string(v[:len(nameMagic)]) != nameMagic {
+		return blob.Record{}, false
+	}
+	rb, _, err := take16(v[len(nameMagic):], maxRecordLen)
+	if err != nil {
+		return blob.Record{}, false
+	}
+	r, err := blob.DecodeRecord(rb)
+	return r, err == nil
+}
