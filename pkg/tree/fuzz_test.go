@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/namespace"
 )
 
 func FuzzDecodeFrame(f *testing.F) {
@@ -138,6 +139,34 @@ func FuzzDecodeChunkFrame(f *testing.F) {
 		}
 		if back := appendChunkFrame(nil, i, data)[frameHeaderLen:]; !bytes.Equal(back, b) {
 			t.Fatalf("%x decodes to chunk %d, which encodes to %x", b, i, back)
+		}
+	})
+}
+
+func FuzzDecodeRuleMessages(f *testing.F) {
+	r := namespace.Rule{Kind: namespace.KindRemove, Scope: "job1/", Time: 1, Origin: "o"}
+	for _, fr := range [][]byte{
+		encodeNamesRequest(namesRequest{Type: msgRule, Rule: r}),
+		encodeNamesRequest(namesRequest{Type: msgSyncRules, From: 3, Rules: []namespace.Rule{r, r}}),
+		encodeRules([]namespace.Rule{r}, 7),
+		encodeRuleAck(Spread{Reached: 3, Unreached: 1}),
+	} {
+		f.Add(fr)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		typ, p, err := decodeFrame(b)
+		if err != nil {
+			return
+		}
+		if q, err := decodeNamesRequest(typ, p); err == nil && (typ == msgRule || typ == msgSyncRules) {
+			if !bytes.Equal(encodeNamesRequest(q), b) {
+				t.Fatalf("request 0x%02x not canonical", typ)
+			}
+		}
+		if rep, err := decodeNamesReply(typ, p); err == nil && typ == msgRules {
+			if !bytes.Equal(encodeRules(rep.Rules, rep.Next), b) {
+				t.Fatal("RULES not canonical")
+			}
 		}
 	})
 }

@@ -167,7 +167,8 @@ func (t *Tree) parentSession(probeEvery time.Duration, probe []int) (time.Durati
 	t.mu.Unlock()
 	t.setConnected(true)
 	t.log.Info("connected to parent", "parent", t.parentAddr(), "parent_site", psite)
-	t.wg.Go(func() { t.reannounce(ctx) })
+	// The rules first: a name withdrawn meanwhile is not announced again.
+	t.wg.Go(func() { t.syncRules(ctx); t.reannounce(ctx) })
 
 	// Reader: every PONG refreshes the deadline; silence for three
 	// keepalive intervals ends the session.

@@ -168,10 +168,14 @@ func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, 
 			t.learnOrigin(local)
 			return local, nil
 		}
-		t.learnOrigin(r)
-		if _, err := t.store.PutRecordFrom(r, ""); err != nil {
+		if _, err := t.store.PutRecordFrom(r, ""); errors.Is(err, blob.ErrNotFound) {
+			// A namespace rule here withdraws it (the parent has not
+			// taken the rule yet): no such name.
+			return blob.Record{}, fmt.Errorf("lookup %q: %w", name, err)
+		} else if err != nil {
 			t.log.Warn("store record from parent", "name", name, "err", err)
 		}
+		t.learnOrigin(r)
 		return r, nil
 	case msgNotFound:
 	default:
@@ -311,6 +315,10 @@ func (t *Tree) handleNames(s network.Stream) {
 		reply = t.serveAnnounce(ctx, p, q.Record)
 	case msgPreheat:
 		reply = t.servePreheat(p, q.Record)
+	case msgRule:
+		reply = t.serveRule(ctx, p, q.Rule)
+	case msgSyncRules:
+		reply = t.serveSyncRules(p, q)
 	}
 	if _, err := s.Write(reply); err != nil {
 		t.log.Debug("names reply", "peer", p, "err", err)
@@ -362,6 +370,13 @@ func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []by
 		route = ""
 	}
 	changed, err := t.store.PutRecordFrom(r, route)
+	if errors.Is(err, blob.ErrNotFound) {
+		// Withdrawn by a namespace rule here (an old record of a node
+		// that was away): dropped, and the child learns the rule at its
+		// next session.
+		t.log.Debug("announced record withdrawn here", "child", p, "name", r.Name, "err", err)
+		return appendFrame(nil, msgAck, nil)
+	}
 	if err != nil {
 		return errorFrame(fmt.Errorf("announce %q: %w", r.Name, err))
 	}

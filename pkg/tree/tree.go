@@ -19,6 +19,7 @@ import (
 	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/grid"
+	"github.com/omst-project/omst/pkg/namespace"
 )
 
 // Store is what the tree needs from the local store (pkg/cache.Store
@@ -58,6 +59,12 @@ type Config struct {
 	// node is given (a child's ANNOUNCE, a parent's FOUND or PREHEAT)
 	// before it is stored or forwarded (pkg/member: the origin's proof).
 	CheckRecord func(blob.Record) error
+	// Rules, when set, keeps the namespace rules (rules.go) this node
+	// takes from its neighbours and publishes; CheckRule, when set,
+	// accepts or refuses every rule a neighbour sends before it is
+	// applied or passed on (pkg/member: the origin's proof and rights).
+	Rules     Rules
+	CheckRule func(namespace.Rule) error
 	// Members, when set and closed, decides by the peers' certificates
 	// which peers may be children (MayAdopt) and which records a child's
 	// ANNOUNCE moves routing for (MayRoute): see roles.go. nil, or an
@@ -130,9 +137,10 @@ type Tree struct {
 	started    bool
 	closed     bool
 
-	peerErrors atomic.Uint64
-	refusals   atomic.Uint64 // HELLOs refused (MayAdopt), and sessions ended by a recheck
-	unrouted   atomic.Uint64 // announced records stored without a route (MayRoute)
+	peerErrors   atomic.Uint64
+	refusals     atomic.Uint64 // HELLOs refused (MayAdopt), and sessions ended by a recheck
+	unrouted     atomic.Uint64 // announced records stored without a route (MayRoute)
+	rulesRefused atomic.Uint64 // namespace rules refused (CheckRule)
 }
 
 type childInfo struct {
@@ -301,6 +309,9 @@ type Status struct {
 	// without a route, because the child neither put them nor may write
 	// their names (MayRoute).
 	Unrouted uint64
+	// RulesRefused counts namespace rules from neighbours that CheckRule
+	// refused (a member removing outside its rights, a bad proof).
+	RulesRefused uint64
 }
 
 // Status returns a snapshot.
@@ -313,6 +324,7 @@ func (t *Tree) Status() Status {
 
 		ChildrenRefused: t.refusals.Load(),
 		Unrouted:        t.unrouted.Load(),
+		RulesRefused:    t.rulesRefused.Load(),
 	}
 	t.mu.Lock()
 	st.ParentConnected = t.connected

@@ -12,6 +12,7 @@ import (
 
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/namespace"
 )
 
 // Protocol IDs. docs/protocol.md specifies every message byte by byte.
@@ -65,12 +66,20 @@ const (
 	// FOUND answering it may be followed by the blob's first chunks
 	// (PUSH, then CHUNK frames; see Pusher).
 	msgLookupGet byte = 0x14
+	// msgRule sends a namespace rule (rules.go) to a parent or child; the
+	// answer is RULE_ACK once it has gone through the receiver's side.
+	msgRule byte = 0x15
+	// msgSyncRules, child -> parent at the start of a session: the
+	// child's rules, and which page of the parent's it wants (RULES).
+	msgSyncRules byte = 0x16
 
 	msgFound    byte = 0x90
 	msgNotFound byte = 0x91
 	msgAck      byte = 0x92
 	msgPush     byte = 0x94 // after a FOUND answering LOOKUP_GET: chunks first..first+count-1 follow
 	msgChunk    byte = 0x95 // one pushed chunk: index u32, bytes
+	msgRuleAck  byte = 0x96 // reached u32, unreached u32
+	msgRules    byte = 0x97 // next u32, rules
 	msgError    byte = 0x9F
 )
 
@@ -100,8 +109,12 @@ func frameLimit(typ byte) int {
 		return 2 + blob.MaxNameLen + wire.MaxCIDLen
 	case msgAnnounce, msgPreheat:
 		return maxRecordBytes
-	case msgPush:
+	case msgPush, msgRuleAck:
 		return 8
+	case msgRule:
+		return namespace.MaxEncodedLen
+	case msgSyncRules, msgRules:
+		return maxRulesBytes
 	case msgChunk:
 		return 4 + MaxPushBytes
 	case msgFound:
@@ -258,7 +271,12 @@ type namesRequest struct {
 	// asker holds (cid.Undef: none): no chunks are pushed while it is the
 	// current one.
 	Have   cid.Cid
-	Record blob.Record // ANNOUNCE, PREHEAT
+	Record blob.Record    // ANNOUNCE, PREHEAT
+	Rule   namespace.Rule // RULE
+	// From (the first of the parent's rules wanted) and Rules (the
+	// child's) of a SYNC_RULES.
+	From  uint32
+	Rules []namespace.Rule
 }
 
 func encodeNamesRequest(q namesRequest) []byte {
@@ -273,6 +291,10 @@ func encodeNamesRequest(q namesRequest) []byte {
 		return appendFrame(nil, q.Type, b)
 	case msgAnnounce, msgPreheat:
 		return appendFrame(nil, q.Type, q.Record.Encode())
+	case msgRule:
+		return appendFrame(nil, q.Type, q.Rule.Encode())
+	case msgSyncRules:
+		return appendFrame(nil, q.Type, appendRuleList(binary.BigEndian.AppendUint32(nil, q.From), q.Rules))
 	}
 	panic(fmt.Sprintf("encodeNamesRequest: type 0x%02x", q.Type))
 }
@@ -307,6 +329,22 @@ func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 			return q, err
 		}
 		q.Record = r
+	case msgRule:
+		r, err := namespace.Decode(payload)
+		if err != nil {
+			return q, fmt.Errorf("RULE: %w", err)
+		}
+		q.Rule = r
+	case msgSyncRules:
+		if len(payload) < 4 {
+			return q, malformed("SYNC_RULES of %d bytes", len(payload))
+		}
+		q.From = binary.BigEndian.Uint32(payload)
+		rules, err := decodeRuleList(payload[4:])
+		if err != nil {
+			return q, fmt.Errorf("SYNC_RULES: %w", err)
+		}
+		q.Rules = rules
 	default:
 		return q, malformed("unknown names request 0x%02x", typ)
 	}
@@ -322,6 +360,10 @@ type namesReply struct {
 	Manifest []byte
 	Code     byte // of an ERROR: errOther, errUnreachable or errInvalidName
 	Message  string
+	// Reached and Unreached (RULE_ACK); Rules and Next (RULES).
+	Reached, Unreached uint32
+	Rules              []namespace.Rule
+	Next               uint32
 }
 
 // Codes carried by a names ERROR, so that a cause keeps its meaning across
@@ -370,6 +412,21 @@ func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 		if len(payload) != 0 {
 			return p, malformed("reply 0x%02x with %d payload bytes", typ, len(payload))
 		}
+	case msgRuleAck:
+		if len(payload) != 8 {
+			return p, malformed("RULE_ACK of %d bytes", len(payload))
+		}
+		p.Reached, p.Unreached = binary.BigEndian.Uint32(payload), binary.BigEndian.Uint32(payload[4:])
+	case msgRules:
+		if len(payload) < 4 {
+			return p, malformed("RULES of %d bytes", len(payload))
+		}
+		p.Next = binary.BigEndian.Uint32(payload)
+		rules, err := decodeRuleList(payload[4:])
+		if err != nil {
+			return p, fmt.Errorf("RULES: %w", err)
+		}
+		p.Rules = rules
 	case msgError:
 		if len(payload) < 1 || len(payload) > 1+maxErrorMsg {
 			return p, malformed("error payload of %d bytes", len(payload))
