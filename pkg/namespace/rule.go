@@ -75,8 +75,21 @@ type Rule struct {
 	Proof []byte
 }
 
-// ErrInvalidScope marks a scope that is neither a prefix nor a name.
-var ErrInvalidScope = errors.New("invalid scope")
+// ErrInvalidScope marks a scope that is neither a prefix nor a name; the
+// errors that wrap it wrap blob.ErrInvalidName too (the local API's
+// INVALID_NAME).
+var ErrInvalidScope = errors.New("invalid prefix")
+
+// scopeError is a bad scope: its message, and what it wraps.
+type scopeError struct {
+	msg   string
+	cause error
+}
+
+func (e *scopeError) Error() string { return e.msg }
+func (e *scopeError) Unwrap() []error {
+	return []error{ErrInvalidScope, blob.ErrInvalidName, e.cause}
+}
 
 // Prefix reports whether the scope is a prefix (ends with '/').
 func (r Rule) Prefix() bool { return strings.HasSuffix(r.Scope, "/") }
@@ -145,12 +158,12 @@ func (r Rule) ExpiresAt(rec blob.Record) (time.Time, bool) {
 func ValidateScope(scope string) error {
 	switch {
 	case scope == "":
-		return fmt.Errorf("%w: empty (name a prefix such as job1/)", ErrInvalidScope)
+		return &scopeError{msg: "invalid prefix: empty (name one such as job1/)"}
 	case strings.Trim(scope, "/") == "":
-		return fmt.Errorf("%w %q: the whole namespace is not a prefix a rule may take (name a prefix such as job1/)", ErrInvalidScope, scope)
+		return &scopeError{msg: fmt.Sprintf("invalid prefix %q: that is the whole namespace (name a prefix such as job1/)", scope)}
 	}
 	if err := blob.ValidateName(strings.TrimSuffix(scope, "/")); err != nil {
-		return fmt.Errorf("%w %q: %w", ErrInvalidScope, scope, err)
+		return &scopeError{msg: fmt.Sprintf("invalid prefix %q: %v", scope, err), cause: err}
 	}
 	return nil
 }
@@ -159,6 +172,9 @@ func ValidateScope(scope string) error {
 // into a prefix scope: "job1" and "job1/" both mean every name under
 // "job1/" (never "job10/..."). Bad input is an error naming it.
 func PrefixScope(prefix string) (string, error) {
+	if prefix == "" {
+		return "", ValidateScope("")
+	}
 	s := prefix
 	if !strings.HasSuffix(s, "/") {
 		s += "/"

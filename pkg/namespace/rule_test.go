@@ -198,3 +198,13 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestScopeMessages(t *testing.T) {
+	for _, p := range []string{"", "/", "..", "a/../b"} {
+		_, err := PrefixScope(p)
+		if !errors.Is(err, blob.ErrInvalidName) {
+			t.Errorf("%q: %v does not wrap blob.ErrInvalidName", p, err)
+		}
+		t.Logf("%q: %v", p, err)
+	}
+}
