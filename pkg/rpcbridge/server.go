@@ -306,6 +306,10 @@ func (sc *conn) next() bool {
 		if sc.version < 5 {
 			return sc.badRequest(malformed("%v needs protocol version 5; this connection speaks %d", h.Type, sc.version))
 		}
+	case FrameRemovePrefix, FrameSetTTL, FrameDu:
+		if sc.version < NamespaceVersion {
+			return sc.badRequest(malformed("%v needs protocol version %d; this connection speaks %d", h.Type, NamespaceVersion, sc.version))
+		}
 	default:
 		return sc.badRequest(malformed("unexpected %v frame where a request was expected", h.Type))
 	}
@@ -352,6 +356,8 @@ func (sc *conn) next() bool {
 		return sc.providers(ctx, body)
 	case FrameRemove:
 		return sc.remove(ctx, body)
+	case FrameRemovePrefix, FrameSetTTL, FrameDu:
+		return sc.namespaceOp(ctx, h.Type, body)
 	default:
 		return sc.status(ctx, body)
 	}

@@ -15,8 +15,9 @@ import (
 // smaller of it and the client's. Version 2 adds GET_FD and FDS; version 3
 // PREHEAT and PREHEAT_JSON; version 4 PROVIDERS and PROVIDERS_JSON; version
 // 5 PUT_FD and GET_TO_FD (files opened by the client, passed as
-// descriptors).
-const ProtocolVersion = 5
+// descriptors); version 6 REMOVE_PREFIX, SET_TTL, DU and NAMESPACE_JSON
+// (namespace.go).
+const ProtocolVersion = 6
 
 // MinProtocolVersion is the lowest version this package still speaks.
 const MinProtocolVersion = 1
