@@ -208,6 +208,7 @@ func putCmd(g *globals) *cobra.Command {
 		chunkSize string
 		preheat   bool
 		sites     []string
+		ttl       string // namespaces.go
 	)
 	c := &cobra.Command{
 		Use:   "put NAME [FILE|-]",
@@ -250,6 +251,9 @@ func putCmd(g *globals) *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), info.ID)
+			if err := putTTL(ctx, cl, cmd.ErrOrStderr(), name, ttl); err != nil { // namespaces.go
+				return err
+			}
 			if preheat || len(sites) > 0 {
 				return runPreheat(ctx, cl, cmd.ErrOrStderr(), name, sites)
 			}
@@ -259,6 +263,7 @@ func putCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&chunkSize, "chunk-size", "", "chunk size for this blob, e.g. 4M (default: the daemon's)")
 	c.Flags().BoolVar(&preheat, "preheat", false, "then have this node's children (at the root: the head nodes) fetch the blob at once (see omst preheat)")
 	c.Flags().StringArrayVar(&sites, "site", nil, "with --preheat, only the children of this site (repeatable; implies --preheat)")
+	c.Flags().StringVar(&ttl, "ttl", "", "the name expires grid-wide this long after the put, e.g. 2h, 30m, 7d (see omst ttl)")
 	return c
 }
 
@@ -429,25 +434,6 @@ func statCmd(g *globals) *cobra.Command {
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
-}
-
-func rmCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "rm NAME",
-		Short: "Forget NAME on this node and unpin its blob here (other nodes keep theirs)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := blob.ValidateName(args[0]); err != nil {
-				return err
-			}
-			cl, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			return cl.Remove(cmd.Context(), args[0])
-		},
-	}
 }
 
 func idCmd(g *globals) *cobra.Command {

@@ -64,7 +64,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.home, "home", "", "daemon home directory (default $OMST_HOME, else ~/.omst)")
 	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "no progress output")
 	root.AddCommand(
-		withConfigFile(g, withDetach(g, daemonCmd(g))), waitCmd(g), putCmd(g), getCmd(g), preheatCmd(g), lsCmd(g), statCmd(g), rmCmd(g), idCmd(g), statusCmd(g), providersCmd(g), peersCmd(g), demoCmd(g), gridCmd(g),
+		withConfigFile(g, withDetach(g, daemonCmd(g))), waitCmd(g), putCmd(g), getCmd(g), preheatCmd(g), lsCmd(g), statCmd(g), rmCmd(g), duCmd(g), ttlCmd(g), idCmd(g), statusCmd(g), providersCmd(g), peersCmd(g), demoCmd(g), gridCmd(g),
 		configCmd(g), versionCmd(), slurmCmd(g),
 	)
 	root.Version = readBuildInfo().String()

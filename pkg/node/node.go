@@ -262,7 +262,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			bootstrap = append(append(bootstrap, *parent), fallbacks...)
 		}
 		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Names: n.ownNames,
-			CheckRecord: n.adm.CheckRecord, CheckRemoval: n.adm.CheckRemoval, Logger: cfg.Logger, Client: parent != nil}); err != nil {
+			CheckRecord: n.adm.CheckRecord, CheckRemoval: n.adm.CheckRemoval, Withdrawn: n.withdrawn,
+			Logger: cfg.Logger, Client: parent != nil}); err != nil {
 			return nil, err
 		}
 	}
@@ -272,6 +273,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		OnPreheat:      func(ctx context.Context, r blob.Record) error { return n.engine.Preheat(ctx, r) },
 		Pusher:         (*pusher)(n),
 		CheckRecord:    n.adm.CheckRecord,
+		Rules:          (*nodeRules)(n), // job namespaces (namespaces.go)
+		CheckRule:      n.adm.CheckRule,
 		Members:        n.adm, // in a closed grid: which peers may be children, which records route (tree/roles.go)
 		Host:           n.host,
 		Store:          n.store,
@@ -340,6 +343,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Host == nil {
 		go n.gridLoop(tctx)
 	}
+	go n.expireLoop(tctx)
 	if n.dht != nil {
 		n.provQ = make(chan provideItem, provideQueue)
 		go n.provideLoop(tctx)
@@ -514,6 +518,9 @@ func (n *Node) lookup(ctx context.Context, name string, toGet bool) (blob.Record
 	n.removedMu.Unlock()
 	if derr == nil && gone && drec.Time <= at {
 		derr = fmt.Errorf("removed here: %w", blob.ErrNotFound)
+	}
+	if derr == nil && n.withdrawn(drec) {
+		derr = fmt.Errorf("withdrawn by a namespace rule here: %w", blob.ErrNotFound)
 	}
 	n.debugLookup("DHT", name, drec, start, derr)
 	if derr != nil {
