@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -185,4 +186,128 @@ func TestJobNamespaces(t *testing.T) {
 		t.Fatalf("get of an expired name: exit %d: %s", r.code, r.stderr)
 	}
 	waitFor(t, 15*time.Second, "w1 to unpin the expired names", func() bool { return du(t, w1, "").PinnedBlobs == 1 })
+}
+
+// BenchmarkRemovePrefixEverywhere (docs/benchmarks.md, "Job namespaces"):
+// real daemons on loopback, a root, two heads and two workers per head;
+// 10,000 names (2,500 put at each worker); the time from `omst rm -r
+// job1 --everywhere` at the root until every node lists none of them. Run
+// with -benchtime 1x: its set-up is far longer than the removal.
+func BenchmarkRemovePrefixEverywhere(b *testing.B) {
+	dir := b.TempDir()
+	for range b.N {
+		b.StopTimer()
+		root, nodes := benchGrid(b, dir)
+		b.StartTimer()
+		start := time.Now()
+		c, err := rpcbridge.Dial(filepath.Join(root.home, "omst.sock"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := c.RemovePrefix(context.Background(), "job1", true)
+		c.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmdDone := time.Since(start)
+		for _, d := range nodes {
+			for benchNames(b, d, "job1/") != 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		all := time.Since(start)
+		b.ReportMetric(cmdDone.Seconds(), "s-command")
+		b.ReportMetric(all.Seconds(), "s-every-node")
+		b.Logf("10,000 names, %d nodes: command %v, every node %v, result %+v", len(nodes), cmdDone, all, res)
+		b.StopTimer()
+		for _, d := range nodes {
+			d.kill()
+		}
+	}
+}
+
+// benchDaemon is a daemon for a benchmark (the test helpers take a *testing.T).
+type benchDaemon struct {
+	home string
+	cmd  *exec.Cmd
+	addr string
+}
+
+func (d *benchDaemon) kill() { d.cmd.Process.Kill(); d.cmd.Wait() }
+
+func startBenchDaemon(b *testing.B, home string, extra ...string) *benchDaemon {
+	args := append([]string{"daemon", "--home", home, "--listen", "/ip4/127.0.0.1/tcp/0", "--log-level", "error"}, extra...)
+	d := &benchDaemon{home: home, cmd: exec.Command(omstBin, args...)}
+	if err := d.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(d.kill)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		out, err := exec.Command(omstBin, "--home", home, "id").Output()
+		if err == nil {
+			for _, a := range strings.Fields(string(out)) {
+				if strings.Contains(a, "/tcp/") {
+					d.addr = a
+					return d
+				}
+			}
+		}
+	}
+	b.Fatalf("daemon %s did not start", home)
+	return nil
+}
+
+func benchNames(b *testing.B, d *benchDaemon, prefix string) int {
+	c, err := rpcbridge.Dial(filepath.Join(d.home, "omst.sock"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	infos, err := c.List(context.Background(), prefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return len(infos)
+}
+
+func benchGrid(b *testing.B, dir string) (*benchDaemon, []*benchDaemon) {
+	sub := filepath.Join(dir, fmt.Sprint(time.Now().UnixNano()))
+	root := startBenchDaemon(b, filepath.Join(sub, "root"))
+	nodes := []*benchDaemon{root}
+	var workers []*benchDaemon
+	for h := range 2 {
+		site := fmt.Sprintf("s%d", h)
+		head := startBenchDaemon(b, filepath.Join(sub, "head"+site), "--parent", root.addr, "--site", site)
+		nodes = append(nodes, head)
+		for w := range 2 {
+			wk := startBenchDaemon(b, filepath.Join(sub, fmt.Sprintf("w%s-%d", site, w)), "--parent", head.addr, "--site", site)
+			nodes, workers = append(nodes, wk), append(workers, wk)
+		}
+	}
+	time.Sleep(2 * time.Second) // sessions up
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Go(func() {
+			c, err := rpcbridge.Dial(filepath.Join(w.home, "omst.sock"))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer c.Close()
+			for k := range 2500 {
+				name := fmt.Sprintf("job1/w%d/%05d", i, k)
+				if _, err := c.Put(context.Background(), name, strings.NewReader(name), rpcbridge.PutOptions{}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for deadline := time.Now().Add(2 * time.Minute); benchNames(b, root, "job1/") != 10000; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("the root lists %d names, not 10,000", benchNames(b, root, "job1/"))
+		}
+	}
+	return root, nodes
 }

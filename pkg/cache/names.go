@@ -355,7 +355,7 @@ func (s *Store) RemoveNameIf(name string, may func(user uint32, hasUser bool) er
 			}
 		}
 		var err error
-		unpins, err = s.removeNameTxn(txn, name)
+		unpins, err = s.removeNameTxn(txn, name, cid.Undef)
 		return err
 	})
 	if err != nil {
@@ -368,9 +368,22 @@ func (s *Store) RemoveNameIf(name string, may func(user uint32, hasUser bool) er
 }
 
 // removeNameTxn deletes name's record, user, route and history and drops
-// the pins it holds; it returns the blobs it held (for dropOwnerMem).
+// the pins it holds; it returns the blobs it held (for dropOwnerMem). id,
+// when defined, is the blob of name's current record: a name pins only
+// the blob it ingested, so only that pin is looked at (else every pin).
 // Call with metaMu held.
-func (s *Store) removeNameTxn(txn *badger.Txn, name string) ([]string, error) {
+func (s *Store) removeNameTxn(txn *badger.Txn, name string, id cid.Cid) ([]string, error) {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name)})
+	var keys [][]byte
+	for it.Rewind(); it.Valid(); it.Next() {
+		keys = append(keys, it.Item().KeyCopy(nil))
+	}
+	it.Close()
+	return s.removeNameKeysTxn(txn, name, id, keys)
+}
+
+// removeNameKeysTxn is removeNameTxn with name's history keys given.
+func (s *Store) removeNameKeysTxn(txn *badger.Txn, name string, id cid.Cid, keys [][]byte) ([]string, error) {
 	if err := txn.Delete(recordKey(name)); err != nil {
 		return nil, err
 	}
@@ -380,18 +393,48 @@ func (s *Store) removeNameTxn(txn *badger.Txn, name string) ([]string, error) {
 	if err := txn.Delete(routeKey(name)); err != nil {
 		return nil, err
 	}
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: historyPrefix(name)})
-	var keys [][]byte
-	for it.Rewind(); it.Valid(); it.Next() {
-		keys = append(keys, it.Item().KeyCopy(nil))
-	}
-	it.Close()
 	for _, k := range keys {
 		if err := txn.Delete(k); err != nil {
 			return nil, err
 		}
 	}
+	if id.Defined() {
+		if held, ok, err := s.dropOwnerOfTxn(txn, name, id); ok || err != nil {
+			return held, err
+		}
+	}
 	return s.dropOwnerTxn(txn, name, "")
+}
+
+// dropOwnerOfTxn is dropOwnerTxn for the pin of blob id alone: ok false
+// if owner holds none on id (the caller then looks at every pin). Call
+// with metaMu held.
+func (s *Store) dropOwnerOfTxn(txn *badger.Txn, owner string, id cid.Cid) ([]string, bool, error) {
+	k := id.KeyString()
+	s.mu.Lock()
+	p := s.pins[k]
+	var rest map[string]struct{}
+	if p != nil {
+		if _, ok := p.owners[owner]; ok {
+			rest = make(map[string]struct{}, len(p.owners))
+			for o := range p.owners {
+				if o != owner {
+					rest[o] = struct{}{}
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	if rest == nil {
+		return nil, false, nil
+	}
+	var err error
+	if len(rest) == 0 {
+		err = txn.Delete(pinKey([]byte(k)))
+	} else {
+		err = txn.Set(pinKey([]byte(k)), encodeOwners(rest))
+	}
+	return []string{k}, true, err
 }
 
 // Pin keeps every chunk of blob id from eviction until Unpin. It needs the

@@ -27,7 +27,7 @@ var ErrWithdrawn = fmt.Errorf("withdrawn by a namespace rule: %w", blob.ErrNotFo
 
 // removeBatch is how many names one index transaction drops (Badger
 // bounds a transaction's size).
-const removeBatch = 256
+const removeBatch = 1024
 
 func ruleKey(r namespace.Rule) []byte { return append([]byte(keyRule), r.Key()...) }
 
@@ -99,14 +99,24 @@ func (s *Store) Rules(prefix string) []namespace.Rule {
 	return s.rules.Under(prefix)
 }
 
-// ApplyRule keeps r if it is newer than the rule of its kind and scope
-// held here (reporting changed), then drops every record it withdraws now
-// (returned), with their history, routes and pins; their blobs' chunks,
-// unless pinned otherwise, become the first to be evicted. The rule's
-// proof is the caller's to check. An invalid rule, or one past
-// namespace.MaxRules, is an error.
+// ApplyRule is KeepRule, then, if r was new, DropWithdrawnBy.
 func (s *Store) ApplyRule(r namespace.Rule) (changed bool, removed []blob.Record, err error) {
+	changed, err = s.KeepRule(r)
+	if err != nil || !changed {
+		return changed, nil, err
+	}
+	removed, err = s.DropWithdrawnBy(r)
+	return true, removed, err
+}
+
+// KeepRule keeps r if it is newer than the rule of its kind and scope held
+// here, and reports whether it did: from then on Record, List and
+// PutRecordFrom treat what it withdraws as gone. The rule's proof is the
+// caller's to check. An invalid rule, or one past namespace.MaxRules, is
+// an error.
+func (s *Store) KeepRule(r namespace.Rule) (changed bool, err error) {
 	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
 	s.rulesMu.Lock()
 	if s.rules == nil {
 		s.rules = namespace.NewSet()
@@ -118,24 +128,24 @@ func (s *Store) ApplyRule(r namespace.Rule) (changed bool, removed []blob.Record
 		err = s.db.Update(func(txn *badger.Txn) error { return txn.Set(ruleKey(r), r.Encode()) })
 		if err != nil {
 			s.rulesMu.Lock()
+			s.rules.Delete(r.Kind, r.Scope)
 			if had {
-				s.rules.Delete(r.Kind, r.Scope)
 				_, _ = s.rules.Add(old)
-			} else {
-				s.rules.Delete(r.Kind, r.Scope)
 			}
 			s.rulesMu.Unlock()
 		}
 	}
-	s.metaMu.Unlock()
 	if err != nil {
-		return false, nil, fmt.Errorf("%s %q: %w", r.Kind, r.Scope, noSpace(err))
+		return false, fmt.Errorf("%s %q: %w", r.Kind, r.Scope, noSpace(err))
 	}
-	if !changed {
-		return false, nil, nil
-	}
-	removed, err = s.dropWithdrawn(r.Scope, r.Prefix())
-	return true, removed, err
+	return changed, nil
+}
+
+// DropWithdrawnBy drops every record of r's scope that the rules withdraw
+// now (returned), with their history, routes and pins; their blobs'
+// chunks, unless pinned otherwise, become the first to be evicted.
+func (s *Store) DropWithdrawnBy(r namespace.Rule) ([]blob.Record, error) {
+	return s.dropWithdrawn(r.Scope, r.Prefix())
 }
 
 // Expire drops every record the rules withdraw now (the TTLs that fell
@@ -207,12 +217,21 @@ func (s *Store) dropWithdrawn(scope string, prefix bool) ([]blob.Record, error) 
 			doomed = append(doomed, r)
 		}
 	}
+	if len(doomed) == 0 {
+		return nil, nil
+	}
+	// Every history key of the scope in one scan (an iterator per name,
+	// inside a transaction with pending deletes, costs more than the rest).
+	hist, err := s.historyKeys(scope, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("drop withdrawn names of %q: %w", scope, err)
+	}
 	var done []blob.Record
 	for len(doomed) > 0 {
 		n := min(len(doomed), removeBatch)
 		batch := doomed[:n]
 		doomed = doomed[n:]
-		if err := s.dropRecords(batch); err != nil {
+		if err := s.dropRecords(batch, hist); err != nil {
 			return done, fmt.Errorf("drop withdrawn names of %q: %w", scope, err)
 		}
 		done = append(done, batch...)
@@ -220,9 +239,34 @@ func (s *Store) dropWithdrawn(scope string, prefix bool) ([]blob.Record, error) 
 	return done, nil
 }
 
+// historyKeys returns the history keys of every name of scope, by name.
+func (s *Store) historyKeys(scope string, prefix bool) (map[string][][]byte, error) {
+	p := historyPrefix(scope)
+	if prefix {
+		p = append([]byte(keyHistory), scope...)
+	}
+	out := map[string][][]byte{}
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().KeyCopy(nil)
+			if len(k) < len(keyHistory)+17 {
+				continue
+			}
+			name := string(k[len(keyHistory) : len(k)-17])
+			out[name] = append(out[name], k)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // dropRecords removes each of recs that is still its name's current
-// record, in one transaction, and demotes their blobs' chunks.
-func (s *Store) dropRecords(recs []blob.Record) error {
+// record, in one transaction, and demotes their blobs' chunks; hist holds
+// their history keys (historyKeys: a key added since is trimmed with the
+// name's next put).
+func (s *Store) dropRecords(recs []blob.Record, hist map[string][][]byte) error {
 	s.metaMu.Lock()
 	defer s.metaMu.Unlock()
 	unpins := map[string][]string{}
@@ -235,7 +279,7 @@ func (s *Store) dropRecords(recs []blob.Record) error {
 			if err != nil {
 				return err
 			}
-			held, err := s.removeNameTxn(txn, r.Name)
+			held, err := s.removeNameKeysTxn(txn, r.Name, r.ID, hist[r.Name])
 			if err != nil {
 				return err
 			}

@@ -174,3 +174,28 @@ func TestTTLRule(t *testing.T) {
 		t.Fatalf("one name's TTL kept past PruneAfter: %v", got)
 	}
 }
+
+// BenchmarkRemovePrefix10k: a prefix's removal dropping 10,000 pinned
+// names (what a worker that put them does).
+func BenchmarkRemovePrefix10k(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		s, err := Open(b.TempDir(), Options{MaxBytes: 256 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range 10000 {
+			name := fmt.Sprintf("job1/%05d", i)
+			if _, err := s.Ingest(context.Background(), name, bytes.NewReader([]byte(name)), blob.MinChunkSize, "self"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		_, removed, err := s.ApplyRule(namespace.Rule{Kind: namespace.KindRemove, Scope: "job1/", Time: time.Now().UnixNano(), Origin: "o"})
+		if err != nil || len(removed) != 10000 {
+			b.Fatal(len(removed), err)
+		}
+		b.StopTimer()
+		s.Close()
+	}
+}

@@ -30,18 +30,20 @@ const expireEvery = 5 * time.Second
 // nodeRules is the node as the tree's keeper of rules.
 type nodeRules Node
 
-func (r *nodeRules) ApplyRule(rule namespace.Rule) (bool, error) {
+func (r *nodeRules) TakeRule(rule namespace.Rule) (bool, error) {
+	return (*Node)(r).store.KeepRule(rule)
+}
+
+func (r *nodeRules) Enforce(rule namespace.Rule) error {
 	n := (*Node)(r)
-	changed, removed, err := n.store.ApplyRule(rule)
-	if changed {
-		dropped := 0
-		if n.dht != nil {
-			dropped = n.dht.DropWithdrawn()
-		}
-		n.log.Info("namespace rule applied", "kind", rule.Kind, "scope", rule.Scope, "ttl", rule.TTL,
-			"origin", rule.Origin, "names_removed", len(removed), "dht_records_dropped", dropped)
+	removed, err := n.store.DropWithdrawnBy(rule)
+	dropped := 0
+	if n.dht != nil {
+		dropped = n.dht.DropWithdrawn()
 	}
-	return changed, err
+	n.log.Info("namespace rule applied", "kind", rule.Kind, "scope", rule.Scope, "ttl", rule.TTL,
+		"origin", rule.Origin, "names_removed", len(removed), "dht_records_dropped", dropped)
+	return err
 }
 
 func (r *nodeRules) Rules() []namespace.Rule { return (*Node)(r).store.Rules("") }

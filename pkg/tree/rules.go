@@ -26,9 +26,13 @@ import (
 // Rules is the node's keeper of namespace rules (the daemon: its store,
 // and its DHT's filter). Safe for concurrent use.
 type Rules interface {
-	// ApplyRule keeps r if it is newer than the rule of its kind and
-	// scope held, dropping what it withdraws, and reports whether it did.
-	ApplyRule(r namespace.Rule) (changed bool, err error)
+	// TakeRule keeps r if it is newer than the rule of its kind and scope
+	// held, and reports whether it did; from then on the node answers no
+	// name r withdraws.
+	TakeRule(r namespace.Rule) (changed bool, err error)
+	// Enforce drops what r, taken, withdraws (records, pins); the tree
+	// runs it while it passes r on.
+	Enforce(r namespace.Rule) error
 	// Rules returns every rule held.
 	Rules() []namespace.Rule
 }
@@ -64,18 +68,35 @@ func (t *Tree) Publish(ctx context.Context, r namespace.Rule) (Spread, error) {
 	if err := r.Validate(); err != nil {
 		return Spread{}, err
 	}
-	changed, err := t.cfg.Rules.ApplyRule(r)
+	changed, err := t.cfg.Rules.TakeRule(r)
 	if err != nil {
 		return Spread{}, err
 	}
-	sp := Spread{}
-	if changed {
-		sp.Reached = 1
-	}
 	// Sent even if not new here: a rule made again reaches the nodes
 	// that missed it, and those that hold it answer at once.
-	sp.add(t.spread(ctx, r, ""))
-	return sp, nil
+	return t.enforceAndSpread(ctx, r, changed, ""), nil
+}
+
+// enforceAndSpread passes r on (spread) while it enforces it here, if it
+// was new here (changed), and returns when both are done.
+func (t *Tree) enforceAndSpread(ctx context.Context, r namespace.Rule, changed bool, from peer.ID) Spread {
+	done := make(chan struct{})
+	if changed {
+		go func() {
+			defer close(done)
+			if err := t.cfg.Rules.Enforce(r); err != nil {
+				t.log.Warn("namespace rule not enforced in full here", "scope", r.Scope, "kind", r.Kind, "err", err)
+			}
+		}()
+	} else {
+		close(done)
+	}
+	sp := t.spread(ctx, r, from)
+	<-done
+	if changed {
+		sp.Reached++
+	}
+	return sp
 }
 
 // spread sends r to every neighbour but from, in parallel, and sums what
@@ -166,7 +187,7 @@ func (t *Tree) takeRule(p peer.ID, r namespace.Rule) (bool, error) {
 			return false, fmt.Errorf("%s at %s: %w", r.Kind, t.self, err)
 		}
 	}
-	changed, err := t.cfg.Rules.ApplyRule(r)
+	changed, err := t.cfg.Rules.TakeRule(r)
 	if err != nil {
 		return false, fmt.Errorf("%s %q at %s: %w", r.Kind, r.Scope, t.self, err)
 	}
@@ -188,8 +209,7 @@ func (t *Tree) serveRule(ctx context.Context, p peer.ID, r namespace.Rule) []byt
 	}
 	var sp Spread
 	if changed {
-		sp.Reached = 1
-		sp.add(t.spread(ctx, r, p))
+		sp = t.enforceAndSpread(ctx, r, true, p)
 	}
 	return encodeRuleAck(sp)
 }
@@ -243,7 +263,7 @@ func (t *Tree) syncRules(ctx context.Context) {
 		}
 	}
 	for _, r := range fresh {
-		t.spread(ctx, r, parent)
+		t.enforceAndSpread(ctx, r, true, parent)
 	}
 	if len(fresh) > 0 {
 		t.log.Info("namespace rules learned from the parent", "count", len(fresh))
@@ -266,7 +286,7 @@ func (t *Tree) serveSyncRules(p peer.ID, q namesRequest) []byte {
 			t.goTracked(func() {
 				ctx, cancel := context.WithTimeout(t.ctx, t.cfg.RequestTimeout)
 				defer cancel()
-				t.spread(ctx, r, p)
+				t.enforceAndSpread(ctx, r, true, p)
 			})
 		}
 	}

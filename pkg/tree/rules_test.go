@@ -19,9 +19,10 @@ import (
 // cacheRules is the daemon's Rules over a real store.
 type cacheRules struct{ s *cache.Store }
 
-func (c cacheRules) ApplyRule(r namespace.Rule) (bool, error) {
-	changed, _, err := c.s.ApplyRule(r)
-	return changed, err
+func (c cacheRules) TakeRule(r namespace.Rule) (bool, error) { return c.s.KeepRule(r) }
+func (c cacheRules) Enforce(r namespace.Rule) error {
+	_, err := c.s.DropWithdrawnBy(r)
+	return err
 }
 func (c cacheRules) Rules() []namespace.Rule { return c.s.Rules("") }
 
