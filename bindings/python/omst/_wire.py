@@ -60,12 +60,23 @@ class FrameType(enum.IntEnum):
     ERROR = 0x3F
 
 
-_KNOWN_TYPES = frozenset(int(t) for t in FrameType)
-_REQUEST_TYPES = frozenset(range(0x10, 0x1D))
+# Version 6's job namespaces (section 6.13). Like PREHEAT and PROVIDERS,
+# they have no shared test vectors yet, so they stay out of FrameType
+# (whose every member test_vectors.py checks against frames.txt).
+REMOVE_PREFIX = 0x1D
+SET_TTL = 0x1E
+DU = 0x1F
+NAMESPACE_JSON = 0x36
+_NAMESPACE_TYPES = {REMOVE_PREFIX: "REMOVE_PREFIX", SET_TTL: "SET_TTL", DU: "DU", NAMESPACE_JSON: "NAMESPACE_JSON"}
+
+_KNOWN_TYPES = frozenset(int(t) for t in FrameType) | frozenset(_NAMESPACE_TYPES)
+_REQUEST_TYPES = frozenset(range(0x10, 0x20))
 
 
 def type_name(ftype: int) -> str:
     """Return the name of a frame type byte (FRAME_0xNN if unknown)."""
+    if ftype in _NAMESPACE_TYPES:
+        return _NAMESPACE_TYPES[ftype]
     if ftype in _KNOWN_TYPES:
         return FrameType(ftype).name
     return f"FRAME_0x{ftype:02X}"
@@ -248,6 +259,19 @@ def encode_get_file(name: bytes, path: bytes) -> bytes:
     return encode_frame(FrameType.GET_FILE, _str(name) + _str(path))
 
 
+REMOVE_EVERYWHERE = 1
+
+
+def encode_remove_prefix(prefix: bytes, everywhere: bool) -> bytes:
+    """REMOVE_PREFIX (version 6): str prefix, u32 flags (bit 0: everywhere)."""
+    return encode_frame(REMOVE_PREFIX, _str(prefix) + _U32.pack(REMOVE_EVERYWHERE if everywhere else 0))
+
+
+def encode_set_ttl(scope: bytes, ttl_ns: int) -> bytes:
+    """SET_TTL (version 6): str scope, u64 TTL in nanoseconds."""
+    return encode_frame(SET_TTL, _str(scope) + _U64.pack(ttl_ns))
+
+
 def encode_empty(ftype: int) -> bytes:
     """A frame with an empty body: STATUS, ABORT, END, OK, or an empty DATA."""
     return encode_frame(ftype, b"")
@@ -353,14 +377,15 @@ def encode_status_json(doc: bytes) -> bytes:
     return encode_frame(FrameType.STATUS_JSON, doc)
 
 
-def decode_status_json(body: bytes) -> Dict[str, Any]:
-    """Decode a STATUS_JSON body: one UTF-8 JSON object, nothing after it."""
+def decode_status_json(body: bytes, what: str = "STATUS_JSON") -> Dict[str, Any]:
+    """Decode a STATUS_JSON (or NAMESPACE_JSON) body: one UTF-8 JSON object,
+    nothing after it."""
     try:
         doc = json.loads(bytes(body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        raise ProtocolError(f"malformed STATUS_JSON: {e}") from None
+        raise ProtocolError(f"malformed {what}: {e}") from None
     if not isinstance(doc, dict):
-        raise ProtocolError(f"malformed STATUS_JSON: a JSON {type(doc).__name__}, not an object")
+        raise ProtocolError(f"malformed {what}: a JSON {type(doc).__name__}, not an object")
     return doc
 
 

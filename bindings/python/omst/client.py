@@ -48,7 +48,7 @@ from .errors import (
     error_for_code,
 )
 from .info import Info
-from .names import NameLike, PathLike, validate_chunk_size, validate_name, validate_prefix
+from .names import NameLike, PathLike, validate_chunk_size, validate_name, validate_prefix, validate_rm_prefix
 
 __all__ = ["Client", "FileArg", "default_socket", "default_timeout", "PROTOCOL_VERSIONS", "DEFAULT_TIMEOUT"]
 
@@ -61,7 +61,7 @@ __all__ = ["Client", "FileArg", "default_socket", "default_timeout", "PROTOCOL_V
 #: client does not send. The handshake falls back along this list when the
 #: daemon answers ERROR UNSUPPORTED_VERSION (a daemon that predates
 #: version 2).
-PROTOCOL_VERSIONS: Tuple[int, ...] = (5, 2, 1)
+PROTOCOL_VERSIONS: Tuple[int, ...] = (6, 5, 2, 1)
 
 #: Default per-operation socket timeout in seconds (each send or receive
 #: must make progress within it); OMST_TIMEOUT_MS overrides it.
@@ -623,7 +623,57 @@ class Client:
         frame = _wire.encode_name_request(FrameType.REMOVE, raw)
         self._run(lambda c: _wire.decode_empty(self._call(c, frame, FrameType.OK, "remove"), "OK"))
 
-    remove = rm
+    def remove(self, name: NameLike, everywhere: bool = False, recursive: bool = False) -> Optional[Dict[str, Any]]:
+        """Forget name on this node, as :meth:`rm`; with recursive, every name
+        under the prefix name ("job1" and "job1/" both mean the names under
+        "job1/") on this node; with everywhere (which implies recursive), at
+        every node of the grid, the DHT included: one signed removal that
+        nodes down now apply when they return (docs/rpcbridge.md section
+        6.13). Returns the daemon's answer for a prefix (``removed``: names
+        dropped here, ``reached``: nodes that took it, ``unreached`` and
+        ``failed``: neighbours not reached now), None for a name.
+
+        Raises:
+            InvalidName: an empty prefix, "/", or one breaking a name rule.
+            Forbidden: a prefix outside this node's grid rights, or a caller
+                that is not the daemon's user.
+            ProtocolError: a daemon older than protocol version 6.
+        """
+        if not (everywhere or recursive):
+            self.rm(name)
+            return None
+        raw = validate_rm_prefix(name)
+        frame = _wire.encode_remove_prefix(raw, everywhere)
+        return self._namespace_call(frame, "remove prefix")
+
+    def set_ttl(self, scope: NameLike, seconds: float) -> Dict[str, Any]:
+        """Give the names of scope ``seconds`` to live, grid-wide: a prefix
+        ending in '/' (every name under it, put before or after; 0 clears
+        it) or one name (its current record)."""
+        if isinstance(scope, str) and scope.endswith("/") or isinstance(scope, (bytes, bytearray)) and scope.endswith(b"/"):
+            raw = validate_rm_prefix(scope)
+        else:
+            raw = validate_name(scope)
+        if not 0 <= seconds <= 365 * 86400:
+            raise ValueError(f"TTL of {seconds} s: not within 0 and a year")
+        frame = _wire.encode_set_ttl(raw, int(seconds * 1e9))
+        return self._namespace_call(frame, "set ttl")
+
+    def du(self, prefix: NameLike = "") -> Dict[str, Any]:
+        """What prefix ("" everything) holds on this node: names, blobs,
+        bytes, bytes held here, pinned and unpinned (evictable), and the
+        namespace rules that concern it (docs/rpcbridge.md section 6.13)."""
+        raw = validate_prefix(prefix)
+        frame = _wire.encode_name_request(_wire.DU, raw)
+        return self._namespace_call(frame, "du")
+
+    def _namespace_call(self, frame: bytes, op: str) -> Dict[str, Any]:
+        def run(conn: Connection) -> Dict[str, Any]:
+            if conn.version < 6:
+                raise ProtocolError(f"{op}: the daemon speaks protocol version {conn.version}; job namespaces need 6")
+            return _wire.decode_status_json(self._call(conn, frame, _wire.NAMESPACE_JSON, op), "NAMESPACE_JSON")
+
+        return self._run(run)
 
     def status(self) -> Dict[str, Any]:
         """Return the daemon's status document (docs/rpcbridge.md section 5.3)."""

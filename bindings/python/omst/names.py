@@ -138,3 +138,17 @@ def absolute_path(path: PathLike) -> bytes:
     if len(raw) > MAX_PATH_LEN:
         raise BadRequest(f"path of {len(raw)} bytes exceeds {MAX_PATH_LEN}")
     return raw
+
+
+def validate_rm_prefix(prefix: NameLike) -> bytes:
+    """Check a prefix to remove (or give a TTL) and return it as UTF-8
+    bytes ending in '/': "job1" and "job1/" both mean the names under
+    "job1/".
+
+    Raises:
+        InvalidName: empty, "/", or a prefix that breaks a name rule.
+    """
+    raw = validate_prefix(prefix)
+    if raw == b"":
+        raise InvalidName("invalid prefix: empty (name one such as job1/)")
+    return raw if raw.endswith(b"/") else raw + b"/"
