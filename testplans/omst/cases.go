@@ -813,3 +813,82 @@ func caseNotes(in *instance, all []record) []string {
 	}
 	return nil
 }
+
+// ---- rmprefix ----
+
+// rmprefixCase (issue 27, job namespaces): the workers put rm_names small
+// names in all under rmjob/ (split among them) before the start; the root
+// waits until it lists them all. After the start the root runs `rm -r
+// rmjob --everywhere` (RemovePrefix); every node, the root included,
+// measures until its daemon lists none of them. The case's time is the
+// last node's.
+type rmprefixCase struct{}
+
+const rmPrefix = "rmjob/"
+
+func (rmprefixCase) name() string                        { return "rmprefix" }
+func (rmprefixCase) workerStartsLate(*instance) bool     { return false }
+func (rmprefixCase) workerParents(in *instance) []string { return []string{in.defaultParent()} }
+
+func (rmprefixCase) prepare(ctx context.Context, in *instance) error {
+	workers := in.cfg.sites * in.cfg.workersPerSite
+	total := in.cfg.rmNames / workers * workers
+	switch in.role {
+	case roleWorker:
+		for k := range total / workers {
+			name := fmt.Sprintf("%ss%d/w%d/%05d", rmPrefix, in.site, in.index, k)
+			if _, err := in.d.client.Put(ctx, name, strings.NewReader(name), rpcbridge.PutOptions{}); err != nil {
+				return fmt.Errorf("put %s: %w", name, err)
+			}
+		}
+	case roleRoot:
+		t0 := time.Now()
+		for {
+			infos, err := in.d.client.List(ctx, rmPrefix)
+			if err != nil {
+				return err
+			}
+			if len(infos) >= total {
+				in.re.RecordMessage("the root lists %d names under %s after %.1fs", len(infos), rmPrefix, time.Since(t0).Seconds())
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("the root lists %d of %d names: %w", len(infos), total, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func (rmprefixCase) act(ctx context.Context, in *instance, rec *record) error {
+	if in.role == roleRoot {
+		res, err := in.d.client.RemovePrefix(ctx, rmPrefix, true)
+		if err != nil {
+			return err
+		}
+		in.re.RecordMessage("rm -r %s --everywhere: %d names here, %d nodes took it, %d not reached, %.3fs (%.3fs since the start)",
+			rmPrefix, res.Removed, res.Reached, res.Unreached, res.Seconds, in.since())
+	}
+	for {
+		infos, err := in.d.client.List(ctx, rmPrefix)
+		if err != nil {
+			return err
+		}
+		if len(infos) == 0 {
+			rec.Seconds, rec.OK = in.since(), true
+			rec.Note = "seconds = until this node lists none of the names"
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d names still listed: %w", len(infos), ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func (rmprefixCase) measured(in *instance, all []record, _ []record) ([]record, int) {
+	return all, 1 + in.cfg.sites + in.cfg.sites*in.cfg.workersPerSite
+}

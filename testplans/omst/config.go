@@ -42,6 +42,7 @@ type config struct {
 	workersPerSite int
 	blobSize       int64
 	resultSize     int64
+	rmNames        int // rmprefix: names put in all under rmjob/
 	chunkSize      int64
 	mode           string
 	seed           int64
@@ -84,7 +85,7 @@ type config struct {
 }
 
 // defaultBlobSize per case, as in manifest.toml.
-var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0"}
+var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0", "rmprefix": "0"}
 
 // defaultResultSize per case, as in manifest.toml.
 var defaultResultSize = map[string]string{"dht": "16MiB"}
@@ -122,6 +123,7 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		transport:      p.str("transport", "tcp"),
 		keepHome:       p.bool("keep_home", false),
 		grid:           p.bool("grid", false),
+		rmNames:        p.int("rm_names", 10000),
 	}
 	if p.err != nil {
 		return nil, p.err

@@ -30,6 +30,7 @@ func main() {
 		"failover":  testCase(failoverCase{}),
 		"churn":     testCase(churnCase{}),
 		"dht":       testCase(dhtCase{}),
+		"rmprefix":  testCase(rmprefixCase{}),
 	})
 	if failed.Load() {
 		os.Exit(1)
