@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -255,8 +256,9 @@ func (t *Tree) syncRules(ctx context.Context) {
 		if rep.Next == 0 && len(mine) == 0 {
 			break
 		}
-		if rep.Next != 0 {
-			from = rep.Next
+		from = rep.Next
+		if from == 0 {
+			from = math.MaxUint32 // the parent's are all here: empty pages while this node sends the rest of its own
 		}
 		if page > namespace.MaxRules {
 			break

@@ -245,3 +245,36 @@ func TestRuleBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesSyncBothWays: rules a child made while away reach its parent
+// (and the parent's other children) when its session comes up, and it
+// takes the parent's, before either re-announces.
+func TestRulesSyncBothWays(t *testing.T) {
+	childDir := t.TempDir()
+	s, err := cache.Open(childDir, cache.Options{MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixNano()
+	for i := range 3 {
+		if _, err := s.KeepRule(namespace.Rule{Kind: namespace.KindTTL, Scope: fmt.Sprintf("away%d/", i), TTL: time.Hour, Time: now, Origin: "o"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	root := ruleNode(t, t.TempDir())(nil, "")
+	other := ruleNode(t, t.TempDir())(root, "b")
+	waitConnected(t, other)
+	putMany(t, other, "gone/", 3)
+	waitFor(t, "the root to list gone/", 5*time.Second, func() bool { return listed(t, root, "gone/") == 3 })
+	rm := namespace.Rule{Kind: namespace.KindRemove, Scope: "gone/", Time: time.Now().UnixNano(), Origin: root.h.ID().String()}
+	if _, err := root.tree.Publish(context.Background(), rm); err != nil {
+		t.Fatal(err)
+	}
+	child := ruleNode(t, childDir)(root, "a")
+	waitConnected(t, child)
+	rulesOf := func(n *testNode) int { return len(n.store.(*cache.Store).Rules("")) }
+	waitFor(t, "the rules to be exchanged", 10*time.Second, func() bool {
+		return rulesOf(root) == 4 && rulesOf(child) == 4 && rulesOf(other) == 4
+	})
+}
