@@ -19,11 +19,13 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"lukechampine.com/blake3/bao"
 	"lukechampine.com/blake3/guts"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece/internal/cvhash"
 )
 
 // Group is the Bao group parameter: groups of 2^Group BLAKE3 chunks of
@@ -46,14 +48,91 @@ var MaxOutboardLen = OutboardLen(blob.MaxChunkSize)
 var ErrCorrupt = fmt.Errorf("piece: %w", blob.ErrCorrupt)
 
 // Outboard computes the outboard of data and checks that data hashes to
-// h (an error wrapping ErrCorrupt if not).
+// h (an error wrapping ErrCorrupt if not): one pass over data at the speed
+// of a whole-chunk hash (cvhash), so that it can take the place of a
+// verification of data against h.
 func Outboard(data []byte, h blob.Hash) ([]byte, error) {
-	ob, root := bao.EncodeBuf(data, Group, true)
-	if blob.Hash(root) != h {
-		return nil, fmt.Errorf("%w: %d bytes do not hash to %s", ErrCorrupt, len(data), h)
+	n := len(data)
+	ob := make([]byte, OutboardLen(n))
+	binary.LittleEndian.PutUint64(ob, uint64(n))
+	if n <= GroupSize {
+		// One group, the root: no inner nodes.
+		if blob.HashChunk(data) != h {
+			return nil, fmt.Errorf("%w: %d bytes do not hash to %s", ErrCorrupt, n, h)
+		}
+		return ob, nil
 	}
+	g := (n + GroupSize - 1) / GroupSize
+	levels := [][]cvhash.CV{make([]cvhash.CV, g)}
+	groupCVs(data, 0, levels[0])
+	for len(levels[len(levels)-1]) > 2 {
+		levels = append(levels, cvhash.Parents(slices.Clone(levels[len(levels)-1])))
+	}
+	top := levels[len(levels)-1]
+	if guts.ChainingValue(guts.ParentNode(top[0], top[1], &guts.IV, guts.FlagRoot)) != bytesToCV(h[:]) {
+		return nil, fmt.Errorf("%w: %d bytes do not hash to %s", ErrCorrupt, n, h)
+	}
+	// The subtree over groups [lo, lo+c) is levels[L][lo>>L] with 2^L the
+	// least power of two >= c: each level pairs its values in order and
+	// carries an odd last one up, as BLAKE3's left-balanced tree does.
+	cvOf := func(lo, c int) *cvhash.CV {
+		l := bits.Len(uint(c - 1))
+		return &levels[l][lo>>l]
+	}
+	pos := 8
+	var rec func(lo, c int)
+	rec = func(lo, c int) { // pre-order, as Bao lays the outboard out
+		if c == 1 {
+			return
+		}
+		mid := 1 << (bits.Len(uint(c-1)) - 1)
+		putCV(ob[pos:], cvOf(lo, mid))
+		putCV(ob[pos+32:], cvOf(lo+mid, c-mid))
+		pos += 64
+		rec(lo, mid)
+		rec(lo+mid, c-mid)
+	}
+	rec(0, g)
 	return ob, nil
 }
+
+// groupCVs sets out[i] to the chaining value of the i-th group of data,
+// which starts at group number first of a chunk of more than one group:
+// whole groups but perhaps the last, which then ends the chunk.
+func groupCVs(data []byte, first int, out []cvhash.CV) {
+	// Whole groups, in batches of batchGroups (the chunk values on the
+	// stack).
+	const batchGroups = 4
+	var cvs [batchGroups * chunksPerGroup]cvhash.CV
+	whole := len(data) / GroupSize
+	for i := 0; i < whole; i += batchGroups {
+		k := min(batchGroups, whole-i)
+		c := cvs[:k*chunksPerGroup]
+		cvhash.ChunkCVs(data[i*GroupSize:(i+k)*GroupSize], uint64((first+i)*chunksPerGroup), c)
+		for range Group {
+			c = cvhash.Parents(c)
+		}
+		copy(out[i:], c)
+	}
+	if rest := data[whole*GroupSize:]; len(rest) > 0 {
+		// A last, partial group: its whole BLAKE3 chunks, then a partial
+		// one, then their subtree.
+		full := len(rest) / guts.ChunkSize
+		c := cvs[:full]
+		counter := uint64((first + whole) * chunksPerGroup)
+		cvhash.ChunkCVs(rest[:full*guts.ChunkSize], counter, c)
+		if len(rest)%guts.ChunkSize != 0 {
+			c = append(c, guts.ChainingValue(guts.CompressChunk(rest[full*guts.ChunkSize:], &guts.IV, counter+uint64(full), 0)))
+		}
+		for len(c) > 1 {
+			c = cvhash.Parents(c)
+		}
+		out[whole] = c[0]
+	}
+}
+
+// chunksPerGroup is how many BLAKE3 chunks a group holds.
+const chunksPerGroup = 1 << Group
 
 // ChunkLen returns the chunk length an outboard states (its first 8
 // bytes), and checks that ob has the length that implies and states at
@@ -103,16 +182,67 @@ func VerifyOutboard(ob []byte, h blob.Hash, max int) (int, error) {
 
 // VerifyPiece checks bytes p, found at offset off of a chunk with hash h
 // whose outboard ob passed VerifyOutboard: off must be a multiple of
-// GroupSize, and p whole groups or end at the chunk's end.
+// GroupSize, and p whole groups or end at the chunk's end. Each group of
+// p is hashed once and compared with its value in ob, which VerifyOutboard
+// bound to h; ob's inner nodes are not checked again, so an outboard that
+// did not pass VerifyOutboard binds nothing. A malformed ob is an error
+// wrapping ErrCorrupt, never a panic.
 func VerifyPiece(p, ob []byte, off int, h blob.Hash) error {
-	n := int(binary.LittleEndian.Uint64(ob))
-	if off%GroupSize != 0 || len(p) == 0 || off+len(p) > n || (len(p)%GroupSize != 0 && off+len(p) != n) {
+	n, err := ChunkLen(ob, blob.MaxChunkSize)
+	if err != nil {
+		return err
+	}
+	if off < 0 || off%GroupSize != 0 || len(p) == 0 || off+len(p) > n || (len(p)%GroupSize != 0 && off+len(p) != n) {
 		return fmt.Errorf("%w: piece of %d bytes at offset %d of a %d-byte chunk", ErrCorrupt, len(p), off, n)
 	}
-	if !bao.VerifyChunk(p, ob, Group, uint64(off), h) {
-		return fmt.Errorf("%w: piece of %d bytes at offset %d of chunk %s", ErrCorrupt, len(p), off, h)
+	if n <= GroupSize {
+		// One group, the root: p is the whole chunk.
+		if blob.HashChunk(p) != h {
+			return fmt.Errorf("%w: piece of %d bytes at offset %d of chunk %s", ErrCorrupt, len(p), off, h)
+		}
+		return nil
+	}
+	g, first := (n+GroupSize-1)/GroupSize, off/GroupSize
+	var cvs [4]cvhash.CV
+	for i := 0; i < len(p); i += len(cvs) * GroupSize {
+		q := p[i:min(i+len(cvs)*GroupSize, len(p))]
+		c := cvs[:(len(q)+GroupSize-1)/GroupSize]
+		groupCVs(q, first+i/GroupSize, c)
+		for j := range c {
+			at := leafAt(g, first+i/GroupSize+j)
+			if bytesToCV(ob[at:at+32]) != c[j] {
+				return fmt.Errorf("%w: piece of %d bytes at offset %d of chunk %s (group at %d)", ErrCorrupt, len(p), off, h, off+i+j*GroupSize)
+			}
+		}
 	}
 	return nil
+}
+
+// leafAt is where the outboard of a chunk of g > 1 groups holds group i's
+// chaining value: in its parent's node, left or right half.
+func leafAt(g, i int) int {
+	pos, lo, c := 8, 0, g
+	for {
+		mid := 1 << (bits.Len(uint(c-1)) - 1)
+		if i < lo+mid {
+			if mid == 1 {
+				return pos
+			}
+			pos, c = pos+64, mid
+		} else {
+			if c-mid == 1 {
+				return pos + 32
+			}
+			pos, lo, c = pos+64*mid, lo+mid, c-mid // the node, then the left subtree's mid-1
+		}
+	}
+}
+
+func putCV(b []byte, cv *cvhash.CV) {
+	_ = b[31]
+	for i, w := range cv {
+		binary.LittleEndian.PutUint32(b[4*i:], w)
+	}
 }
 
 func bytesToCV(b []byte) (cv [8]uint32) {
