@@ -164,8 +164,34 @@ func (s *Store) writeTemp(data []byte) (string, error) {
 // same way and reported as not found. A read marks the chunk used (in
 // memory; the index learns it at the next flush).
 func (s *Store) ReadChunk(h blob.Hash) ([]byte, error) {
+	return s.readChunk(h, nil)
+}
+
+// ReadChunkVerifiedBy is ReadChunk for a caller that hashes the chunk's
+// bytes anyway, e.g. for the chunk's Bao outboard, whose root is h:
+// verify must return nil if and only if the bytes it is given hash to h.
+// Bytes read from the chunk's file are verified by verify alone, not
+// hashed here as well, so that a chunk read costs one pass over it; a
+// mismatch (verify's error) drops the chunk exactly as ReadChunk does, and
+// the error returned wraps blob.ErrCorrupt and verify's error. Bytes from
+// the memory of verified chunks are given to verify too; bytes there that
+// fail it are forgotten and the file is read as above. verify is called
+// at most twice and never after ReadChunkVerifiedBy returns.
+func (s *Store) ReadChunkVerifiedBy(h blob.Hash, verify func(data []byte) error) ([]byte, error) {
+	if verify == nil {
+		return nil, fmt.Errorf("read chunk %s: no verify function", h)
+	}
+	return s.readChunk(h, verify)
+}
+
+// readChunk is ReadChunk (verify nil: the store hashes what it reads) or
+// ReadChunkVerifiedBy.
+func (s *Store) readChunk(h blob.Hash, verify func([]byte) error) ([]byte, error) {
 	if b, ok := s.verified.get(h); ok && s.touch(h) {
-		return b, nil
+		if verify == nil || verify(b) == nil {
+			return b, nil
+		}
+		s.verified.remove(h) // not what was verified: never from memory again
 	}
 	f, size, err := s.OpenChunk(h)
 	if err != nil {
@@ -176,7 +202,12 @@ func (s *Store) ReadChunk(h blob.Hash) ([]byte, error) {
 	if _, err := io.ReadFull(f, buf); err != nil {
 		return nil, s.readFailed(h, err)
 	}
-	if err := s.checkRead(h, buf); err != nil {
+	if verify == nil {
+		err = s.checkRead(h, buf)
+	} else if err = verify(buf); err != nil {
+		err = s.damagedRead(h, err)
+	}
+	if err != nil {
 		return nil, err
 	}
 	s.verified.put(h, buf, len(buf))
@@ -196,10 +227,20 @@ const manifestMemoBytes = 16 << 20
 // the chunk and returns an error wrapping blob.ErrCorrupt.
 func (s *Store) checkRead(h blob.Hash, data []byte) error {
 	if err := h.Verify(data); err != nil {
-		s.DropChunk(h, "content does not match its hash")
-		return fmt.Errorf("chunk %s read from disk: %w (dropped from the store)", h, err)
+		return s.damagedRead(h, err)
 	}
 	return nil
+}
+
+// damagedRead drops chunk h, whose bytes just read from its file failed
+// verification with err, and returns the read's error: it wraps err and
+// blob.ErrCorrupt.
+func (s *Store) damagedRead(h blob.Hash, err error) error {
+	s.DropChunk(h, "content does not match its hash")
+	if !errors.Is(err, blob.ErrCorrupt) {
+		err = fmt.Errorf("%w: %w", blob.ErrCorrupt, err)
+	}
+	return fmt.Errorf("chunk %s read from disk: %w (dropped from the store)", h, err)
 }
 
 // touch marks chunk h used and reports whether it is stored.

@@ -242,3 +242,66 @@ func TestOrphansEvictedFirst(t *testing.T) {
 		t.Fatalf("orphaned bytes after evicting every orphan: %+v", u)
 	}
 }
+
+// TestReadChunkVerifiedBy: the caller's verify is the whole verification
+// of a read from disk: bytes it accepts are returned (and kept as
+// verified), a damaged file is dropped and counted as by ReadChunk with an
+// error wrapping blob.ErrCorrupt and verify's own, memory that fails
+// verify is forgotten and the file read instead.
+func TestReadChunkVerifiedBy(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, 1<<30)
+	errMine := errors.New("my check failed")
+	good, other := randBytes(300<<10, 1), randBytes(200<<10, 2)
+	h, h2 := blob.HashChunk(good), blob.HashChunk(other)
+	calls := 0
+	verify := func(b []byte) error {
+		calls++
+		if g := blob.HashChunk(b); g != h && g != h2 {
+			return errMine
+		}
+		return nil
+	}
+	if err := s.PutChunk(h, good); err != nil { // no verified copy in memory
+		t.Fatal(err)
+	}
+	b, err := s.ReadChunkVerifiedBy(h, verify)
+	if err != nil || !bytes.Equal(b, good) || calls != 1 {
+		t.Fatalf("read of an intact file: %v, %d calls", err, calls)
+	}
+	if m, ok := s.verified.get(h); !ok || !bytes.Equal(m, good) {
+		t.Fatal("bytes verify accepted not kept as verified")
+	}
+
+	// Memory that fails verify: forgotten, the file read.
+	bad := bytes.Clone(good)
+	bad[5] ^= 1
+	s.verified.remove(h)
+	s.verified.put(h, bad, len(bad))
+	calls = 0
+	if b, err := s.ReadChunkVerifiedBy(h, verify); err != nil || !bytes.Equal(b, good) || calls != 2 {
+		t.Fatalf("read past damaged memory: %v, %d calls", err, calls)
+	}
+
+	// A damaged file: dropped, counted, both errors wrapped.
+	if err := s.PutChunk(h2, other); err != nil {
+		t.Fatal(err)
+	}
+	flipByte(t, s.chunkPath(h2), 777)
+	_, err = s.ReadChunkVerifiedBy(h2, verify)
+	if !errors.Is(err, blob.ErrCorrupt) || !errors.Is(err, errMine) {
+		t.Fatalf("read of a damaged file: %v, want ErrCorrupt and verify's error", err)
+	}
+	if s.HasChunk(h2) || s.Usage().DamagedChunks != 1 {
+		t.Fatalf("damaged chunk not dropped and counted: present %v, %+v", s.HasChunk(h2), s.Usage())
+	}
+	if _, err := os.Stat(s.chunkPath(h2)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("damaged chunk file still on disk: %v", err)
+	}
+	if _, err := s.ReadChunkVerifiedBy(h2, verify); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("read after the drop: %v, want ErrNotFound", err)
+	}
+	if _, err := s.ReadChunkVerifiedBy(h, nil); err == nil {
+		t.Fatal("nil verify accepted")
+	}
+}
