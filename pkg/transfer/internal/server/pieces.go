@@ -3,6 +3,7 @@ package server
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -123,6 +124,46 @@ func (pc *pieceSender) passOn(q fetchwire.Request, p peer.ID) ([]byte, error) {
 	}
 }
 
+// verifyingStore is a Store that lets its caller verify the bytes it reads
+// from disk (pkg/cache.Store does): the server then computes a chunk's
+// outboard in place of the store's own hash of it, one pass over the
+// chunk instead of two.
+type verifyingStore interface {
+	// ReadChunkVerifiedBy is ReadChunk with verify as the verification of
+	// bytes read from disk (pkg/cache.Store.ReadChunkVerifiedBy states the
+	// contract): a copy that fails it is dropped from the store.
+	ReadChunkVerifiedBy(h blob.Hash, verify func(data []byte) error) ([]byte, error)
+}
+
+// readStore reads chunk h from the store for a reply, verified; ok false
+// when it is not here (absent, or damaged and dropped: it is then fetched
+// afresh as if it never was). For a reply in pieces (pc) whose outboard is
+// not kept it computes the outboard as the verification of what the store
+// reads (verifyingStore), or else after the store's verification
+// (fromStore).
+func (srv *Server) readStore(h blob.Hash, pc *pieceSender) (data []byte, ok bool) {
+	if vs, can := srv.cfg.Store.(verifyingStore); can && pc != nil && !srv.outboards.has(h) {
+		var ob []byte
+		data, err := vs.ReadChunkVerifiedBy(h, func(b []byte) (err error) {
+			ob, err = piece.Outboard(b, h)
+			return err
+		})
+		if err != nil {
+			if errors.Is(err, blob.ErrCorrupt) {
+				srv.cfg.Log.Warn("a chunk read from the store does not match its hash: dropped, not sent", "hash", h, "err", err)
+			}
+			return nil, false
+		}
+		srv.outboards.put(h, ob)
+		return data, true
+	}
+	data, err := srv.cfg.Store.ReadChunk(h)
+	if err != nil || (pc != nil && !pc.fromStore(h, data)) {
+		return nil, false
+	}
+	return data, true
+}
+
 // fromStore prepares to send data, read from the store, in pieces: it
 // computes (or finds) its outboard, which checks data against h. A copy
 // that does not hash to h (a store that failed to verify it) is re-checked
@@ -198,6 +239,13 @@ func (c *outboardCache) get(h blob.Hash, n int) []byte {
 	}
 	c.order.MoveToFront(e)
 	return c.obs[h]
+}
+
+// has reports whether h's outboard is kept.
+func (c *outboardCache) has(h blob.Hash) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[h] != nil
 }
 
 func (c *outboardCache) put(h blob.Hash, ob []byte) {

@@ -531,7 +531,7 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 		sl.status, sl.body = fetchwire.StatusRedirect, fetchwire.AppendRedirect(nil, rd)
 		return
 	}
-	if data, err := srv.cfg.Store.ReadChunk(q.Hash); err == nil && (pc == nil || pc.fromStore(q.Hash, data)) {
+	if data, ok := srv.readStore(q.Hash, pc); ok {
 		if pc != nil {
 			pc.finish(q.Hash, data, nil)
 		} else {

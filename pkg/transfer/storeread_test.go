@@ -1,0 +1,77 @@
+package transfer_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/cache"
+)
+
+// countingCache is a real store (pkg/cache, no memory of verified bytes:
+// every read goes to the disk) that counts the reads whose verification
+// its caller made.
+type countingCache struct {
+	*cache.Store
+	verifiedBy atomic.Int32
+}
+
+func (c *countingCache) ReadChunkVerifiedBy(h blob.Hash, verify func([]byte) error) ([]byte, error) {
+	c.verifiedBy.Add(1)
+	return c.Store.ReadChunkVerifiedBy(h, verify)
+}
+
+// A head on a real store sends chunks from it in pieces after one pass
+// over each: the outboard it computes is the verification of what the
+// store read (ReadChunkVerifiedBy). A chunk file damaged on disk fails it:
+// the store drops the chunk (counted as damaged), the head fetches a
+// fresh copy from the root, and the worker never sees a corrupt byte.
+func TestStoreReadVerifiedByOutboard(t *testing.T) {
+	dir := t.TempDir()
+	cs, err := cache.Open(dir, cache.Options{MaxBytes: 1 << 30, VerifiedMemoBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	store := &countingCache{Store: cs}
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", func(*memStore) nodeStore { return store })
+	w := newNode(t, head, "siteA", nil)
+	waitConnected(t, head, w)
+	data := randBlob(300<<10, 7)
+	rec := put(t, root, "x", data, 16<<10)
+	if b := readAll(t, head, "x"); !bytes.Equal(b, data) { // the head stores the blob
+		t.Fatal("wrong bytes at the head")
+	}
+	m, _ := root.store.Manifest(rec.ID)
+	bad := m.Chunks[7]
+	x := bad.String()
+	path := filepath.Join(dir, "chunks", x[:2], x)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the head's chunk file: %v", err)
+	}
+	b[len(b)/3] ^= 0x81
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if b := readAll(t, w, "x"); !bytes.Equal(b, data) {
+		t.Fatal("wrong bytes at the worker")
+	}
+	if n := store.verifiedBy.Load(); n < int32(len(m.Chunks)) {
+		t.Fatalf("the head read %d chunks through ReadChunkVerifiedBy, want all %d it sent", n, len(m.Chunks))
+	}
+	if u := cs.Usage(); u.DamagedChunks != 1 {
+		t.Fatalf("the head's store counted %d damaged chunks, want 1", u.DamagedChunks)
+	}
+	if st := w.eng.Status(); st.CorruptReceived != 0 {
+		t.Fatalf("worker received %d corrupt chunks, want 0", st.CorruptReceived)
+	}
+	if got, err := cs.ReadChunk(bad); err != nil || bad.Verify(got) != nil {
+		t.Fatalf("the head did not store a fresh copy: %v", err)
+	}
+}
