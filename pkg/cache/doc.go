@@ -32,12 +32,15 @@
 //     unchanged at the end.
 //   - Pins are per blob, owned by Pin ("") or by the name that ingested the
 //     blob; a chunk is pinned while any pinned blob lists it.
-//   - Chunk bytes handed out (ReadChunk, ReadChunkInto) have been verified
-//     against their hash since they were last read from disk: a read from
-//     a file is hashed, and a bounded memory (Options.VerifiedMemoBytes)
-//     keeps recently verified bytes. A file whose bytes do not match, or
-//     that is cut short or gone, is dropped with its entry and counted in
-//     Usage.DamagedChunks; it is never handed out.
+//   - Chunk bytes handed out (ReadChunk, ReadChunkInto, ReadChunkVerifiedBy)
+//     have been verified against their hash since they were last read from
+//     disk: a read from a file is hashed (or, for ReadChunkVerifiedBy,
+//     checked by the caller's verification, e.g. the chunk's Bao outboard
+//     computed in the same pass), and a bounded memory
+//     (Options.VerifiedMemoBytes) keeps recently verified bytes. A file
+//     whose bytes do not match, or that is cut short or gone, is dropped
+//     with its entry and counted in Usage.DamagedChunks; it is never
+//     handed out.
 //   - A chunk that no stored manifest lists is an orphan (what an ingest cut
 //     by a crash leaves): never pinned, counted in Usage.OrphanedBytes and
 //     evicted before any other chunk; a manifest that lists it adopts it.
