@@ -154,28 +154,51 @@ func ChunkLen(ob []byte, max int) (int, error) {
 // VerifyOutboard checks that ob is the outboard of a chunk with hash h of
 // at most max bytes: every inner node hashes to its parent's value for
 // it, the top to h. It returns the chunk's length. Once it has passed,
-// VerifyPiece checks any group against ob alone.
+// VerifyPiece checks any group against ob alone. The length is not proved
+// by ob alone: inner nodes do not hash sizes, so an outboard stating
+// another length passes if its tree has the same inner nodes (e.g. the
+// same number of groups, or one group: no inner node at all); only the
+// bytes of the group at the stated end bind it, and they never verify
+// against a false length. A caller that knows the chunk's length checks
+// it too.
 func VerifyOutboard(ob []byte, h blob.Hash, max int) (int, error) {
 	n, err := ChunkLen(ob, max)
 	if err != nil {
 		return 0, err
 	}
-	nodes := ob[8:]
-	var rec func(cv [8]uint32, size uint64, flags uint32) bool
-	rec = func(cv [8]uint32, size uint64, flags uint32) bool {
-		if size <= GroupSize {
-			return true // a leaf: checked with its group's bytes
-		}
-		l, r := bytesToCV(nodes[:32]), bytesToCV(nodes[32:64])
-		nodes = nodes[64:]
-		if guts.ChainingValue(guts.ParentNode(l, r, &guts.IV, flags)) != cv {
-			return false
-		}
-		mid := uint64(1) << (bits.Len64(size-1) - 1)
-		return rec(l, mid, 0) && rec(r, size-mid, 0)
+	if n <= GroupSize {
+		return n, nil // one group, the root: checked with its bytes
 	}
-	if !rec(bytesToCV(h[:]), uint64(n), guts.FlagRoot) {
-		return 0, fmt.Errorf("%w: outboard does not hash to chunk %s", ErrCorrupt, h)
+	bad := fmt.Errorf("%w: outboard does not hash to chunk %s", ErrCorrupt, h)
+	nodes := ob[8:]
+	if guts.ChainingValue(guts.ParentNode(bytesToCV(nodes[:32]), bytesToCV(nodes[32:64]), &guts.IV, guts.FlagRoot)) != bytesToCV(h[:]) {
+		return 0, bad
+	}
+	// Every other node: its two children's values must hash to the value
+	// its parent holds for it. Collected in pre-order, then hashed eight
+	// at a time (cvhash.Parents).
+	var pairBuf, wantBuf [2 * 64]cvhash.CV
+	pairs, want := pairBuf[:0], wantBuf[:0]
+	at := 64
+	var rec func(size uint64, cv cvhash.CV)
+	rec = func(size uint64, cv cvhash.CV) {
+		if size <= GroupSize {
+			return // a leaf: checked with its group's bytes
+		}
+		l, r := bytesToCV(nodes[at:]), bytesToCV(nodes[at+32:])
+		at += 64
+		pairs, want = append(pairs, l, r), append(want, cv)
+		mid := uint64(1) << (bits.Len64(size-1) - 1)
+		rec(mid, l)
+		rec(size-mid, r)
+	}
+	mid := uint64(1) << (bits.Len64(uint64(n)-1) - 1)
+	rec(mid, bytesToCV(nodes[:32]))
+	rec(uint64(n)-mid, bytesToCV(nodes[32:64]))
+	for i, p := range cvhash.Parents(pairs) {
+		if p != want[i] {
+			return 0, bad
+		}
 	}
 	return n, nil
 }
