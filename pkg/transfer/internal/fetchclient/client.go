@@ -137,6 +137,10 @@ type pendingReq struct {
 	ob      []byte
 	n, next int
 	pieces  bool // the reply came in pieces, all verified
+	// own holds the verified pieces when sink was begun for another
+	// length (another sender's outboard, which only bytes can prove
+	// wrong): sink then cannot hold this reply's chunk.
+	own []byte
 }
 
 func (c *Client) peerFor(p peer.ID) (*fetchPeer, error) {
@@ -396,6 +400,9 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 		}
 		pr.ob, pr.n = ob, k
 		pr.sink.Begin(ob, k)
+		if pr.sink.State().Len != k {
+			pr.own = make([]byte, k)
+		}
 		return false, nil
 	}
 	if pr.ob == nil {
@@ -421,6 +428,9 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 			return false, corrupt(err)
 		}
 		pr.sink.Add(at, g)
+		if pr.own != nil {
+			copy(pr.own[at:], g)
+		}
 		c.cfg.Stats.BytesFetched.Add(uint64(len(g)))
 		at, k = at+len(g), k-len(g)
 	}
@@ -449,8 +459,9 @@ func (c *Client) Request(ctx context.Context, p peer.ID, q fetchwire.Request) ([
 
 // RequestChunk is Request for a chunk whose reply may come in pieces
 // (1.3.0) when sink is not nil: each verified piece is published to sink
-// as it arrives, and the returned bytes are then sink's, verified
-// (verified reports it). A corrupt outboard or piece is a *PeerError of
+// as it arrives, and the returned bytes are then the whole chunk, all of
+// it verified (verified reports it): sink's, or, when sink was begun for
+// another length by another sender's outboard, this reply's own. A corrupt outboard or piece is a *PeerError of
 // kind schedule.FailCorrupt (and counted as CorruptReceived); what sink
 // received before stays published.
 func (c *Client) RequestChunk(ctx context.Context, p peer.ID, q fetchwire.Request, sink *piece.Partial) (data []byte, verified bool, err error) {
@@ -498,7 +509,15 @@ func (c *Client) RequestChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 	switch pr.status {
 	case fetchwire.StatusOK:
 		if pr.pieces {
-			return sink.State().Data, true, nil
+			if pr.own != nil {
+				return pr.own, true, nil
+			}
+			if st := sink.State(); st.Done() && st.Len == pr.n {
+				return st.Data, true, nil
+			}
+			// Never: sink was begun for this reply's length, and holds
+			// every byte of it verified.
+			return nil, false, &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: verified in pieces but not held", what)}
 		}
 		return pr.body, false, nil
 	case fetchwire.StatusRedirect:

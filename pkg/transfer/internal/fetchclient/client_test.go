@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,5 +176,37 @@ func TestOutboardToManifestRefused(t *testing.T) {
 	_, err := c.Request(context.Background(), srv, fetchwire.Request{Type: fetchwire.MsgManifest, ID: testCID(t)})
 	if !errors.Is(err, wire.ErrMalformed) {
 		t.Fatalf("err = %v, want malformed", err)
+	}
+}
+
+// A sender whose outboard lies about the chunk's length (an outboard
+// passes VerifyOutboard on any length whose tree has no inner node to
+// check: only the bytes bind it) is refused at its first piece, and the
+// length it gave the shared Partial does not make a true sender's reply
+// return anything but the true chunk: the request keeps the bytes it
+// verified when the Partial was begun for another length.
+func TestLengthLieDoesNotCorruptReply(t *testing.T) {
+	data, h, ob := chunkOf(5*piece.GroupSize + 300)
+	lie := binary.LittleEndian.AppendUint64(nil, 1000)
+	if _, err := piece.VerifyOutboard(lie, h, blob.MaxChunkSize); err != nil {
+		t.Fatalf("the lie does not pass VerifyOutboard (%v): this test no longer tests anything", err)
+	}
+	var n atomic.Int32
+	c, srv, _ := pair(t, fetchwire.ProtoFetch, func(q fetchwire.Request) []byte {
+		if n.Add(1) == 1 {
+			return bytes.Join([][]byte{outboard(q.Tag, lie), pieceAt(q.Tag, 0, make([]byte, 1000))}, nil)
+		}
+		return bytes.Join([][]byte{outboard(q.Tag, ob), pieceAt(q.Tag, 0, data)}, nil)
+	})
+	sink := piece.NewPartial(h)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q := fetchwire.Request{Type: fetchwire.MsgGet, ID: testCID(t), Index: 0, Hash: h}
+	if _, _, err := c.RequestChunk(ctx, srv, q, sink); FailKind(err) != schedule.FailCorrupt {
+		t.Fatalf("the liar's reply: %v, want a corrupt piece", err)
+	}
+	got, verified, err := c.RequestChunk(ctx, srv, q, sink)
+	if err != nil || !verified || !bytes.Equal(got, data) {
+		t.Fatalf("the true reply after the lie: err %v, verified %v, %d bytes (want %d, the chunk's)", err, verified, len(got), len(data))
 	}
 }
