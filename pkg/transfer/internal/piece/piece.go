@@ -169,10 +169,10 @@ func VerifyOutboard(ob []byte, h blob.Hash, max int) (int, error) {
 	if n <= GroupSize {
 		return n, nil // one group, the root: checked with its bytes
 	}
-	bad := fmt.Errorf("%w: outboard does not hash to chunk %s", ErrCorrupt, h)
+	bad := func() error { return fmt.Errorf("%w: outboard does not hash to chunk %s", ErrCorrupt, h) }
 	nodes := ob[8:]
 	if guts.ChainingValue(guts.ParentNode(bytesToCV(nodes[:32]), bytesToCV(nodes[32:64]), &guts.IV, guts.FlagRoot)) != bytesToCV(h[:]) {
-		return 0, bad
+		return 0, bad()
 	}
 	// Every other node: its two children's values must hash to the value
 	// its parent holds for it. Collected in pre-order, then hashed eight
@@ -197,7 +197,7 @@ func VerifyOutboard(ob []byte, h blob.Hash, max int) (int, error) {
 	rec(uint64(n)-mid, bytesToCV(nodes[32:64]))
 	for i, p := range cvhash.Parents(pairs) {
 		if p != want[i] {
-			return 0, bad
+			return 0, bad()
 		}
 	}
 	return n, nil
