@@ -90,12 +90,20 @@ func (p *Partial) Add(off int, b []byte) {
 
 // Complete publishes the whole chunk, verified by the caller (a reply of
 // the whole chunk, a push, the store). data is not copied and must not
-// change.
+// change. Verified whole, data settles the chunk's length: when the
+// outboard given to Begin stated another (an outboard alone does not
+// prove its length, VerifyOutboard), that outboard is dropped (State's
+// Outboard is nil again) with the buffer; the bytes published under it
+// were verified groups of the chunk, data's own, so a prefix read before
+// stays true.
 func (p *Partial) Complete(data []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(data) == 0 || (p.n != 0 && p.n != len(data)) || (p.n != 0 && p.have == p.n) {
+	if len(data) == 0 || (p.n != 0 && p.have == p.n) {
 		return
+	}
+	if p.n != len(data) {
+		p.ob = nil
 	}
 	p.n, p.data, p.have = len(data), data, len(data)
 	p.changed()

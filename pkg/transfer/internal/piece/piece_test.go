@@ -2,6 +2,7 @@ package piece
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -117,6 +118,47 @@ func TestPartial(t *testing.T) {
 	}
 	if !bytes.Equal(st.Data, data[:3*GroupSize]) {
 		t.Fatal("a published prefix changed")
+	}
+}
+
+// A Partial begun with an outboard that lies about the length (same
+// groups, a longer last one: it passes VerifyOutboard) publishes the true
+// groups sent against it, never the last; the chunk verified whole then
+// settles the length and drops the lying outboard, and the prefix read
+// before stays true.
+func TestPartialLengthLie(t *testing.T) {
+	data := randBytes(4*GroupSize+6000, 4)
+	h := blob.HashChunk(data)
+	lie, _ := Outboard(data, h)
+	binary.LittleEndian.PutUint64(lie, uint64(len(data)+3000))
+	n, err := VerifyOutboard(lie, h, blob.MaxChunkSize)
+	if err != nil || n != len(data)+3000 {
+		t.Fatalf("the lie does not pass VerifyOutboard (%d, %v): this test no longer tests anything", n, err)
+	}
+	if err := VerifyPiece(append(bytes.Clone(data[4*GroupSize:]), make([]byte, 3000)...), lie, 4*GroupSize, h); err == nil {
+		t.Fatal("a last group of the lie's length verified")
+	}
+	p := NewPartial(h)
+	p.Begin(lie, n)
+	if err := VerifyPiece(data[:4*GroupSize], lie, 0, h); err != nil {
+		t.Fatalf("the true groups against the lie: %v", err)
+	}
+	p.Add(0, data[:4*GroupSize])
+	before := p.State()
+	if before.Len != n || len(before.Data) != 4*GroupSize || before.Done() {
+		t.Fatalf("after the true groups: len %d, %d bytes, done %v", before.Len, len(before.Data), before.Done())
+	}
+	p.Complete(data)
+	st := p.State()
+	if !st.Done() || st.Len != len(data) || !bytes.Equal(st.Data, data) || st.Outboard != nil {
+		t.Fatalf("after Complete: len %d, done %v, outboard kept %v", st.Len, st.Done(), st.Outboard != nil)
+	}
+	if !bytes.Equal(before.Data, data[:4*GroupSize]) {
+		t.Fatal("a published prefix changed")
+	}
+	p.Complete(data[:10]) // once whole, nothing changes it
+	if st := p.State(); st.Len != len(data) {
+		t.Fatalf("a second Complete changed the length to %d", st.Len)
 	}
 }
 

@@ -25,7 +25,9 @@ type pieceSender struct {
 	ready chan<- *fetchSlot
 
 	obSent bool
-	sent   int // bytes sent so far
+	ob     []byte // the outboard sent
+	obLen  int    // the length it states
+	sent   int    // bytes sent so far
 }
 
 // frame queues a frame of the reply that is not its last.
@@ -48,11 +50,16 @@ func (pc *pieceSender) sendFrom(h blob.Hash, st piece.State) bool {
 		if st.Outboard == nil {
 			return true
 		}
-		pc.srv.outboards.put(h, st.Outboard)
 		if !pc.frame(fetchwire.StatusOutboard, 0, st.Outboard) {
 			return false
 		}
-		pc.obSent = true
+		pc.obSent, pc.ob, pc.obLen = true, st.Outboard, st.Len
+	}
+	if st.Len != pc.obLen {
+		// The outboard passed on stated a length the chunk turned out not
+		// to have (piece.Partial.Complete): nothing more verifies against
+		// it; finish ends the reply.
+		return true
 	}
 	if st.Done() {
 		return true // the whole chunk goes in the final frame (finish)
@@ -195,9 +202,23 @@ func (pc *pieceSender) finish(h blob.Hash, data []byte, err error) {
 			}
 		}
 	}
+	if err == nil && pc.obSent && pc.obLen != len(data) {
+		// An outboard with a false length was passed on (it came first
+		// from another sender): the reply ends as NOT_FOUND, which the
+		// asker does not count against this node; asked again, it is
+		// served from the store.
+		err = fmt.Errorf("chunk %s: the outboard passed on stated %d bytes, the chunk has %d: %w", h, pc.obLen, len(data), blob.ErrNotFound)
+	}
 	if err != nil {
 		pc.srv.reply(pc.sl, nil, err)
 		return
+	}
+	if pc.obSent {
+		// Of the chunk's length and verified against h, the outboard
+		// passed on is the chunk's: kept for the next asker. (Not before:
+		// of another length it would pass the cache's check of an
+		// outboard's length if it has as many groups.)
+		pc.srv.outboards.put(h, pc.ob)
 	}
 	if ob != nil {
 		pc.srv.outboards.put(h, ob)
@@ -205,7 +226,7 @@ func (pc *pieceSender) finish(h blob.Hash, data []byte, err error) {
 			pc.srv.reply(pc.sl, nil, pc.ctx.Err())
 			return
 		}
-		pc.obSent = true
+		pc.obSent, pc.ob, pc.obLen = true, ob, len(data)
 	}
 	pc.sl.status, pc.sl.off, pc.sl.body = fetchwire.StatusPiece, pc.sent, data[pc.sent:]
 }
