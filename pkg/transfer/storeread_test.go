@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/cache"
@@ -50,7 +51,13 @@ func TestStoreReadVerifiedByOutboard(t *testing.T) {
 	bad := m.Chunks[7]
 	x := bad.String()
 	path := filepath.Join(dir, "chunks", x[:2], x)
+	// A get hands chunks to its reader before they are written: wait
+	// for the head's store to hold the chunk.
 	b, err := os.ReadFile(path)
+	for deadline := time.Now().Add(5 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		b, err = os.ReadFile(path)
+	}
 	if err != nil {
 		t.Fatalf("the head's chunk file: %v", err)
 	}
