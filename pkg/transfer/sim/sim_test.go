@@ -52,8 +52,8 @@ func TestOneHopClosedForm(t *testing.T) {
 
 // TestWorkerChainClosedForm: N workers asking for a one-chunk blob at the
 // same instant, in the same order, are made a chain by the head's
-// Distributor (the first asker is served, each later one sent to the
-// holder that has fed the fewest siblings: the one before it). Over links
+// Distributor with Fanout 1 (the first asker is served, each later one
+// sent to the only holder with room: the one before it). Over links
 // of one rate B and no latency the last of them has the chunk after
 // S/B + N·p/B with pieces of p bytes (N+1 hops: root, head, N-1 workers,
 // each forwarding as pieces come), after (N+1)·S/B whole (store and
@@ -62,7 +62,7 @@ func TestWorkerChainClosedForm(t *testing.T) {
 	const S, p, rate = 1 << 20, 16 << 10, 100e6
 	const B = rate / 8
 	for _, n := range []int{1, 2, 6} {
-		c := ideal(Config{Sites: 1, Workers: n, BlobSize: S, ChunkSize: S, WANRate: rate, LANRate: rate})
+		c := ideal(Config{Sites: 1, Workers: n, BlobSize: S, ChunkSize: S, WANRate: rate, LANRate: rate, Fanout: 1})
 		whole := run(t, c)
 		c.PieceSize = p
 		pieces := run(t, c)

@@ -13,15 +13,19 @@ import (
 // it). The clock is passed in. ServeState drives it; the edge is the
 // engine's server.
 //
-// The aim is that each chunk crosses the relay's port about once per site:
-// the first children to ask for a chunk get it from the relay (Direct
-// copies), later ones are sent to a sibling that asked for it before them,
-// each holder taking at most Fanout siblings per chunk: the holder that has
-// fed the fewest siblings so far for this blob, so that feeding the site is
-// spread over every worker's port (a worker that is always the first to ask
-// would otherwise feed Fanout siblings of every chunk, and with a LAN twice
-// as fast as the WAN that is its whole port). The relay's port carries one
-// copy.
+// The aim is that each chunk crosses the relay's port about once per site
+// and reaches every child through few hops: the first children to ask for
+// a chunk get it from the relay (Direct copies), later ones are sent to a
+// sibling that asked for it before them, each holder taking at most Fanout
+// siblings per chunk: the holder with room nearest the relay (the least
+// depth), so that a chunk's tree fills breadth-first and is about
+// log_Fanout(N) deep for N askers (1,000 workers: 11 hops with Fanout 2);
+// among holders as near, the one that has fed the fewest siblings so far
+// for this blob, so that feeding the site is spread over the workers'
+// ports. (Picking the fewest fed first made chains: a child that just
+// asked has fed nobody, so each asker went to the one before it, a chunk
+// passing N/2 workers on average; docs/benchmarks.md, "Simulated sites".)
+// The relay's port carries one copy.
 
 // DistributorConfig tunes a Distributor.
 type DistributorConfig struct {
@@ -66,8 +70,8 @@ type chunkDist struct {
 type holderRef struct {
 	peer  peer.ID
 	group string
-	fed   int // siblings sent to it for this chunk
-	depth int // hops from the relay: 1 for a copy it sent, its feeder's + 1
+	fed   int32 // siblings sent to it for this chunk
+	depth int32 // hops from the relay: 1 for a copy it sent, its feeder's + 1
 }
 
 // NewDistributor returns a Distributor; zero fields of cfg take defaults.
@@ -197,17 +201,29 @@ func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
 		// Among the holders with room for this chunk, one not reported
 		// slow, else a slow one (the relay serving the child itself
 		// would load the port the exchange spares, and when every holder
-		// is slow the whole site is); then the one that has fed the
-		// fewest siblings of this blob (the earliest on a tie).
+		// is slow the whole site is); then the one nearest the relay (the
+		// least depth: the tree fills breadth-first); then the one that
+		// has fed the fewest siblings of this blob; the earliest on a tie.
 		best, bestSlow := -1, false
 		for i := range c.holders {
 			h := &c.holders[i]
-			if h.group != group || h.fed >= d.cfg.Fanout || b.failures[h.peer] >= d.cfg.MaxFailures {
+			if h.group != group || int(h.fed) >= d.cfg.Fanout || b.failures[h.peer] >= d.cfg.MaxFailures {
 				continue
 			}
 			slow := now.Before(b.slow[h.peer])
-			if best >= 0 && (slow && !bestSlow || slow == bestSlow && b.fed[h.peer] >= b.fed[c.holders[best].peer]) {
-				continue
+			if best >= 0 {
+				bh := &c.holders[best]
+				if slow != bestSlow {
+					if slow {
+						continue
+					}
+				} else if h.depth != bh.depth {
+					if h.depth > bh.depth {
+						continue
+					}
+				} else if b.fed[h.peer] >= b.fed[bh.peer] {
+					continue
+				}
 			}
 			best, bestSlow = i, slow
 		}
@@ -215,21 +231,31 @@ func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
 			h := &c.holders[best]
 			h.fed++
 			b.fed[h.peer]++
-			target, depth = h.peer, h.depth+1
+			target, depth = h.peer, int(h.depth)+1
 		}
 	}
 	if target == "" {
 		c.direct++
 	}
-	c.holders = append(c.holders, holderRef{peer: child, group: group, depth: depth})
+	c.holders = append(c.holders, holderRef{peer: child, group: group, depth: int32(depth)})
 	if len(c.holders) > maxHolders {
-		// Forget a holder that has no room left (the oldest, else the
-		// first): the state of a chunk stays bounded however many ask.
-		drop := 0
+		// Forget a holder that has no room left (the oldest), else the
+		// deepest (the newest of them): the state of a chunk stays
+		// bounded however many ask, and the holders nearest the relay,
+		// which the next askers are sent to, are kept.
+		drop := -1
 		for i, h := range c.holders {
-			if h.fed >= d.cfg.Fanout {
+			if int(h.fed) >= d.cfg.Fanout {
 				drop = i
 				break
+			}
+		}
+		if drop < 0 {
+			drop = 0
+			for i, h := range c.holders {
+				if h.depth >= c.holders[drop].depth {
+					drop = i
+				}
 			}
 		}
 		c.holders = append(c.holders[:drop], c.holders[drop+1:]...)
@@ -253,8 +279,16 @@ func (d *Distributor) Redecide(now time.Time, a Ask, gone peer.ID) peer.ID {
 	return d.Decide(now, a, Pace{})
 }
 
-// maxHolders bounds the holders a Distributor remembers per chunk.
-const maxHolders = 64
+// maxHolders bounds the holders a Distributor remembers per chunk: about
+// 48 bytes each, 12 KiB per chunk at most (12 MiB for a 1 GiB blob of 1
+// MiB chunks asked for by a site of 256 workers or more, forgotten Idle
+// after its last request). Holders with no room are forgotten first, so
+// the holders remembered are those the next askers can be sent to; with
+// Fanout 2, a chunk's tree stays breadth-first to about 2 × maxHolders
+// askers at its widest level: 1,000 askers get ceil(log2 1000) + 1 = 11
+// levels at most, more askers a level more per maxHolders × Fanout of
+// them (TestDistributorShallowTrees).
+const maxHolders = 256
 
 func (c *chunkDist) find(p peer.ID) int {
 	for i, h := range c.holders {
@@ -270,7 +304,7 @@ func (c *chunkDist) find(p peer.ID) int {
 func (c *chunkDist) depth() int {
 	n := 1
 	for _, h := range c.holders {
-		n = max(n, h.depth)
+		n = max(n, int(h.depth))
 	}
 	return n
 }
@@ -330,7 +364,7 @@ func (d *Distributor) HedgeWait(now time.Time, id cid.Cid, index uint32, asker p
 	}
 	depth := c.depth()
 	if i := c.find(asker); i >= 0 {
-		depth = c.holders[i].depth
+		depth = int(c.holders[i].depth)
 	}
 	return max(c.sent.Add(HedgeGraceFor(pace, depth)).Sub(now), 0)
 }
