@@ -69,6 +69,10 @@ type Config struct {
 	// Direct and Fanout tune the head's Distributor (0: its defaults,
 	// 1 and 2).
 	Direct, Fanout int
+	// HedgeBacklog is the most a node may have to write to its children
+	// for it to serve a hedge past its grace (exchange.ServeConfig; 0:
+	// exchange.DefaultHedgeBacklog; < 0: no bound, as before the bound).
+	HedgeBacklog int64
 	// PushBytes is what the root pushes to a head after the FOUND of a
 	// worker's LOOKUP_GET (default DefaultPushBytes; < 0: no push).
 	PushBytes int64

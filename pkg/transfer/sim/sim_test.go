@@ -95,6 +95,29 @@ func TestSlowSiblingsTimeOut(t *testing.T) {
 		r.Last, r.Hedges, r.HedgesDeclined, r.HedgesServed, r.SiblingTimeouts, r.Directs, r.HeadCopies)
 }
 
+// TestHedgesByBacklog: a site whose LAN is slower than its WAN, so that
+// siblings are late past the hedge grace: a head that serves every hedge
+// past its grace (HedgeBacklog < 0, as before the bound) fills its port
+// with second copies, and the first copies every sibling waits on crawl
+// with them; one that serves hedges only while it has at most a chunk to
+// write to its workers (the default) sends fewer copies and finishes
+// sooner.
+func TestHedgesByBacklog(t *testing.T) {
+	c := Config{Sites: 1, Workers: 16, BlobSize: 8 << 20, ChunkSize: 1 << 20, WANRate: 100e6, LANRate: 20e6,
+		WANLatency: 20 * time.Millisecond, LANLatency: 100 * time.Microsecond, StartJitter: 2 * time.Millisecond,
+		MessageJitter: 200 * time.Microsecond, Seed: 1}
+	c.HedgeBacklog = -1
+	all := run(t, c)
+	c.HedgeBacklog = 0
+	gated := run(t, c)
+	t.Logf("every hedge past the grace: last %.1f s, head copies %.2f, hedges served %d; by the backlog: %.1f s, %.2f, %d",
+		all.Last, all.HeadCopies, all.HedgesServed, gated.Last, gated.HeadCopies, gated.HedgesServed)
+	if gated.HedgesServed*4 > all.HedgesServed || gated.HeadCopies > all.HeadCopies*3/4 || gated.Last > all.Last*3/4 {
+		t.Fatalf("by the backlog: %d hedges served, %.2f head copies, last %.1f s; want under a quarter of %d, three quarters of %.2f and of %.1f s",
+			gated.HedgesServed, gated.HeadCopies, gated.Last, all.HedgesServed, all.HeadCopies, all.Last)
+	}
+}
+
 // TestDeterministic: a seed gives the same run every time.
 func TestDeterministic(t *testing.T) {
 	c := Config{Sites: 2, Workers: 8, BlobSize: 8 << 20, ChunkSize: 1 << 20, PieceSize: 64 << 10, WANRate: 100e6, LANRate: 200e6,

@@ -310,7 +310,7 @@ func (s *site) newNode(r role, name string, parent *node) *node {
 	}
 	n := &node{
 		s: s, id: peer.ID(name), role: r, name: name, parent: parent,
-		serve:  exchange.NewServeState(exchange.ServeConfig{SiblingExchange: true, Distribution: s.cfg.distribution()}),
+		serve:  exchange.NewServeState(exchange.ServeConfig{SiblingExchange: true, Distribution: s.cfg.distribution(), HedgeBacklog: s.cfg.HedgeBacklog}),
 		have:   make([]bool, s.nChunks),
 		depth:  make([]uint16, s.nChunks),
 		calls:  make([]*call, s.nChunks),
@@ -522,7 +522,11 @@ func (n *node) handle(q *request) {
 	} else {
 		a.Failed = q.failed
 	}
-	d := n.serve.Step(s.wallNow(), exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a})
+	ev := exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a}
+	if q.kind == reqHedge {
+		ev.Backlog = exchange.Backlog{Bytes: n.backlog(), Known: true}
+	}
+	d := n.serve.Step(s.wallNow(), ev)
 	switch d.Action {
 	case exchange.ActDecline:
 		s.hedgesDeclined++
@@ -564,6 +568,37 @@ func (n *node) handle(q *request) {
 		cl.fetchFromParent()
 	}
 	cl.park(&reply{req: q, status: stOK, size: s.chunkLen(q.chunk), from: cl})
+}
+
+// backlog is what n has to write to its children (server.backlog): of
+// the replies on their streams, the bytes each could send now and has not
+// (a flow's bytes that its feeder brought and it has not passed on; a
+// queued reply's bytes in the store, or brought by the fetch it
+// forwards). The engine counts the bytes its writers hold in writes the
+// streams have not taken; with no buffers modelled, that is this.
+func (n *node) backlog() int64 {
+	s := n.s
+	var b int64 // whole bytes: the sum does not depend on the map's order
+	for cli, c := range n.served {
+		if cli.parent != n {
+			continue
+		}
+		for _, l := range c.lanes {
+			if p := l.cur; p != nil {
+				b += int64(math.Max(p.fl.avail(s.now)-p.fl.xAt(s.now), 0))
+			}
+			for _, p := range l.queue {
+				switch {
+				case p.status != stOK:
+				case p.from == nil || p.from.done:
+					b += int64(p.size)
+				case p.from.feed != nil:
+					b += int64(math.Min(p.from.feed.xAt(s.now), p.size))
+				}
+			}
+		}
+	}
+	return b
 }
 
 // noteDepth records that worker w gets chunk i through depth hops from

@@ -34,6 +34,28 @@ type ServeConfig struct {
 	// that are neither children nor parents (KindOther); 0: no bound
 	// (Config.MaxUploadStreams).
 	MaxUploadStreams int
+	// HedgeBacklog is the most reply bytes the server may have on their
+	// way to its children (ServeEvent.Backlog) for it to serve a hedge
+	// past its grace (default DefaultHedgeBacklog; < 0: no bound).
+	HedgeBacklog int64
+}
+
+// DefaultHedgeBacklog is ServeConfig.HedgeBacklog's default: one chunk
+// of the default size. A hedge is a second copy of a chunk into the site,
+// for a child whose sibling is late; served while the relay's port has
+// more than that to write, second copies would share the port with the
+// first copies every sibling waits on, and late chunks make more late
+// chunks (the hedge storms of docs/benchmarks.md). So a relay serves
+// hedges only from a port that has about nothing else to send.
+const DefaultHedgeBacklog = 1 << 20
+
+// Backlog is what the server has to write to its connected children when
+// a hedge is decided (ServeEvent.Backlog): Bytes taken up by its reply
+// writers and not yet handed to the children's streams. Known: the server
+// measures it; the zero Backlog (not measured) gates nothing.
+type Backlog struct {
+	Bytes int64
+	Known bool
 }
 
 // ServeEventKind says what happened.
@@ -83,6 +105,10 @@ type ServeEvent struct {
 	// (HedgeGraceFor, SlowBackoffFor). Zero: not measured; the constants
 	// HedgeGrace and SlowBackoff apply.
 	Pace Pace
+	// Backlog is what the server has to write to its children (ServeAsk
+	// of a hedge): past its grace, a hedge is served only while
+	// Backlog.Bytes is at most ServeConfig.HedgeBacklog.
+	Backlog Backlog
 }
 
 // ServeAction is what the server does.
@@ -98,7 +124,8 @@ const (
 	// ActRedirect: answer with a REDIRECT to the sibling Target.
 	ActRedirect
 	// ActDecline: answer the hedge NOT_FOUND: the chunk was sent into the
-	// site less than its grace ago (HedgeGraceFor; Wait more to go).
+	// site less than its grace ago (HedgeGraceFor; Wait more to go), or
+	// the server's port is busy with other replies (Busy).
 	ActDecline
 	// ActRefuse: refuse (reset) the stream: MaxUploadStreams are served.
 	ActRefuse
@@ -109,6 +136,7 @@ type ServeDecision struct {
 	Action ServeAction
 	Target peer.ID       // ActRedirect: the sibling to send the asker to
 	Wait   time.Duration // ActDecline: how much longer hedges for the chunk are declined
+	Busy   bool          // ActDecline: declined for the backlog to the children, not the grace
 }
 
 func (d ServeDecision) String() string {
@@ -120,6 +148,9 @@ func (d ServeDecision) String() string {
 	case ActRedirect:
 		return "redirect " + string(d.Target)
 	case ActDecline:
+		if d.Busy {
+			return "decline busy"
+		}
 		return "decline " + d.Wait.String()
 	case ActRefuse:
 		return "refuse"
@@ -134,6 +165,7 @@ type ServeState struct {
 	dist      *Distributor // nil without sibling exchange
 	maxOther  int          // MaxUploadStreams
 	other     int          // fetch streams served to peers of KindOther
+	backlog   int64        // HedgeBacklog (< 0: no bound)
 	lastSweep time.Time
 }
 
@@ -142,7 +174,10 @@ const sweepEvery = time.Minute
 
 // NewServeState returns a ServeState; zero fields of cfg take defaults.
 func NewServeState(cfg ServeConfig) *ServeState {
-	s := &ServeState{maxOther: max(cfg.MaxUploadStreams, 0)}
+	s := &ServeState{maxOther: max(cfg.MaxUploadStreams, 0), backlog: cfg.HedgeBacklog}
+	if s.backlog == 0 {
+		s.backlog = DefaultHedgeBacklog
+	}
 	if cfg.SiblingExchange {
 		s.dist = NewDistributor(cfg.Distribution)
 	}
@@ -165,7 +200,7 @@ func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 			s.other--
 		}
 	case ServeAsk:
-		return s.ask(now, ev.Ask, ev.Pace)
+		return s.ask(now, ev.Ask, ev.Pace, ev.Backlog)
 	case ServeSent:
 		if s.dist != nil {
 			s.dist.NoteSent(now, ev.Ask.Blob, ev.Ask.Index)
@@ -185,8 +220,9 @@ func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 	return ServeDecision{}
 }
 
-// ask decides a chunk request a, with the site's pace as measured.
-func (s *ServeState) ask(now time.Time, a Ask, pace Pace) ServeDecision {
+// ask decides a chunk request a, with the site's pace as measured and
+// what the server has to write to its children.
+func (s *ServeState) ask(now time.Time, a Ask, pace Pace, bl Backlog) ServeDecision {
 	if s.dist == nil {
 		return ServeDecision{Action: ActServe}
 	}
@@ -199,6 +235,14 @@ func (s *ServeState) ask(now time.Time, a Ask, pace Pace) ServeDecision {
 		// comes from here if it is here, or not at all; no holder changes.
 		if wait := s.dist.HedgeWait(now, a.Blob, a.Index, a.Child, pace); wait > 0 {
 			return ServeDecision{Action: ActDecline, Wait: wait}
+		}
+		// Past the grace, a second copy goes into the site only from a
+		// port with about nothing else to write: the first copies, which
+		// plain requests get whatever the backlog, are not slowed by
+		// copies for late children (nor named slow by them). The child
+		// hedges again later.
+		if bl.Known && s.backlog >= 0 && bl.Bytes > s.backlog {
+			return ServeDecision{Action: ActDecline, Busy: true}
 		}
 		if a.Grouped && a.Slow != "" {
 			s.dist.NoteSlow(now, a.Blob, a.Index, a.Slow, pace)

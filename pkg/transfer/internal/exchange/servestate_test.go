@@ -25,14 +25,18 @@ import (
 // theirs (w1). Commands:
 //
 //	new [direct=N fanout=N max-failures=N idle=D] [streams=N] [no-exchange]
-//	                                  a fresh state (MaxUploadStreams N)
+//	    [hedge-backlog=N]             a fresh state (MaxUploadStreams N,
+//	                                  HedgeBacklog N bytes)
 //	open P rel=R                      P (parent, child, sibling, other) opens a fetch stream
 //	close P rel=R                     a stream of P that was served ends
 //	ask P blob=B chunk=I [group=G] [direct] [hedge] [failed=Q] [slow=Q] [at=D]
-//	    [hop=D [hopdev=D]]            P asks for a chunk; group=G: P is a
+//	    [hop=D [hopdev=D]] [backlog=N]
+//	                                  P asks for a chunk; group=G: P is a
 //	                                  connected child of site G (else a
 //	                                  stranger); hop: the site's pace as the
-//	                                  server measured it (ServeEvent.Pace)
+//	                                  server measured it (ServeEvent.Pace);
+//	                                  backlog: the bytes it has to write to
+//	                                  its children (ServeEvent.Backlog)
 //	gone Q P blob=B chunk=I group=G [direct] [at=D]
 //	                                  Q, the target decided for P's ask, is gone
 //	sent blob=B chunk=I [at=D]        the chunk is on its way from here
@@ -42,7 +46,8 @@ import (
 //	depths blob=B chunk=I             each holder's hops from the relay
 //
 // A decision prints as "serve", "redirect Q", "decline D" (hedges declined
-// for D more), "refuse", or "ok" for events that ask nothing.
+// for D more), "decline busy" (for the backlog), "refuse", or "ok" for
+// events that ask nothing.
 func TestServeScripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/serve/*.txt")
 	if err != nil || len(files) == 0 {
@@ -121,6 +126,7 @@ func runServeScript(t *testing.T, path string) {
 					MaxFailures: a.int(t, where, "max-failures", 0), Idle: a.dur(t, where, "idle"),
 				},
 				MaxUploadStreams: a.int(t, where, "streams", 0),
+				HedgeBacklog:     int64(a.int(t, where, "hedge-backlog", 0)),
 			})
 			got = "ok"
 			pending = true
@@ -140,6 +146,9 @@ func runServeScript(t *testing.T, path string) {
 			}
 		case "ask":
 			ev = ServeEvent{Kind: ServeAsk, Ask: ask(), Pace: Pace{Hop: a.dur(t, where, "hop"), Dev: a.dur(t, where, "hopdev")}}
+			if _, ok := a.kv["backlog"]; ok {
+				ev.Backlog = Backlog{Bytes: int64(a.int(t, where, "backlog", 0)), Known: true}
+			}
 		case "gone":
 			gone := a.peer(t, where, 0)
 			a.pos = a.pos[1:]

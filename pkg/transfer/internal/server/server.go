@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -135,6 +136,12 @@ type Server struct {
 
 	drainMu sync.Mutex
 	drains  *peerrate.Table // how fast each child takes this node's chunk replies: the site's pace
+
+	// backlog is the chunk bytes its reply writers have taken up for
+	// connected children and not yet handed to their streams (waiting
+	// for the upload limit, or in a write the stream has not taken): what
+	// the port has to write to the site (exchange.Backlog).
+	backlog atomic.Int64
 }
 
 // New returns a Server for cfg.
@@ -371,6 +378,11 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 		// limiter's burst, each once the limit allows it, so that the
 		// bytes leave (and a relay downstream passes them on) at the
 		// limit's pace rather than a chunk at a time.
+		held := int64(0) // this slot's bytes counted in srv.backlog
+		if data && sl.asker == source.KindChild {
+			held = int64(len(sl.body))
+			srv.backlog.Add(held)
+		}
 		for part := range srv.parts(sl) {
 			if failed || ctx.Err() != nil {
 				break
@@ -392,7 +404,13 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 			} else {
 				hdr = fetchwire.AppendReplyHeader(hdr[:0], sl.tag, sl.status, len(part.body))
 			}
-			if err := srv.writeReply(s, bw, hdr, part.body, len(ready) == 0); err != nil {
+			err := srv.writeReply(s, bw, hdr, part.body, len(ready) == 0)
+			if held > 0 {
+				n := min(held, int64(len(part.body)))
+				srv.backlog.Add(-n)
+				held -= n
+			}
+			if err != nil {
 				failed = true
 				cancel()
 			} else if data {
@@ -402,6 +420,7 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 				}
 			}
 		}
+		srv.backlog.Add(-held) // parts not written
 		srv.drainEnd(drain, len(sl.body), !failed && ctx.Err() == nil)
 		if sl.notFinal {
 			continue
@@ -511,9 +530,17 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 	if a.Hedge || a.Slow != "" {
 		ev.Pace = srv.pace(q)
 	}
+	if a.Hedge && srv.grouper != nil {
+		ev.Backlog = exchange.Backlog{Bytes: srv.backlog.Load(), Known: true}
+	}
 	d := srv.serveStep(ev)
 	if d.Action == exchange.ActDecline {
 		srv.cfg.Stats.HedgesDeclined.Add(1)
+		if d.Busy {
+			srv.reply(sl, nil, fmt.Errorf("chunk %d of %s: a hedge, and this relay has %d bytes to write to its site: %w",
+				q.Index, q.ID, srv.backlog.Load(), blob.ErrNotFound))
+			return
+		}
 		srv.reply(sl, nil, fmt.Errorf("chunk %d of %s: sent into the site, the sibling has it or gets it soon (hedges declined for %v more): %w",
 			q.Index, q.ID, d.Wait.Round(time.Millisecond), blob.ErrNotFound))
 		return
