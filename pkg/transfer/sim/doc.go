@@ -28,8 +28,12 @@
 //     the store; a head's decisions are its ServeState's, and a chunk
 //     counts as sent into the site when its reply is ready (ServeSent);
 //   - following a redirect (coalesce.fromSibling): the Hedger's actions
-//     carried out, its timers on simulated time; a request given up on is
-//     forgotten but its reply still crosses the links and is dropped;
+//     carried out, its timers on simulated time and derived, as the
+//     engine's, from a peerrate.Table each worker feeds with its own
+//     requests (coalesce.measured: a chunk's time, a REDIRECT's or a
+//     declined hedge's round trip; Config.ConstantTimers: none fed); a
+//     request given up on is forgotten (its timing lost) but its reply
+//     still crosses the links and is dropped;
 //   - forwarding: whole chunks, each verified before it is served (today),
 //     or, with PieceSize, each piece as soon as it is in (the protocol of
 //     issue 25): a reply then starts with the first piece of its chunk

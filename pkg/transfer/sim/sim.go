@@ -73,6 +73,10 @@ type Config struct {
 	// for it to serve a hedge past its grace (exchange.ServeConfig; 0:
 	// exchange.DefaultHedgeBacklog; < 0: no bound, as before the bound).
 	HedgeBacklog int64
+	// ConstantTimers: the workers' Hedgers run the constant timers (no
+	// peerrate table fed), as the simulator did before it fed them the
+	// rates each worker measures as the engine does.
+	ConstantTimers bool
 	// PushBytes is what the root pushes to a head after the FOUND of a
 	// worker's LOOKUP_GET (default DefaultPushBytes; < 0: no push).
 	PushBytes int64

@@ -118,6 +118,48 @@ func TestHedgesByBacklog(t *testing.T) {
 	}
 }
 
+// TestWorkersMeasureRates: each worker's Hedger runs on the rates the
+// worker measured of its own requests, as the engine's (coalesce feeds
+// its peerrate.Table): after a broadcast its timers for a sibling are
+// measured ones, within the Hedger's bounds; with ConstantTimers they are
+// the constants.
+func TestWorkersMeasureRates(t *testing.T) {
+	c := Config{Sites: 1, Workers: 8, BlobSize: 16 << 20, ChunkSize: 1 << 20, WANRate: 100e6, LANRate: 200e6,
+		WANLatency: 20 * time.Millisecond, LANLatency: 100 * time.Microsecond, Seed: 1}
+	for _, constant := range []bool{false, true} {
+		c.ConstantTimers = constant
+		cfg, err := c.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := newSite(&cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.run(); err != nil {
+			t.Fatal(err)
+		}
+		w := s.workers[len(s.workers)-1]
+		measured := 0
+		for _, sib := range s.workers[:len(s.workers)-1] {
+			tm := w.hedger.Timers(sib.id, s.head.id, int(cfg.ChunkSize))
+			if tm.Measured {
+				measured++
+				if tm.Hedge <= 0 || tm.Hedge > tm.GiveUp || tm.GiveUp > cfg.SiblingTimeout {
+					t.Errorf("timers for %s: %+v: want 0 < hedge <= give-up <= %v", sib.name, tm, cfg.SiblingTimeout)
+				}
+			}
+		}
+		switch {
+		case !constant && measured == 0:
+			t.Errorf("%s measured none of its siblings: its Hedger runs the constants", w.name)
+		case constant && measured > 0:
+			t.Errorf("ConstantTimers: %s has measured timers for %d siblings", w.name, measured)
+		}
+		t.Logf("constant timers %v: %s has measured timers for %d of %d siblings", constant, w.name, measured, len(s.workers)-1)
+	}
+}
+
 // TestDeterministic: a seed gives the same run every time.
 func TestDeterministic(t *testing.T) {
 	c := Config{Sites: 2, Workers: 8, BlobSize: 8 << 20, ChunkSize: 1 << 20, PieceSize: 64 << 10, WANRate: 100e6, LANRate: 200e6,

@@ -11,6 +11,7 @@ import (
 	mh "github.com/multiformats/go-multihash"
 
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
+	"github.com/omst-project/omst/pkg/transfer/internal/peerrate"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
 
@@ -110,7 +111,8 @@ type node struct {
 	// a worker's get
 	sch    *schedule.Schedule
 	hedger *exchange.Hedger
-	cursor int // the reader's next chunk
+	rates  *peerrate.Table // how long each peer's replies take: the Hedger's timers (coalesce.Chunks)
+	cursor int             // the reader's next chunk
 }
 
 // conn is the fetch streams from a client to a server: the client's
@@ -176,7 +178,8 @@ type request struct {
 	hreq     exchange.HedgeReq // which request of a followed redirect
 	failed   peer.ID
 	slow     bool
-	late     bool // the client stopped waiting: its reply is read and dropped
+	late     bool             // the client stopped waiting: its reply is read and dropped
+	pend     peerrate.Pending // the client's timing of it (a worker's requests)
 }
 
 func (q *request) fire() { q.srv.handle(q) }
@@ -297,7 +300,10 @@ func newSite(cfg *Config, index int) (*site, error) {
 		n := s.newNode(roleWorker, fmt.Sprintf("s%d-w%d", index, w), s.head)
 		n.lanUp = newResource(n.name+" lan up", lan)
 		n.lanDown = newResource(n.name+" lan down", lan)
-		n.hedger = exchange.NewHedger(cfg.SiblingTimeout, nil) // the constant timers (no peerrate): see the package doc
+		if !cfg.ConstantTimers {
+			n.rates = peerrate.New()
+		}
+		n.hedger = exchange.NewHedger(cfg.SiblingTimeout, n.rates)
 		s.workers = append(s.workers, n)
 	}
 	s.remaining = cfg.Workers
@@ -489,6 +495,9 @@ func (n *node) send(kind reqKind, srv *node, chunk int, cl *call) *request {
 	}
 	c.pending[best]++
 	q := &request{kind: kind, cli: n, srv: srv, c: c, lane: best, chunk: chunk, call: cl}
+	if n.rates != nil {
+		q.pend = n.rates.Sent(n.s.wallNow(), srv.id)
+	}
 	q.ev.h = q
 	n.s.q.schedule(&q.ev, n.s.now+c.lat+n.s.jitter())
 	return q
@@ -503,6 +512,28 @@ func (q *request) forget() {
 	q.late = true
 	if q.kind != reqPush {
 		q.c.pending[q.lane]--
+	}
+	if q.cli.rates != nil {
+		q.cli.rates.Lost(q.pend) // cancelled: no measure (coalesce.measured)
+	}
+}
+
+// measured ends q's timing at its client as coalesce.measured does: a
+// chunk measures the server's pace; a REDIRECT or a declined hedge, made
+// at once, a round trip; anything else nothing.
+func (q *request) measured(p *reply) {
+	r := q.cli.rates
+	if r == nil {
+		return
+	}
+	now := q.cli.s.wallNow()
+	switch {
+	case p.status == stOK:
+		r.Replied(now, q.pend, int(p.size))
+	case p.status == stRedirect, q.kind == reqHedge && p.status == stNotFound:
+		r.Answered(now, q.pend)
+	default:
+		r.Lost(q.pend)
 	}
 }
 
@@ -684,6 +715,7 @@ func (n *node) receive(p *reply) {
 	q := p.req
 	if !q.late && q.kind != reqPush {
 		q.c.pending[q.lane]--
+		q.measured(p)
 	}
 	q.c.forgetIfIdle()
 	cl := q.call
