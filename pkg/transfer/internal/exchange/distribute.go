@@ -1,6 +1,7 @@
 package exchange
 
 import (
+	"math"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -17,14 +18,17 @@ import (
 // and reaches every child through few hops: the first children to ask for
 // a chunk get it from the relay (Direct copies), later ones are sent to a
 // sibling that asked for it before them, each holder taking at most Fanout
-// siblings per chunk: the holder with room nearest the relay (the least
-// depth), so that a chunk's tree fills breadth-first and is about
-// log_Fanout(N) deep for N askers (1,000 workers: 11 hops with Fanout 2);
-// among holders as near, the one that has fed the fewest siblings so far
+// siblings per chunk: a holder with room near the relay (within a level
+// of the shallowest), so that a chunk's tree fills about breadth-first and
+// is about log_Fanout(N) deep for N askers (1,000 workers: at most 11 hops
+// with Fanout 2); of those, the one that has fed the fewest siblings so far
 // for this blob, so that feeding the site is spread over the workers'
-// ports. (Picking the fewest fed first made chains: a child that just
-// asked has fed nobody, so each asker went to the one before it, a chunk
-// passing N/2 workers on average; docs/benchmarks.md, "Simulated sites".)
+// ports (strictly the shallowest, the first asker feeds Fanout siblings of
+// every chunk: with a LAN twice as fast as the WAN its whole port; 4%
+// slower in the simulator at 64 workers per site). (Picking the fewest fed
+// first, at any depth, made chains: a child that just asked has fed
+// nobody, so each asker went to the one before it, a chunk passing N/2
+// workers on average; docs/benchmarks.md, "Simulated sites".)
 // The relay's port carries one copy.
 
 // DistributorConfig tunes a Distributor.
@@ -201,9 +205,21 @@ func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
 		// Among the holders with room for this chunk, one not reported
 		// slow, else a slow one (the relay serving the child itself
 		// would load the port the exchange spares, and when every holder
-		// is slow the whole site is); then the one nearest the relay (the
-		// least depth: the tree fills breadth-first); then the one that
-		// has fed the fewest siblings of this blob; the earliest on a tie.
+		// is slow the whole site is); then one near the relay (within a
+		// level of the shallowest not slow: the tree fills about
+		// breadth-first); of those, the one that has fed the fewest
+		// siblings of this blob (the first to ask, alone at depth 1, would
+		// otherwise feed Fanout siblings of every chunk: with a LAN twice
+		// as fast as the WAN, its whole port); then the shallower; the
+		// earliest on a tie.
+		top := int32(math.MaxInt32) // the least depth of a holder with room, not slow
+		for i := range c.holders {
+			h := &c.holders[i]
+			if h.group == group && int(h.fed) < d.cfg.Fanout && b.failures[h.peer] < d.cfg.MaxFailures && !now.Before(b.slow[h.peer]) {
+				top = min(top, h.depth)
+			}
+		}
+		near := func(h *holderRef) int32 { return max(h.depth, top+1) }
 		best, bestSlow := -1, false
 		for i := range c.holders {
 			h := &c.holders[i]
@@ -217,11 +233,15 @@ func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
 					if slow {
 						continue
 					}
-				} else if h.depth != bh.depth {
-					if h.depth > bh.depth {
+				} else if near(h) != near(bh) {
+					if near(h) > near(bh) {
 						continue
 					}
-				} else if b.fed[h.peer] >= b.fed[bh.peer] {
+				} else if b.fed[h.peer] != b.fed[bh.peer] {
+					if b.fed[h.peer] > b.fed[bh.peer] {
+						continue
+					}
+				} else if h.depth >= bh.depth {
 					continue
 				}
 			}
@@ -284,10 +304,8 @@ func (d *Distributor) Redecide(now time.Time, a Ask, gone peer.ID) peer.ID {
 // MiB chunks asked for by a site of 256 workers or more, forgotten Idle
 // after its last request). Holders with no room are forgotten first, so
 // the holders remembered are those the next askers can be sent to; with
-// Fanout 2, a chunk's tree stays breadth-first to about 2 × maxHolders
-// askers at its widest level: 1,000 askers get ceil(log2 1000) + 1 = 11
-// levels at most, more askers a level more per maxHolders × Fanout of
-// them (TestDistributorShallowTrees).
+// Fanout 2, 1,000 askers get ceil(log2 1000) + 1 = 11 levels at most,
+// 2,000 a level more (TestDistributorShallowTrees).
 const maxHolders = 256
 
 func (c *chunkDist) find(p peer.ID) int {
