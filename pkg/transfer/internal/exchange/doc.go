@@ -11,7 +11,8 @@
 //     Distributor: serve or refuse a fetch stream (MaxUploadStreams), serve
 //     a chunk, redirect its asker, or decline a hedge (for the hedge grace,
 //     HedgeGraceFor: from the site's pace as the server measured it, the
-//     constant HedgeGrace before); who left.
+//     constant HedgeGrace before; past it, while the server has more than
+//     HedgeBacklog bytes to write to its children); who left.
 //   - Hedger (hedge.go): what a node does while it follows a redirect to a
 //     sibling: when to hedge (ask the relay too), when to give up on the
 //     sibling (or not ask one that left its last requests unanswered),
