@@ -26,7 +26,7 @@ import (
 func TestHedgeDeclinedWhileRelayBusy(t *testing.T) {
 	const chunk = 1 << 20
 	gs := &groupedSources{children: map[peer.ID][]ma.Multiaddr{}}
-	relay := newEngineWith(t, func(c *Config) { c.Sources = gs; c.SiblingExchange = true; c.MaxUploadRate = 1 << 20 })
+	relay := newEngineWith(t, func(c *Config) { c.Sources = gs; c.SiblingExchange = true; c.MaxUploadRate = 512 << 10 })
 	data := randBlob(4*chunk, 41)
 	rec := putBlob(t, relay.mem, "x", data, chunk)
 	m, err := relay.mem.Manifest(rec.ID)
@@ -75,11 +75,11 @@ func TestHedgeDeclinedWhileRelayBusy(t *testing.T) {
 	}
 
 	// a asks plainly for chunks 0 and 1, one per stream: the first asker
-	// of each, it is served by the relay, 2 MiB at 1 MiB/s.
+	// of each, it is served by the relay, 2 MiB at 512 KiB/s.
 	a1, a2 := open(a), open(a)
 	ask(a1, fetchwire.Request{Type: fetchwire.MsgGet, Tag: 1, Index: 0})
 	ask(a2, fetchwire.Request{Type: fetchwire.MsgGet, Tag: 1, Index: 1})
-	time.Sleep(300 * time.Millisecond) // both replies taken up by their writers
+	time.Sleep(500 * time.Millisecond) // both replies taken up by their writers (written for 3.5 s)
 
 	// b hedges for chunk 2 (never sent into the site: no grace): declined.
 	sb := open(b)
