@@ -211,6 +211,7 @@ type runOut struct {
 	Redirects      int64     `json:"redirects"`
 	Hedges         int64     `json:"hedges"`
 	HedgesDeclined int64     `json:"hedges_declined"`
+	HedgesBusy     int64     `json:"hedges_declined_busy"`
 	HedgesServed   int64     `json:"hedges_served"`
 	FirstServed    float64   `json:"first_hedge_served_s"`
 	HedgesNotHere  int64     `json:"hedges_not_here"`
@@ -285,7 +286,7 @@ func runRow(rep *report, o options, b int64, w int, p int64, stderr io.Writer) e
 		r.Wall = append(r.Wall, time.Since(t0).Seconds())
 		r.Runs = append(r.Runs, runOut{Seed: cfg.Seed, First: res.First, Median: res.Median, Last: res.Last, Ratio: res.Ratio(), Unfinished: res.Unfinished, SiteLast: res.SiteLast, FirstRatio: res.First / res.Limit,
 			HeadCopies: res.HeadCopies, HeadCopiesMax: res.HeadCopiesMax, SiteIn: res.SiteIn, SiblingCopies: res.SiblingCopies,
-			Redirects: res.Redirects, Hedges: res.Hedges, HedgesDeclined: res.HedgesDeclined, HedgesServed: res.HedgesServed, FirstServed: res.FirstHedgeServed, HedgesNotHere: res.HedgesNotHere,
+			Redirects: res.Redirects, Hedges: res.Hedges, HedgesDeclined: res.HedgesDeclined, HedgesBusy: res.HedgesBusy, HedgesServed: res.HedgesServed, FirstServed: res.FirstHedgeServed, HedgesNotHere: res.HedgesNotHere,
 			Timeouts: res.SiblingTimeouts, Directs: res.Directs, MaxDepth: res.MaxDepth, MeanDepth: res.MeanDepth, Events: res.Events})
 		fmt.Fprintf(stderr, "omst-sim: %s, %d × %d, piece %s, seed %d: last %.2f s (%.2f × limit), head %.2f copies, %.1f s wall\n",
 			pieceName(b), cfg.Sites, w, r.PieceName, cfg.Seed, res.Last, res.Ratio(), res.HeadCopies, time.Since(t0).Seconds())
@@ -343,7 +344,7 @@ func medianRun(rs []runOut) runOut {
 		HeadCopies: med(func(r runOut) float64 { return r.HeadCopies }), HeadCopiesMax: med(func(r runOut) float64 { return r.HeadCopiesMax }),
 		SiteIn: med(func(r runOut) float64 { return r.SiteIn }), SiblingCopies: med(func(r runOut) float64 { return r.SiblingCopies }),
 		Redirects: medI(func(r runOut) int64 { return r.Redirects }), Hedges: medI(func(r runOut) int64 { return r.Hedges }),
-		HedgesDeclined: medI(func(r runOut) int64 { return r.HedgesDeclined }), HedgesServed: medI(func(r runOut) int64 { return r.HedgesServed }), FirstServed: med(func(r runOut) float64 { return r.FirstServed }),
+		HedgesDeclined: medI(func(r runOut) int64 { return r.HedgesDeclined }), HedgesBusy: medI(func(r runOut) int64 { return r.HedgesBusy }), HedgesServed: medI(func(r runOut) int64 { return r.HedgesServed }), FirstServed: med(func(r runOut) float64 { return r.FirstServed }),
 		HedgesNotHere: medI(func(r runOut) int64 { return r.HedgesNotHere }), Timeouts: medI(func(r runOut) int64 { return r.Timeouts }),
 		Directs: medI(func(r runOut) int64 { return r.Directs }), Events: medI(func(r runOut) int64 { return r.Events }),
 		MaxDepth: int(med(func(r runOut) float64 { return float64(r.MaxDepth) })), MeanDepth: med(func(r runOut) float64 { return r.MeanDepth }),

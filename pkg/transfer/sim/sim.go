@@ -201,10 +201,11 @@ type Result struct {
 	// SiblingCopies: what a site's workers sent each other (mean).
 	HeadCopies, HeadCopiesMax, SiteIn, SiblingCopies float64
 	// Over all sites: redirects the heads sent; hedges the workers sent,
-	// the heads declined (HedgeGrace), the heads served, and found not
-	// there yet; sibling requests given up at SiblingTimeout; plain
-	// GET_DIRECTs after a sibling failed.
-	Redirects, Hedges, HedgesDeclined, HedgesServed, HedgesNotHere, SiblingTimeouts, Directs int64
+	// the heads declined (for the grace or the backlog), of those for the
+	// backlog (HedgesBusy), the heads served, and found not there yet;
+	// sibling requests given up at SiblingTimeout; plain GET_DIRECTs after
+	// a sibling failed.
+	Redirects, Hedges, HedgesDeclined, HedgesBusy, HedgesServed, HedgesNotHere, SiblingTimeouts, Directs int64
 	// FirstHedgeServed is when a head first served a hedge (the first
 	// copy beyond one into a site; 0: none did).
 	FirstHedgeServed float64
@@ -268,6 +269,7 @@ func Run(cfg Config) (Result, error) {
 		res.Redirects += sr.redirects
 		res.Hedges += sr.hedges
 		res.HedgesDeclined += sr.hedgesDeclined
+		res.HedgesBusy += sr.hedgesBusy
 		res.HedgesServed += sr.hedgesServed
 		if sr.hedgesServed > 0 && (res.FirstHedgeServed == 0 || sr.firstServed < res.FirstHedgeServed) {
 			res.FirstHedgeServed = sr.firstServed

@@ -110,8 +110,11 @@ func TestHedgesByBacklog(t *testing.T) {
 	all := run(t, c)
 	c.HedgeBacklog = 0
 	gated := run(t, c)
-	t.Logf("every hedge past the grace: last %.1f s, head copies %.2f, hedges served %d; by the backlog: %.1f s, %.2f, %d",
-		all.Last, all.HeadCopies, all.HedgesServed, gated.Last, gated.HeadCopies, gated.HedgesServed)
+	t.Logf("every hedge past the grace: last %.1f s, head copies %.2f, hedges served %d; by the backlog: %.1f s, %.2f, %d (%d declined for it)",
+		all.Last, all.HeadCopies, all.HedgesServed, gated.Last, gated.HeadCopies, gated.HedgesServed, gated.HedgesBusy)
+	if all.HedgesBusy != 0 || gated.HedgesBusy == 0 {
+		t.Fatalf("hedges declined for the backlog: %d with no bound, %d with one; want 0 and more", all.HedgesBusy, gated.HedgesBusy)
+	}
 	if gated.HedgesServed*4 > all.HedgesServed || gated.HeadCopies > all.HeadCopies*3/4 || gated.Last > all.Last*3/4 {
 		t.Fatalf("by the backlog: %d hedges served, %.2f head copies, last %.1f s; want under a quarter of %d, three quarters of %.2f and of %.1f s",
 			gated.HedgesServed, gated.HeadCopies, gated.Last, all.HedgesServed, all.HeadCopies, all.Last)

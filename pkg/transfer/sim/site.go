@@ -81,6 +81,7 @@ type siteResult struct {
 	headOut, wanIn, siblingOut   float64
 	redirects, hedges            int64
 	hedgesDeclined, hedgesServed int64
+	hedgesBusy                   int64 // declined for the backlog
 	hedgesNotHere, timeouts      int64
 	directs, events, truncated   int64
 	// depth: hops from the head of each worker's copy of each chunk as
@@ -561,6 +562,9 @@ func (n *node) handle(q *request) {
 	switch d.Action {
 	case exchange.ActDecline:
 		s.hedgesDeclined++
+		if d.Busy {
+			s.hedgesBusy++
+		}
 		n.ready(&reply{req: q, status: stNotFound})
 		return
 	case exchange.ActRedirect:
