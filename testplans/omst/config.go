@@ -85,10 +85,10 @@ type config struct {
 }
 
 // defaultBlobSize per case, as in manifest.toml.
-var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0", "rmprefix": "0"}
+var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0", "rmprefix": "0", "taskfarm": "16MiB"}
 
 // defaultResultSize per case, as in manifest.toml.
-var defaultResultSize = map[string]string{"dht": "16MiB"}
+var defaultResultSize = map[string]string{"dht": "16MiB", "taskfarm": "1MiB"}
 
 func loadConfig(re *runtime.RunEnv) (*config, error) {
 	p := params{re: re}

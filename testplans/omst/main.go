@@ -1,6 +1,6 @@
 // Command omst is the testground plan for omst: a root, one head node per
 // site and workers, each instance one host running its own `omst daemon`.
-// Test cases: broadcast, gather, failover, churn, dht (see README.md and
+// Test cases: broadcast, gather, failover, churn, dht, rmprefix, taskfarm (see README.md and
 // manifest.toml).
 package main
 
@@ -31,6 +31,7 @@ func main() {
 		"churn":     testCase(churnCase{}),
 		"dht":       testCase(dhtCase{}),
 		"rmprefix":  testCase(rmprefixCase{}),
+		"taskfarm":  testCase(&taskfarmCase{}),
 	})
 	if failed.Load() {
 		os.Exit(1)
