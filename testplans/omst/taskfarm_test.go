@@ -196,3 +196,34 @@ func TestFarmResultVerify(t *testing.T) {
 		t.Fatalf("result on other input: err = %v, want errWrongBytes", err)
 	}
 }
+
+// The master's account: the makespan from the first start to the last
+// verified result; the first jobs' input times per worker; the WAN bytes
+// only when every head measured them.
+func TestFarmAccount(t *testing.T) {
+	cfg := &config{sites: 2, workersPerSite: 1, blobSize: 1 << 20, resultSize: 1 << 10, mode: modeStar}
+	c := &taskfarmCase{fp: farmParams{jobs: 4, compute: time.Second, workers: 2}, put: 0.25}
+	c.dones = []farmDone{
+		{Job: 2, Site: 0, Index: 0, Start: 2.0, Input: 2.1, Verified: 3.5},
+		{Job: 0, Site: 0, Index: 0, Start: 0.01, Input: 1.01, Verified: 2.2},
+		{Job: 1, Site: 1, Index: 0, Start: 0.02, Input: 3.02, Verified: 4.8},
+		{Job: 3, Site: 1, Index: 0, Error: "boom", Start: 4.1},
+	}
+	heads := []record{{Role: roleHead, Site: 0, WANIface: "wan0", WANRxBytes: 8 << 20}, {Role: roleHead, Site: 1, WANIface: "wan1", WANRxBytes: 4 << 20}}
+	a := c.account(cfg, heads, false)
+	if a.FirstStart != 0.01 || a.LastVerified != 4.8 || a.Makespan != 4.8-0.01 || a.Verified != 3 {
+		t.Fatalf("first %v last %v makespan %v verified %d", a.FirstStart, a.LastVerified, a.Makespan, a.Verified)
+	}
+	if a.InputFirstMax != 3.0 || a.InputFirstMedian != 3.0 {
+		t.Fatalf("first jobs' input: median %v max %v, want 3 and 3 (the jobs 0 and 1)", a.InputFirstMedian, a.InputFirstMax)
+	}
+	if len(a.SiteWANInMiB) != 2 || a.SiteWANInMiB[0] != 8 || a.SiteWANInMiB[1] != 4 {
+		t.Fatalf("WAN in %v", a.SiteWANInMiB)
+	}
+	if a.JobsDone[0].Job != 0 || a.JobsDone[3].Job != 3 || a.MasterPutSeconds != 0.25 || a.Pass {
+		t.Fatalf("account %+v", a)
+	}
+	if a := c.account(cfg, heads[:1], true); a.SiteWANInMiB != nil {
+		t.Fatalf("one head of two measured: WAN in %v, want none", a.SiteWANInMiB)
+	}
+}
