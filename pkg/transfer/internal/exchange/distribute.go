@@ -1,7 +1,6 @@
 package exchange
 
 import (
-	"math"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -18,17 +17,18 @@ import (
 // and reaches every child through few hops: the first children to ask for
 // a chunk get it from the relay (Direct copies), later ones are sent to a
 // sibling that asked for it before them, each holder taking at most Fanout
-// siblings per chunk: a holder with room near the relay (within a level
-// of the shallowest), so that a chunk's tree fills about breadth-first and
-// is about log_Fanout(N) deep for N askers (1,000 workers: at most 11 hops
-// with Fanout 2); of those, the one that has fed the fewest siblings so far
-// for this blob, so that feeding the site is spread over the workers'
-// ports (strictly the shallowest, the first asker feeds Fanout siblings of
-// every chunk: with a LAN twice as fast as the WAN its whole port; 4%
-// slower in the simulator at 64 workers per site). (Picking the fewest fed
-// first, at any depth, made chains: a child that just asked has fed
-// nobody, so each asker went to the one before it, a chunk passing N/2
-// workers on average; docs/benchmarks.md, "Simulated sites".)
+// siblings per chunk: of the holders with room fewer than MaxDepth hops
+// from the relay, the one that has fed the fewest siblings so far for this
+// blob, so that feeding the site is spread over the workers' ports (each
+// carries about one copy: half of it with a LAN twice as fast as the WAN);
+// when none has room there, the shallowest. A chunk's tree is so a chain
+// up to MaxDepth (32) hops and branches above that level past it: no copy
+// is more than MaxDepth hops from the relay however many ask. (Picking the
+// fewest fed at any depth made chains as long as the site, a chunk passing
+// N/2 workers on average: 1.8 x S/B at 1,000 workers in the simulator;
+// filling each tree breadth-first, about log2 N deep, gave 1.13 x there
+// but cost 2 x 16 workers on the emulated grid 30% more time, the first
+// askers' ports full; docs/benchmarks.md, "Simulated sites".)
 // The relay's port carries one copy.
 
 // DistributorConfig tunes a Distributor.
@@ -43,6 +43,17 @@ type DistributorConfig struct {
 	// per blob, after which it is no longer a redirect target for that
 	// blob (default 2).
 	MaxFailures int
+	// MaxDepth bounds the hops from the relay a child is sent down
+	// (default 32): short of it a holder is picked by the siblings it fed
+	// (trees are chains, each worker's port carrying about one copy),
+	// past it by its depth (trees branch). Measured (docs/benchmarks.md):
+	// breadth-first trees at any size cost 2 x 16 workers a third more
+	// time on the emulated grid (the first askers' ports full); chains
+	// as deep as the site cost 1,000 workers 1.8 x S/B in the simulator;
+	// capped at 16, 2 x 32 on the emulated grid lost to the uncapped
+	// chains (their branches' ports full) and 1,000 workers gained
+	// little over 32 (1.10 against 1.11 x S/B, one seed).
+	MaxDepth int
 	// Idle is how long a blob's state is kept after its last request
 	// (default 10 minutes).
 	Idle time.Duration
@@ -78,6 +89,9 @@ type holderRef struct {
 	depth int32 // hops from the relay: 1 for a copy it sent, its feeder's + 1
 }
 
+// DefaultMaxDepth is DistributorConfig.MaxDepth's default.
+const DefaultMaxDepth = 32
+
 // NewDistributor returns a Distributor; zero fields of cfg take defaults.
 func NewDistributor(cfg DistributorConfig) *Distributor {
 	if cfg.Direct <= 0 {
@@ -91,6 +105,9 @@ func NewDistributor(cfg DistributorConfig) *Distributor {
 	}
 	if cfg.Idle <= 0 {
 		cfg.Idle = 10 * time.Minute
+	}
+	if cfg.MaxDepth <= 0 {
+		cfg.MaxDepth = DefaultMaxDepth
 	}
 	return &Distributor{cfg: cfg, blobs: map[cid.Cid]*blobDist{}}
 }
@@ -205,21 +222,19 @@ func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
 		// Among the holders with room for this chunk, one not reported
 		// slow, else a slow one (the relay serving the child itself
 		// would load the port the exchange spares, and when every holder
-		// is slow the whole site is); then one near the relay (within a
-		// level of the shallowest not slow: the tree fills about
-		// breadth-first); of those, the one that has fed the fewest
-		// siblings of this blob (the first to ask, alone at depth 1, would
-		// otherwise feed Fanout siblings of every chunk: with a LAN twice
-		// as fast as the WAN, its whole port); then the shallower; the
-		// earliest on a tie.
-		top := int32(math.MaxInt32) // the least depth of a holder with room, not slow
-		for i := range c.holders {
-			h := &c.holders[i]
-			if h.group == group && int(h.fed) < d.cfg.Fanout && b.failures[h.peer] < d.cfg.MaxFailures && !now.Before(b.slow[h.peer]) {
-				top = min(top, h.depth)
+		// is slow the whole site is); then one fewer than MaxDepth hops
+		// from the relay, else the shallowest; of those, the one that has
+		// fed the fewest siblings of this blob (a worker feeds about one
+		// sibling per chunk, half its port with a LAN twice as fast as
+		// the WAN), the earliest on a tie. Short of MaxDepth the trees are
+		// chains; past it they branch at every level above it, so that no
+		// copy is more than MaxDepth hops from the relay however many ask.
+		rank := func(h *holderRef) int32 {
+			if int(h.depth) < d.cfg.MaxDepth {
+				return 0
 			}
+			return h.depth
 		}
-		near := func(h *holderRef) int32 { return max(h.depth, top+1) }
 		best, bestSlow := -1, false
 		for i := range c.holders {
 			h := &c.holders[i]
@@ -233,15 +248,11 @@ func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
 					if slow {
 						continue
 					}
-				} else if near(h) != near(bh) {
-					if near(h) > near(bh) {
+				} else if rank(h) != rank(bh) {
+					if rank(h) > rank(bh) {
 						continue
 					}
-				} else if b.fed[h.peer] != b.fed[bh.peer] {
-					if b.fed[h.peer] > b.fed[bh.peer] {
-						continue
-					}
-				} else if h.depth >= bh.depth {
+				} else if b.fed[h.peer] >= b.fed[bh.peer] {
 					continue
 				}
 			}
@@ -303,9 +314,9 @@ func (d *Distributor) Redecide(now time.Time, a Ask, gone peer.ID) peer.ID {
 // 48 bytes each, 12 KiB per chunk at most (12 MiB for a 1 GiB blob of 1
 // MiB chunks asked for by a site of 256 workers or more, forgotten Idle
 // after its last request). Holders with no room are forgotten first, so
-// the holders remembered are those the next askers can be sent to; with
-// Fanout 2, 1,000 askers get ceil(log2 1000) + 1 = 11 levels at most,
-// 2,000 a level more (TestDistributorShallowTrees).
+// the holders remembered are those the next askers can be sent to
+// (TestDistributorShallowTrees: 2,000 askers, no copy deeper than
+// MaxDepth).
 const maxHolders = 256
 
 func (c *chunkDist) find(p peer.ID) int {

@@ -2,7 +2,6 @@ package exchange
 
 import (
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -13,13 +12,9 @@ import (
 )
 
 // The relay sends each chunk once; a holder feeds at most Fanout siblings
-// of a chunk, and a chunk's tree is shallow (at most ceil(log2 8) + 1 = 4
-// levels for 8 workers); over a blob, feeding is spread over the workers
-// when the order in which they ask changes from chunk to chunk (here it
-// rotates), as it does on a grid: within a level of the shallowest
-// holder, the one that has fed the fewest siblings is chosen. (Asked
-// always in the same order, the same workers are nearest the relay for
-// every chunk and feed most: w1 and w2 each 2 per chunk.)
+// of a chunk, and no copy is more than MaxDepth hops from the relay; over
+// a blob, feeding is spread over the workers: short of MaxDepth the holder
+// that has fed the fewest siblings is chosen.
 func TestDistributorSpreadsLoad(t *testing.T) {
 	for _, rotate := range []bool{true, false} {
 		d := NewDistributor(DistributorConfig{})
@@ -38,8 +33,8 @@ func TestDistributorSpreadsLoad(t *testing.T) {
 				}
 				to := d.Decide(now, Ask{Blob: id, Index: c, Child: w(i + 1), Group: "siteA"}, Pace{})
 				depth[w(i+1)] = depth[to] + 1
-				if depth[w(i+1)] > 4 {
-					t.Fatalf("rotate %v, chunk %d: %s is %d hops from the relay, want at most 4", rotate, c, w(i+1), depth[w(i+1)])
+				if depth[w(i+1)] > DefaultMaxDepth {
+					t.Fatalf("rotate %v, chunk %d: %s is %d hops from the relay, want at most %d", rotate, c, w(i+1), depth[w(i+1)], DefaultMaxDepth)
 				}
 				if to == "" {
 					direct++
@@ -261,19 +256,21 @@ func TestDistributorOnlySlowHolders(t *testing.T) {
 	}
 }
 
-// Children asking one after another build a shallow tree per chunk, not a
-// chain: each is sent to a holder with room within a level of the
-// shallowest, so the tree fills about breadth-first and its depth is about
-// log_Fanout of the askers (ceil(log2 N) + 1 up to 1,000, a level more at
-// 2,000), however the askers are ordered from chunk to chunk.
+// Children asking one after another build a chain per chunk until it is
+// MaxDepth hops long, then branch at every level above it: no copy is
+// more than MaxDepth hops from the relay however many ask (here up to
+// 2,000, with the default 16 and with 5) and in whatever order, and the
+// relay sends one copy while the tree has room (Fanout 2, MaxDepth 5: 31
+// holders).
 func TestDistributorShallowTrees(t *testing.T) {
-	for _, n := range []int{10, 100, 1000, 2000} {
-		d := NewDistributor(DistributorConfig{})
+	for _, tc := range []struct{ n, maxDepth int }{{10, 0}, {100, 0}, {1000, 0}, {2000, 0}, {31, 5}} {
+		n := tc.n
+		d := NewDistributor(DistributorConfig{MaxDepth: tc.maxDepth})
 		id := sampleID().ID
 		now := time.Unix(1000, 0)
-		want := int(math.Ceil(math.Log2(float64(n)))) + 1
-		if n > 2*maxHolders*2 {
-			want++ // the widest level outgrows the holders remembered
+		want := min(n, DefaultMaxDepth)
+		if tc.maxDepth > 0 {
+			want = tc.maxDepth
 		}
 		for c, mult := range []int{1, 3, 7, 9} { // coprime with n: every worker once
 			c := uint32(c)

@@ -24,8 +24,8 @@
 // own group (site), never to itself, and never to a peer that left
 // (ServePeerLeft, ServeTargetGone) for what it held before it left; a
 // holder feeds at most Fanout siblings per chunk, and a child is sent to
-// a holder with room within a level of the shallowest (not slow first),
-// so a chunk's tree fills about breadth-first; a holder reported failed
+// a holder with room fewer than MaxDepth hops from the relay (not slow
+// first), so no copy is more than MaxDepth hops from it; a holder reported failed
 // MaxFailures times for a blob is no target for it; one reported slow is
 // a target of last resort for the slow backoff (SlowBackoffFor); a
 // holder's depth is its feeder's plus one (the relay's copies: 1), and
