@@ -195,7 +195,8 @@ func runningSettingsPath(home string, pid int) string {
 // writeRunningSettings writes the settings of the daemon command cmd (its
 // flags, after the configuration file was applied) to home as JSON
 // {key: {value, source}}, source "flag", "file" or "default", mode 0600;
-// stop removes the file.
+// stop removes the file. It must be called by the daemon holding the
+// home's lock: it removes the files of daemons killed before their stop.
 func writeRunningSettings(home string, cmd *cobra.Command) (stop func(), err error) {
 	fromFile := strings.Split(cmd.Annotations[fromFileAnnotation], ",")
 	out := map[string]configEntry{}
@@ -215,6 +216,14 @@ func writeRunningSettings(home string, cmd *cobra.Command) (stop func(), err err
 		return nil, err
 	}
 	path := runningSettingsPath(home, os.Getpid())
+	// Only the daemon holding the home's lock gets here: another's
+	// settings file is a killed daemon's, stale.
+	old, _ := filepath.Glob(filepath.Join(home, "settings.*.json"))
+	for _, f := range old {
+		if f != path {
+			os.Remove(f)
+		}
+	}
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return nil, err
 	}

@@ -291,7 +291,12 @@ func TestConfigShowRunning(t *testing.T) {
 	os.WriteFile(filepath.Join(home, ConfigFile), []byte("window = 32\n"), 0o600)
 	root := startDaemon(t, filepath.Join(filepath.Dir(home), "root"), "--no-dht")
 	parent := tcpAddr(t, root)
+	stale := runningSettingsPath(home, 999999999) // a daemon killed with -9 left it
+	os.WriteFile(stale, []byte("{}"), 0o600)
 	d := startDaemon(t, home, "--no-dht", "--site", "beta", "--parent", parent)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("a killed daemon's settings file %s is left after the next start (stat: %v)", stale, err)
+	}
 	os.WriteFile(filepath.Join(home, ConfigFile), []byte("window = 8\nsite = \"gamma\"\n"), 0o600)
 	show := func(args ...string) map[string]configEntry {
 		t.Helper()
