@@ -33,19 +33,44 @@ var ErrBadRecord = errors.New("name record refused")
 // fails, naming the role and prefixes, when the certificate does not allow
 // writing r's name.
 func (a *Admission) Prove(key crypto.PrivKey, r blob.Record) (blob.Record, error) {
-	a.mu.Lock()
-	open, cert, self := a.pub == nil, a.cert, a.self
-	a.mu.Unlock()
-	if open {
-		return r, nil
-	}
-	if cert == nil {
-		return r, fmt.Errorf("put %q: this node has no membership certificate yet: %w", r.Name, grid.ErrNotAllowed)
-	}
-	if err := self.MayWrite(r.Name); err != nil {
+	cert, open, err := a.writerCert("put", r.Name)
+	if open || err != nil {
 		return r, err
 	}
 	return prove(key, r, proofDomain, cert)
+}
+
+// writerCert is the preamble of every proof this node signs: a snapshot
+// of its admission for writing target (a name, or a rule's scope). open
+// reports an open grid, where nothing is proved; otherwise cert is this
+// node's certificate, which allows writing target, or err says why not,
+// naming op ("put", "remove", a rule's kind) and target and wrapping
+// grid.ErrNotAllowed.
+func (a *Admission) writerCert(op, target string) (cert []byte, open bool, err error) {
+	a.mu.Lock()
+	open, cert, self := a.pub == nil, a.cert, a.self
+	a.mu.Unlock()
+	switch {
+	case open:
+		return nil, true, nil
+	case cert == nil:
+		return nil, false, fmt.Errorf("%s %q: this node has no membership certificate yet: %w", op, target, grid.ErrNotAllowed)
+	}
+	if err := self.MayWrite(target); err != nil {
+		if op != "put" { // MayWrite's error already says put
+			err = fmt.Errorf("%s %q: %w", op, target, err)
+		}
+		return nil, false, err
+	}
+	return cert, false, nil
+}
+
+// verifier is the snapshot a check of another node's proof needs: the
+// grid's public key (nil: the grid is open) and its revocations.
+func (a *Admission) verifier() (pub []byte, revs *grid.Revocations) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pub, a.revs
 }
 
 // prove returns r with a proof over domain: key's signature and cert.

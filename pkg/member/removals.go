@@ -26,17 +26,9 @@ const removalProofDomain = "omst name removal proof v1\x00"
 // prefixes, when this node's certificate does not allow writing the name
 // (removing a name is writing it).
 func (a *Admission) ProveRemoval(key crypto.PrivKey, r blob.Record) (blob.Record, error) {
-	a.mu.Lock()
-	open, cert, self := a.pub == nil, a.cert, a.self
-	a.mu.Unlock()
-	if open {
-		return r, nil
-	}
-	if cert == nil {
-		return r, fmt.Errorf("remove %q: this node has no membership certificate yet: %w", r.Name, grid.ErrNotAllowed)
-	}
-	if err := self.MayWrite(r.Name); err != nil {
-		return r, fmt.Errorf("remove: %w", err)
+	cert, open, err := a.writerCert("remove", r.Name)
+	if open || err != nil {
+		return r, err
 	}
 	return prove(key, r, removalProofDomain, cert)
 }
@@ -47,9 +39,7 @@ func (a *Admission) ProveRemoval(key crypto.PrivKey, r blob.Record) (blob.Record
 // reports whether the remover's certificate has the client role, which
 // lets its removal withdraw a record of another origin (pkg/dht).
 func (a *Admission) CheckRemoval(r blob.Record) (byClient bool, err error) {
-	a.mu.Lock()
-	pub, revs := a.pub, a.revs
-	a.mu.Unlock()
+	pub, revs := a.verifier()
 	if pub == nil {
 		return false, nil
 	}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 
-	"github.com/omst-project/omst/pkg/grid"
 	"github.com/omst-project/omst/pkg/namespace"
 )
 
@@ -24,17 +23,9 @@ const ruleProofDomain = "omst namespace rule proof v1\x00"
 // wrapping grid.ErrNotAllowed and naming the role and prefixes, when this
 // node's certificate does not allow writing every name of r's scope.
 func (a *Admission) ProveRule(key crypto.PrivKey, r namespace.Rule) (namespace.Rule, error) {
-	a.mu.Lock()
-	open, cert, self := a.pub == nil, a.cert, a.self
-	a.mu.Unlock()
-	if open {
-		return r, nil
-	}
-	if cert == nil {
-		return r, fmt.Errorf("%s %q: this node has no membership certificate yet: %w", r.Kind, r.Scope, grid.ErrNotAllowed)
-	}
-	if err := self.MayWrite(r.Scope); err != nil {
-		return r, fmt.Errorf("%s %q: %w", r.Kind, r.Scope, err)
+	cert, open, err := a.writerCert(r.Kind.String(), r.Scope)
+	if open || err != nil {
+		return r, err
 	}
 	rec, err := prove(key, r.Unproved().RuleRecord(), ruleProofDomain, cert)
 	if err != nil {
@@ -50,9 +41,7 @@ func (a *Admission) ProveRule(key crypto.PrivKey, r namespace.Rule) (namespace.R
 // the skew), and the certificate allowing every name of the scope; else
 // it returns an error wrapping ErrBadRecord and counts it.
 func (a *Admission) CheckRule(r namespace.Rule) error {
-	a.mu.Lock()
-	pub, revs := a.pub, a.revs
-	a.mu.Unlock()
+	pub, revs := a.verifier()
 	if pub == nil {
 		return nil
 	}
