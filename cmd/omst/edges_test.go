@@ -201,7 +201,8 @@ func TestRoutableFirst(t *testing.T) {
 // TestUnknownIDSaidOnce: a get of an unknown blob ID at a worker, asked
 // of its head and the root in turn, says "not found" once (before, each
 // hop's answer nested the next one's: the ID and "not found" at every
-// hop, ~700 characters) and exits 3.
+// hop, ~700 characters), names the ID twice (the argument, the
+// manifest) and exits 3.
 func TestUnknownIDSaidOnce(t *testing.T) {
 	dir := t.TempDir()
 	root := startDaemon(t, filepath.Join(dir, "root"), "--no-dht")
@@ -224,6 +225,11 @@ func TestUnknownIDSaidOnce(t *testing.T) {
 	}
 	if n := strings.Count(r.stderr, "manifest"); n != 1 {
 		t.Errorf("get of an unknown ID says \"manifest\" %d times:\n%s", n, r.stderr)
+	}
+	// The command's argument and the manifest that was not found: the ID
+	// twice, not a third time in a "blob ID:" wrapper between them.
+	if n := strings.Count(r.stderr, unknown); n != 2 {
+		t.Errorf("get of an unknown ID names it %d times, want 2:\n%s", n, r.stderr)
 	}
 	if !strings.Contains(r.stderr, "asked") || len(r.stderr) > 400 {
 		t.Errorf("get of an unknown ID: %d characters, want who was asked in fewer than 400:\n%s", len(r.stderr), r.stderr)

@@ -471,7 +471,7 @@ func (n *Node) resolve(ctx context.Context, name string, toGet bool) (blob.Recor
 	if id, ok := blob.ParseID(name); ok {
 		m, err := n.engine.Manifest(ctx, id)
 		if err != nil {
-			return blob.Record{}, nil, fmt.Errorf("blob %s: %w", id, err)
+			return blob.Record{}, nil, err // names the manifest's ID
 		}
 		return blob.Record{Name: name, ID: id, Size: m.Size, Origin: n.tree.Origin(id)}, m, nil
 	}
