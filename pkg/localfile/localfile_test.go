@@ -246,6 +246,28 @@ func TestCreateRegular(t *testing.T) {
 		t.Errorf("old inode now reads %q", b)
 	}
 
+	// The replacement keeps the replaced file's permission bits, a
+	// private file staying private and one wider than the umask keeping
+	// its width (0600 and 0664 here, under umask 027), never for a moment
+	// more open than the file it replaces.
+	for _, perm := range []os.FileMode{0o600, 0o664} {
+		os.Chmod(p, perm)
+		dst, err = Create(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := dst.File.Stat(); fi.Mode().Perm() != perm {
+			t.Errorf("temporary file replacing a %04o file: mode %04o", perm, fi.Mode().Perm())
+		}
+		io.WriteString(dst.File, "world!")
+		if err := dst.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := os.Stat(p); fi.Mode().Perm() != perm {
+			t.Errorf("a %04o file replaced: mode %04o", perm, fi.Mode().Perm())
+		}
+	}
+
 	// Through a link: the target is replaced, the link stays.
 	link := filepath.Join(d, "link")
 	os.Symlink("new", link)

@@ -166,8 +166,9 @@ type Dest struct {
 
 // Create prepares path as the destination of a get, with this process's
 // rights: a regular file, or a path where nothing exists yet, gets a new
-// temporary file beside it (mode 0644, less the umask), renamed onto it by
-// Commit; a link is followed as Resolve does, and its target is replaced,
+// temporary file beside it, renamed onto it by Commit, with the
+// permission bits of the file it replaces (as `cp` and `curl -o` leave
+// them: a private file stays private) or, new, mode 0644 less the umask; a link is followed as Resolve does, and its target is replaced,
 // not the link. Anything else that exists is opened for writing in place
 // (a FIFO waits for a reader, no longer than ctx). A directory is refused
 // (an error wrapping syscall.EISDIR). Errors name path.
@@ -219,11 +220,23 @@ func Create(ctx context.Context, path string) (*Dest, error) {
 		unix.Close(dfd)
 		return nil, &fs.PathError{Op: "create", Path: path, Err: err}
 	}
+	mode, keep := uint32(0o644), err == nil
+	if keep {
+		mode = st.Mode & 0o777
+	}
 	for range 10 {
 		temp := tempName(base)
-		fd, err := unix.Openat(dfd, temp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		fd, err := unix.Openat(dfd, temp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 		if errors.Is(err, unix.EEXIST) {
 			continue
+		}
+		if err == nil && keep {
+			// Created with the umask, so never more open than the file
+			// it replaces; now exactly its permission bits.
+			if err = unix.Fchmod(fd, mode); err != nil {
+				unix.Close(fd)
+				unix.Unlinkat(dfd, temp, 0)
+			}
 		}
 		if err != nil {
 			unix.Close(dfd)

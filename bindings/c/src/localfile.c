@@ -23,7 +23,8 @@
  *     place, except a FIFO of another user in a sticky world-writable
  *     directory (the rule of fs.protected_fifos); a regular file or a
  *     missing one gets a new temporary file beside it,
- *     ".<base>.omst-<random hex>" (mode 0644 less the umask), renamed onto
+ *     ".<base>.omst-<random hex>" (the replaced file's permission bits, or
+ *     for a new file mode 0644 less the umask), renamed onto
  *     it by lf_commit and removed by lf_abort: the destination is
  *     unchanged unless the get succeeded.
  *
@@ -495,11 +496,22 @@ int lf_create(const char *path, struct lf_dest *d)
 		e = lf_fail(err, "create %s: %s", path, strerror(err));
 	} else {
 		char temp[256];
+		/* A replaced file's permission bits are kept (created under the
+		 * umask, never more open than it, then set exactly). */
+		int keep = r == 0;
+		mode_t mode = keep ? (st.st_mode & 0777) : 0644;
 		for (int i = 0; i < 10; i++) {
 			temp_name(temp, sizeof temp, base);
-			d->fd = openat_retry(dfd, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+			d->fd = openat_retry(dfd, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
 			if (d->fd >= 0 || errno != EEXIST)
 				break;
+		}
+		if (d->fd >= 0 && keep && fchmod(d->fd, mode) != 0) {
+			int ferr = errno;
+			close(d->fd);
+			unlinkat(dfd, temp, 0);
+			d->fd = -1;
+			errno = ferr;
 		}
 		if (d->fd < 0) {
 			/* The temporary file is an internal: the error names the

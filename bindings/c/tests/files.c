@@ -298,6 +298,17 @@ void test_file_roundtrip(void)
 	close(rd);
 	CHECK(stat(out, &st) == 0 && st.st_ino != before.st_ino);
 
+	/* The replacement keeps the replaced file's permission bits: a
+	 * private file stays private, one wider than the umask keeps them. */
+	old = umask(027);
+	mode_t perms[] = {0600, 0664};
+	for (int i = 0; i < 2; i++) {
+		CHECK(chmod(out, perms[i]) == 0);
+		CHECK_RC(omst_get_file(h, "files/rt/world", out, NULL), 0);
+		CHECK(stat(out, &st) == 0 && (st.st_mode & 07777) == perms[i]);
+	}
+	umask(old);
+
 	/* Through one's own link: the target is replaced, the link stays;
 	 * and put_file reads through it. */
 	char link[700];

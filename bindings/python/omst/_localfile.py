@@ -29,7 +29,7 @@ ported:
   ``timeout``), except a FIFO of another user in a sticky world-writable
   directory (refused: the rule of ``fs.protected_fifos``); a regular file
   or a missing one gets a new temporary file ``.BASE.omst-RANDOM`` beside
-  it (mode 0644 less the umask), renamed onto it by :meth:`Dest.commit`
+  it (the replaced file's permission bits; new, 0644 less the umask), renamed onto it by :meth:`Dest.commit`
   and removed by :meth:`Dest.abort`, so the destination is unchanged on
   error.
 
@@ -419,7 +419,7 @@ def _temp_name(base: bytes) -> bytes:
 def create(path: PathLike, timeout: Optional[float], op: str = "create") -> Dest:
     """Prepare path as the destination of a get, with this process's
     rights: a regular file, or a path where nothing exists yet, gets a new
-    temporary file beside it (mode 0644 less the umask), renamed onto it by
+    temporary file beside it (with the replaced file's permission bits; new, mode 0644 less the umask), renamed onto it by
     :meth:`Dest.commit`; a link is followed as :func:`resolve` does, and
     its target is replaced, not the link. An existing FIFO, device or
     socket is opened for writing in place (a FIFO waits for a reader, at
@@ -460,15 +460,25 @@ def create(path: PathLike, timeout: Optional[float], op: str = "create") -> Dest
                     )
             fd = _open_at(dfd, base, os.O_WRONLY, fifo, timeout, op, raw)
             return Dest(fd, False, real, op=op)
+        # A replaced file's permission bits are kept (created under the
+        # umask, never more open than it, then set exactly).
+        mode = stat.S_IMODE(st.st_mode) & 0o777 if st is not None else 0o644
         for _ in range(10):
             temp = _temp_name(base)
             try:
                 fd = os.open(
                     temp,
                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | _O_NOCTTY,
-                    0o644,
+                    mode,
                     dir_fd=dfd,
                 )
+                if st is not None:
+                    try:
+                        os.fchmod(fd, mode)
+                    except OSError:
+                        os.close(fd)
+                        os.unlink(temp, dir_fd=dfd)
+                        raise
             except FileExistsError:
                 continue
             except OSError as e:

@@ -206,6 +206,19 @@ def test_create_regular(d: bytes) -> None:
         dest.commit()
         assert read(p) == b"world!"
         assert r.read() == b"hello"
+    # The replacement keeps the replaced file's permission bits: a private
+    # file stays private, one wider than the umask keeps them.
+    old = os.umask(0o027)
+    try:
+        for perm in (0o600, 0o664):
+            os.chmod(p, perm)
+            dest = _localfile.create(p, 5)
+            assert stat.S_IMODE(os.fstat(dest.fd).st_mode) == perm
+            write_fd(dest.fd, b"world!")
+            dest.commit()
+            assert stat.S_IMODE(os.stat(p).st_mode) == perm
+    finally:
+        os.umask(old)
     # Through a link: the target is replaced, the link stays.
     os.symlink(b"new", d + b"/link")
     dest = _localfile.create(d + b"/link", 5)
