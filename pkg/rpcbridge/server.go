@@ -310,10 +310,17 @@ func (sc *conn) next() bool {
 		if sc.version < NamespaceVersion {
 			return sc.badRequest(malformed("%v needs protocol version %d; this connection speaks %d", h.Type, NamespaceVersion, sc.version))
 		}
+	case FrameGetMany, FramePutMany:
+		if sc.version < ManyVersion {
+			return sc.badRequest(malformed("%v needs protocol version %d; this connection speaks %d", h.Type, ManyVersion, sc.version))
+		}
 	default:
 		return sc.badRequest(malformed("unexpected %v frame where a request was expected", h.Type))
 	}
-	if h.Len > MaxRequestBody {
+	if h.Type == FrameGetMany && h.Len > MaxManyBody {
+		return sc.badRequest(malformed("%v request body of %d bytes exceeds the %d byte limit", h.Type, h.Len, MaxManyBody))
+	}
+	if h.Len > MaxRequestBody && h.Type != FrameGetMany {
 		return sc.badRequest(malformed("%v request body of %d bytes exceeds the %d byte limit", h.Type, h.Len, MaxRequestBody))
 	}
 	body, err := sc.fc.readBody(h.Len)
@@ -326,8 +333,11 @@ func (sc *conn) next() bool {
 	defer sc.closeFD()
 	ctx, cancel := context.WithCancel(WithCaller(sc.s.ctx, sc.caller))
 	defer cancel()
-	if h.Type == FramePut {
+	switch h.Type {
+	case FramePut:
 		return sc.put(ctx, body)
+	case FramePutMany:
+		return sc.putMany(ctx, body)
 	}
 	// No frames may arrive until the reply is complete: a read that ends
 	// meanwhile means the client went away, and cancels the request.
@@ -358,6 +368,8 @@ func (sc *conn) next() bool {
 		return sc.remove(ctx, body)
 	case FrameRemovePrefix, FrameSetTTL, FrameDu:
 		return sc.namespaceOp(ctx, h.Type, body)
+	case FrameGetMany:
+		return sc.getMany(ctx, cancel, body)
 	default:
 		return sc.status(ctx, body)
 	}

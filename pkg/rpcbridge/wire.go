@@ -16,8 +16,8 @@ import (
 // PREHEAT and PREHEAT_JSON; version 4 PROVIDERS and PROVIDERS_JSON; version
 // 5 PUT_FD and GET_TO_FD (files opened by the client, passed as
 // descriptors); version 6 REMOVE_PREFIX, SET_TTL, DU and NAMESPACE_JSON
-// (namespace.go).
-const ProtocolVersion = 6
+// (namespace.go); version 7 GET_MANY and PUT_MANY (many.go).
+const ProtocolVersion = 7
 
 // MinProtocolVersion is the lowest version this package still speaks.
 const MinProtocolVersion = 1
