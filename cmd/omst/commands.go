@@ -19,6 +19,7 @@ import (
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/bytesize"
+	"github.com/omst-project/omst/pkg/namespace"
 	"github.com/omst-project/omst/pkg/node"
 	"github.com/omst-project/omst/pkg/rpcbridge"
 	"github.com/omst-project/omst/pkg/tree"
@@ -209,19 +210,38 @@ func putCmd(g *globals) *cobra.Command {
 		preheat   bool
 		sites     []string
 		ttl       string // namespaces.go
+		recursive bool   // getmany.go
+		asJSON    bool
 	)
 	c := &cobra.Command{
-		Use:   "put NAME [FILE|-]",
+		Use:   "put NAME [FILE|-] | put -r DIR PREFIX",
 		Short: "Publish a file (or standard input) under NAME; prints the blob ID",
 		Long: "Publish FILE, or standard input (FILE omitted or -), under NAME; prints the blob ID. NAME comes\n" +
 			"first: `omst put data.bin` puts standard input under the name data.bin. With FILE omitted, an\n" +
 			"empty standard input is refused (exit 2): it is nearly always a forgotten NAME, not an empty\n" +
 			"blob; `omst put NAME - </dev/null` stores an empty blob. A FILE that cannot be read (missing,\n" +
-			"a directory, no right to read it) exits 1, a bad NAME or flag 2.",
+			"a directory, no right to read it) exits 1, a bad NAME or flag 2.\n\n" +
+			"With -r, every regular file under DIR is put as PREFIX/<its path relative to DIR>, in one\n" +
+			"request; a summary line follows (--json: an object). A file that fails (a name refused, a file\n" +
+			"that cannot be read or changed while it was read) is named on standard error and the others\n" +
+			"are put; the exit status is then 1.",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if recursive || asJSON {
+				if !recursive || len(args) != 2 {
+					return usageError{fmt.Errorf("put -r takes DIR PREFIX (and --json needs -r)")}
+				}
+				if preheat || len(sites) > 0 || ttl != "" {
+					return usageError{fmt.Errorf("put -r: --preheat, --site and --ttl are for one name (omst ttl sets a prefix's)")}
+				}
+			}
 			name := args[0]
-			if err := blob.ValidateName(name); err != nil {
+			if recursive {
+				name = args[1]
+				if _, err := namespace.PrefixScope(name); err != nil {
+					return err
+				}
+			} else if err := blob.ValidateName(name); err != nil {
 				return nameFirst(err, name) // putfile.go
 			}
 			var opts rpcbridge.PutOptions
@@ -241,6 +261,13 @@ func putCmd(g *globals) *cobra.Command {
 			}
 			defer cl.Close()
 			ctx := cmd.Context()
+			if recursive {
+				r, err := putRecursive(ctx, cl, args[0], args[1], opts)
+				if err != nil {
+					return err
+				}
+				return finishMany(g, cmd.OutOrStdout(), cmd.ErrOrStderr(), r, asJSON)
+			}
 			var info rpcbridge.Info
 			if len(args) == 1 || args[1] == "-" {
 				info, err = putStdin(ctx, g, cl, cmd.InOrStdin(), cmd.ErrOrStderr(), name, len(args) == 1, opts) // putfile.go
@@ -264,6 +291,8 @@ func putCmd(g *globals) *cobra.Command {
 	c.Flags().BoolVar(&preheat, "preheat", false, "then have this node's children (at the root: the head nodes) fetch the blob at once (see omst preheat)")
 	c.Flags().StringArrayVar(&sites, "site", nil, "with --preheat, only the children of this site (repeatable; implies --preheat)")
 	c.Flags().StringVar(&ttl, "ttl", "", "the name expires grid-wide this long after the put, e.g. 2h, 30m, 7d (see omst ttl)")
+	c.Flags().BoolVarP(&recursive, "recursive", "r", false, "put every file under DIR as PREFIX/<path>: omst put -r DIR PREFIX")
+	c.Flags().BoolVar(&asJSON, "json", false, "with -r, print the summary as a JSON object")
 	return c
 }
 
@@ -323,9 +352,12 @@ func runPreheat(ctx context.Context, cl *rpcbridge.Client, w io.Writer, name str
 }
 
 func getCmd(g *globals) *cobra.Command {
-	var out string
+	var (
+		out                      string
+		recursive, force, asJSON bool // getmany.go
+	)
 	c := &cobra.Command{
-		Use:   "get NAME|ID [-o FILE|-]",
+		Use:   "get NAME|ID [-o FILE|-] | get -r PREFIX -o DIR",
 		Short: "Fetch the blob named NAME (or the blob ID) into FILE (default: standard output)",
 		Long: "Fetch the blob named NAME, or the blob whose ID (a CID, as put prints) is given, found through\n" +
 			"the tree, else the DHT, into FILE or standard output. The daemon writes FILE atomically (mode\n" +
@@ -334,10 +366,34 @@ func getCmd(g *globals) *cobra.Command {
 			"bytes, rate and ETA.\n\n" +
 			"The exit status is 0 on success, 2 for bad usage or an invalid name, 3 for an unknown name or ID,\n" +
 			"4 when the daemon or a peer cannot be reached, 130 or 143 when SIGINT or SIGTERM ended it, and\n" +
-			"1 for anything else (a known blob whose bytes no source has, FILE that cannot be written).",
+			"1 for anything else (a known blob whose bytes no source has, FILE that cannot be written).\n\n" +
+			"With -r, every name under PREFIX (job1 and job1/ both mean the names under job1/) that the\n" +
+			"daemon lists, in one request, into DIR/<name relative to PREFIX>: directories are made as\n" +
+			"needed, each file written atomically; a file that exists in DIR is kept (that name fails)\n" +
+			"unless --force, and nothing in DIR is deleted. A summary line follows (--json: an object);\n" +
+			"each name that failed is named on standard error, the others are fetched, and the exit status\n" +
+			"is then 3 if every failure was a missing name, else 1.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
+			if recursive {
+				if out == "" || out == "-" {
+					return usageError{fmt.Errorf("get -r needs -o DIR")}
+				}
+				cl, err := g.dial()
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				r, err := getRecursive(cmd.Context(), g, cl, name, out, force)
+				if err != nil {
+					return withParentReason(cmd.Context(), g, err)
+				}
+				return finishMany(g, cmd.OutOrStdout(), cmd.ErrOrStderr(), r, asJSON)
+			}
+			if force || asJSON {
+				return usageError{fmt.Errorf("--force and --json need -r")}
+			}
 			if err := blob.ValidateName(name); err != nil {
 				return err
 			}
@@ -357,7 +413,10 @@ func getCmd(g *globals) *cobra.Command {
 			return withParentReason(ctx, g, getToFile(ctx, g, cl, name, path)) // getfile.go: one way, terminal or not
 		},
 	}
-	c.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
+	c.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output (with -r: into the directory DIR)")
+	c.Flags().BoolVarP(&recursive, "recursive", "r", false, "every name under PREFIX into DIR/<name relative to PREFIX>: omst get -r PREFIX -o DIR")
+	c.Flags().BoolVar(&force, "force", false, "with -r, replace files that exist in DIR")
+	c.Flags().BoolVar(&asJSON, "json", false, "with -r, print the summary as a JSON object")
 	return c
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -446,5 +447,41 @@ func TestMagicLinks(t *testing.T) {
 	dst.Commit()
 	if b, _ := os.ReadFile(out.Name()); string(b) != "in place" {
 		t.Errorf("wrote %q", b)
+	}
+}
+
+// TestCommitNew: a get's file committed without replacing: a new path gets
+// the bytes; an existing file keeps its own (fs.ErrExist), and no
+// temporary file is left beside it.
+func TestCommitNew(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	fresh := filepath.Join(dir, "fresh")
+	d, err := Create(ctx, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.File.WriteString("new")
+	if err := d.CommitNew(); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "old")
+	os.WriteFile(old, []byte("mine"), 0o644)
+	d, err = Create(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.File.WriteString("theirs")
+	if err := d.CommitNew(); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("CommitNew onto a file: %v", err)
+	}
+	if b, _ := os.ReadFile(old); string(b) != "mine" {
+		t.Fatalf("existing file now %q", b)
+	}
+	if b, _ := os.ReadFile(fresh); string(b) != "new" {
+		t.Fatalf("new file %q", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Fatalf("%d entries in the directory, want 2", len(ents))
 	}
 }

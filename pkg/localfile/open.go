@@ -286,6 +286,33 @@ func (d *Dest) Commit() error {
 	return nil
 }
 
+// CommitNew is Commit that never replaces: a temporary file is renamed
+// onto the destination only if nothing is there (renameat2
+// RENAME_NOREPLACE), else it is removed and the error wraps fs.ErrExist. A
+// FIFO or device destination (written in place) is closed, as by Commit.
+func (d *Dest) CommitNew() error {
+	if d.done {
+		return nil
+	}
+	if !d.Regular {
+		return d.Commit()
+	}
+	d.done = true
+	defer unix.Close(d.dfd)
+	if err := d.File.Close(); err != nil {
+		unix.Unlinkat(d.dfd, d.temp, 0)
+		return fmt.Errorf("close: %w", unwrapPath(err))
+	}
+	if err := renameNoReplace(d.dfd, d.temp, filepath.Base(d.Path)); err != nil {
+		unix.Unlinkat(d.dfd, d.temp, 0)
+		if errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("%s exists, not replaced: %w", d.Path, fs.ErrExist)
+		}
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	return nil
+}
+
 // Abort gives up: it closes File and removes the temporary file, leaving
 // the destination as it was (a FIFO or device keeps what was written).
 func (d *Dest) Abort() {
