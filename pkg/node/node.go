@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/omst-project/omst/pkg/batchfetch"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/cache"
 	"github.com/omst-project/omst/pkg/dht"
@@ -119,6 +120,9 @@ type Node struct {
 	provQ  chan provideItem
 	provN  atomic.Uint64 // announcements made in the DHT
 	namesN atomic.Uint64 // name records put in the DHT
+	// batchInline counts the blobs GET_MANY's batches brought inline
+	// (openmany.go).
+	batchInline atomic.Uint64
 	// announced: when each blob was last announced (zero: queued), so
 	// that gets of a held blob do not announce it again (provide).
 	announcedMu sync.Mutex
@@ -329,6 +333,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("transfer: %w", err)
 	}
+	// Small blobs asked many at once (GET_MANY's gather, openmany.go).
+	batchfetch.Serve(n.host, n.store, cfg.Logger)
 	if err = started("joining the tree"); err != nil {
 		return nil, err
 	}

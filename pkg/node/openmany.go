@@ -1,0 +1,120 @@
+package node
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/batchfetch"
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/rpcbridge"
+)
+
+// The node's batch get (rpcbridge.ManyBackend, GET_MANY): before opening
+// the names one by one, the small blobs among them that are not held here
+// are asked of their sources in one batchfetch request per source, all
+// sources at once (at the root of a task farm, each site's head, which
+// holds its site's results); those answered inline are stored, verified,
+// and their opens read them from the store. The rest are fetched the
+// ordinary way by their opens.
+
+// openManyParallel is how many names OpenMany opens at once.
+const openManyParallel = 64
+
+// OpenMany opens names (checked by the caller) and calls each once per
+// name, never twice at once, with its info and reader, or its error.
+func (n *Node) OpenMany(ctx context.Context, names []string, each func(int, rpcbridge.Info, io.ReadCloser, error)) error {
+	n.prefetchSmall(ctx, names)
+	var mu sync.Mutex
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range min(openManyParallel, len(names)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				var info rpcbridge.Info
+				var rc io.ReadCloser
+				err := ctx.Err()
+				if err == nil {
+					info, rc, err = n.Open(ctx, names[i])
+				}
+				mu.Lock()
+				each(i, info, rc, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range names {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return ctx.Err()
+}
+
+// smallWant is a blob worth asking in a batch: small, not held here, and
+// a source to ask.
+type smallWant struct {
+	id  cid.Cid
+	src peer.ID
+}
+
+// planSmall decides which of recs to ask in batches, grouped by the first
+// source each's record gives (plain code, no IO: has and sources are the
+// store's and the tree's answers).
+func planSmall(recs []blob.Record, has func(cid.Cid) bool, firstSource func(cid.Cid) (peer.ID, bool)) map[peer.ID][]cid.Cid {
+	groups := map[peer.ID][]cid.Cid{}
+	seen := map[cid.Cid]bool{}
+	for _, r := range recs {
+		if r.Size > batchfetch.InlineMax || seen[r.ID] || has(r.ID) {
+			continue
+		}
+		seen[r.ID] = true
+		if p, ok := firstSource(r.ID); ok {
+			groups[p] = append(groups[p], r.ID)
+		}
+	}
+	return groups
+}
+
+// prefetchSmall asks the sources of the small blobs of names (those whose
+// records are here) for them in one request each, at once. Failures are
+// only logged: the opens fetch whatever was not stored.
+func (n *Node) prefetchSmall(ctx context.Context, names []string) {
+	recs := make([]blob.Record, 0, len(names))
+	for _, name := range names {
+		rec, err := n.store.Record(name)
+		if err != nil || n.withdrawn(rec) {
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	groups := planSmall(recs, n.store.HasBlob, func(id cid.Cid) (peer.ID, bool) {
+		srcs := n.tree.Sources(id, "")
+		if len(srcs) == 0 {
+			return "", false
+		}
+		return srcs[0].ID, true
+	})
+	var wg sync.WaitGroup
+	for p, ids := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := batchfetch.Fetch(ctx, n.host, p, n.store, ids)
+			stored := 0
+			for _, ok := range res.Stored {
+				if ok {
+					stored++
+				}
+			}
+			n.batchInline.Add(uint64(stored))
+			n.log.Debug("get many: batch", "source", p, "asked", len(ids), "inline", stored, "bytes", res.Bytes, "err", err)
+		}()
+	}
+	wg.Wait()
+}
