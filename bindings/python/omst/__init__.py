@@ -34,6 +34,7 @@ from ._default import (
     stat,
     status,
 )
+from ._many import ManyResult
 from .client import DEFAULT_TIMEOUT, Client, default_socket, default_timeout
 from .errors import (
     Aborted,
@@ -65,6 +66,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client",
     "Info",
+    "ManyResult",
     "DEFAULT_TIMEOUT",
     "default_socket",
     "default_timeout",

@@ -69,7 +69,20 @@ DU = 0x1F
 NAMESPACE_JSON = 0x36
 _NAMESPACE_TYPES = {REMOVE_PREFIX: "REMOVE_PREFIX", SET_TTL: "SET_TTL", DU: "DU", NAMESPACE_JSON: "NAMESPACE_JSON"}
 
-_KNOWN_TYPES = frozenset(int(t) for t in FrameType) | frozenset(_NAMESPACE_TYPES)
+# Version 7 (docs/rpcbridge.md section 6.14): many names in one request.
+GET_MANY = 0x40
+PUT_MANY = 0x41
+PUT_ITEM = 0x42
+ENTRY = 0x37
+ENTRY_ERROR = 0x38
+SUMMARY = 0x39
+_MANY_TYPES = {GET_MANY: "GET_MANY", PUT_MANY: "PUT_MANY", PUT_ITEM: "PUT_ITEM", ENTRY: "ENTRY",
+               ENTRY_ERROR: "ENTRY_ERROR", SUMMARY: "SUMMARY"}
+GET_MANY_BY_PREFIX = 1
+MAX_MANY_BODY = 1 << 20
+MAX_MANY_NAMES = 1 << 16
+
+_KNOWN_TYPES = frozenset(int(t) for t in FrameType) | frozenset(_NAMESPACE_TYPES) | frozenset(_MANY_TYPES)
 _REQUEST_TYPES = frozenset(range(0x10, 0x20))
 
 
@@ -77,6 +90,8 @@ def type_name(ftype: int) -> str:
     """Return the name of a frame type byte (FRAME_0xNN if unknown)."""
     if ftype in _NAMESPACE_TYPES:
         return _NAMESPACE_TYPES[ftype]
+    if ftype in _MANY_TYPES:
+        return _MANY_TYPES[ftype]
     if ftype in _KNOWN_TYPES:
         return FrameType(ftype).name
     return f"FRAME_0x{ftype:02X}"
@@ -119,7 +134,9 @@ def check_frame(ftype: int, length: int) -> None:
     """Reject unknown frame types and request frames over 64 KiB."""
     if ftype not in _KNOWN_TYPES:
         raise ProtocolError(f"unknown frame type 0x{ftype:02X}")
-    if ftype in _REQUEST_TYPES and length > MAX_REQUEST_BODY:
+    if ftype == GET_MANY and length > MAX_MANY_BODY:
+        raise ProtocolError(f"GET_MANY body of {length} bytes exceeds the {MAX_MANY_BODY} byte limit")
+    if (ftype in _REQUEST_TYPES or ftype in (PUT_MANY, PUT_ITEM)) and length > MAX_REQUEST_BODY:
         raise ProtocolError(f"{type_name(ftype)} body of {length} bytes exceeds the {MAX_REQUEST_BODY} byte limit")
 
 
@@ -427,3 +444,104 @@ def decode_fds(body: bytes) -> List[Extent]:
         out.append(Extent(bo, ln, fo))
     r.end()
     return out
+
+
+# --- version 7: GET_MANY, PUT_MANY (docs/rpcbridge.md section 6.14) ------------------
+
+
+def get_many_body_len(prefix: bytes, names: Sequence[bytes]) -> int:
+    """The size of a GET_MANY body."""
+    return 12 + len(prefix) + sum(4 + len(n) for n in names)
+
+
+def encode_get_many(flags: int, prefix: bytes, names: Sequence[bytes]) -> bytes:
+    """GET_MANY: u32 flags (bit 0: by prefix), str prefix, u32 count, count x str name."""
+    return encode_frame(GET_MANY, _U32.pack(flags) + _str(prefix) + _U32.pack(len(names)) + b"".join(_str(n) for n in names))
+
+
+def encode_put_many(chunk_size: int) -> bytes:
+    """PUT_MANY: u32 chunk size."""
+    return encode_frame(PUT_MANY, _U32.pack(chunk_size))
+
+
+def encode_put_item(name: bytes, size: int) -> bytes:
+    """PUT_ITEM: str name, u64 size (then size bytes of DATA)."""
+    return encode_frame(PUT_ITEM, _str(name) + _U64.pack(size))
+
+
+def decode_get_many(body: bytes) -> Tuple[int, str, List[str]]:
+    """Decode a GET_MANY body: (flags, prefix, names), with its rules."""
+    r = _Reader(body, "GET_MANY")
+    flags, prefix, n = r.u32("flags"), r.text("prefix"), r.u32("count")
+    if flags & ~GET_MANY_BY_PREFIX:
+        raise r.fail(f"unknown flags 0x{flags:x}")
+    if flags & GET_MANY_BY_PREFIX and n != 0:
+        raise r.fail(f"by prefix with {n} names")
+    if not flags & GET_MANY_BY_PREFIX and (prefix or n == 0):
+        raise r.fail("by names with a prefix, or without names")
+    if n > MAX_MANY_NAMES or n * 4 > r.remaining():
+        raise r.fail(f"count {n} cannot fit")
+    names = [r.text("name") for _ in range(n)]
+    r.end()
+    return flags, prefix, names
+
+
+def decode_put_many(body: bytes) -> int:
+    """Decode a PUT_MANY body: the chunk size."""
+    r = _Reader(body, "PUT_MANY")
+    cs = r.u32("chunk size")
+    r.end()
+    return cs
+
+
+def decode_put_item(body: bytes) -> Tuple[str, int]:
+    """Decode a PUT_ITEM body: (name, size)."""
+    r = _Reader(body, "PUT_ITEM")
+    name, size = r.text("name"), r.u64("size")
+    r.end()
+    return name, size
+
+
+def decode_entry(body: bytes) -> Tuple[int, Info]:
+    """Decode an ENTRY body: (index, info)."""
+    r = _Reader(body, "ENTRY")
+    index = r.u32("index")
+    info = r.info()
+    r.end()
+    return index, info
+
+
+def encode_entry(index: int, info: Info) -> bytes:
+    """ENTRY: u32 index, Info."""
+    return encode_frame(ENTRY, _U32.pack(index) + encode_info_body(info))
+
+
+def decode_entry_error(body: bytes) -> Tuple[int, str, int, str]:
+    """Decode an ENTRY_ERROR body: (index, name, code, message)."""
+    r = _Reader(body, "ENTRY_ERROR")
+    index, name, code = r.u32("index"), r.text("name"), r.u32("code")
+    if code == 0:
+        raise r.fail("error code 0")
+    msg = r.bstr("message").decode("utf-8", "replace")
+    r.end()
+    return index, name, code, msg
+
+
+def encode_entry_error(index: int, name: str, code: int, message: str) -> bytes:
+    """ENTRY_ERROR: u32 index, str name, u32 code, str message."""
+    return encode_frame(ENTRY_ERROR, _U32.pack(index) + _str(_utf8(name)) + _U32.pack(code) + _str(_utf8(message)))
+
+
+def decode_summary(body: bytes) -> Tuple[int, int, int, int]:
+    """Decode a SUMMARY body: (entries, ok, failed, bytes); ok + failed must be entries."""
+    r = _Reader(body, "SUMMARY")
+    entries, ok, failed, nbytes = r.u32("entries"), r.u32("ok"), r.u32("failed"), r.u64("bytes")
+    r.end()
+    if ok + failed != entries:
+        raise r.fail(f"{entries} entries, {ok} ok and {failed} failed")
+    return entries, ok, failed, nbytes
+
+
+def encode_summary(entries: int, ok: int, failed: int, nbytes: int) -> bytes:
+    """SUMMARY: u32 entries, u32 ok, u32 failed, u64 bytes."""
+    return encode_frame(SUMMARY, _U32.pack(entries) + _U32.pack(ok) + _U32.pack(failed) + _U64.pack(nbytes))

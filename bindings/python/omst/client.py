@@ -27,11 +27,12 @@ import select
 import stat
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar, Union
 
-from . import _localfile, _wire
+from . import _localfile, _many, _wire
 from ._conn import Buffer, Connection
 from ._input import put_source
+from ._many import Entry, ManyResult
 from ._slurm import slurm_socket
 from ._wire import FrameType
 from .errors import (
@@ -58,10 +59,12 @@ __all__ = ["Client", "FileArg", "default_socket", "default_timeout", "PROTOCOL_V
 #: GET_FD, which get_into uses; version 5 adds PUT_FD and GET_TO_FD, which
 #: put_file, get_file, put_fd and get_to_fd use (below 5 they stream the
 #: bytes through PUT and GET instead); versions 3 and 4 add requests this
-#: client does not send. The handshake falls back along this list when the
+#: client does not send; version 7 adds GET_MANY and PUT_MANY, which
+#: get_many, iter_many, get_many_into and put_many use (below 7 they send
+#: one GET or PUT per name). The handshake falls back along this list when the
 #: daemon answers ERROR UNSUPPORTED_VERSION (a daemon that predates
 #: version 2).
-PROTOCOL_VERSIONS: Tuple[int, ...] = (6, 5, 2, 1)
+PROTOCOL_VERSIONS: Tuple[int, ...] = (7, 6, 5, 2, 1)
 
 #: Default per-operation socket timeout in seconds (each send or receive
 #: must make progress within it); OMST_TIMEOUT_MS overrides it.
@@ -740,6 +743,158 @@ class Client:
 
         big = len(dest) >= self.get_fd_min_size
         return self._run(lambda conn: self._download(conn, raw, dest_for, self.get_fd and big)).size
+
+    # --- many names in one request (protocol version 7) ---------------------------------
+
+    def get_many(self, names: Optional[Iterable[NameLike]] = None, *, prefix: Optional[NameLike] = None) -> ManyResult:
+        """Fetch many blobs in one request (GET_MANY): the names given, or
+        every name under prefix that the daemon lists ("job1/"; "" every
+        name). Returns a ManyResult: a dict name -> bytes of those fetched,
+        with ``errors`` (name -> OmstError: a missing name is NotFound, a
+        refused one Forbidden...) and ``summary``. One entry's error does not
+        stop the others; an error for the whole call (a bad prefix, the
+        connection lost) is raised. See :meth:`iter_many` for a stream."""
+        result = ManyResult()
+        for name, val in self.iter_many(names, prefix=prefix):
+            if isinstance(val, OmstError):
+                result.errors[name] = val
+            else:
+                result[name] = val
+        result._tally()
+        return result
+
+    def iter_many(self, names: Optional[Iterable[NameLike]] = None, *, prefix: Optional[NameLike] = None) -> Iterator[Entry]:
+        """Like :meth:`get_many`, but yield (name, bytes) or (name, error)
+        per entry as the daemon answers them (the order it has them ready,
+        not the order of names). The client is busy until the iterator is
+        exhausted; one abandoned early drops the connection."""
+        raws, praw = self._many_args(names, prefix)
+        return self._iter_many(raws, praw, lambda i, info: None)
+
+    def get_many_into(self, buffers: Mapping[NameLike, Any]) -> ManyResult:
+        """Fetch the blob of each name of buffers into its buffer (writable,
+        C-contiguous: bytearray, numpy array, mmap), in one request. Returns
+        a ManyResult of name -> size written; an entry whose blob's size
+        differs from its buffer's is SizeMismatch (its buffer untouched); one
+        that failed midway leaves its buffer with an unspecified mix."""
+        keys = list(buffers)
+        raws = [validate_name(k) for k in keys]
+        views = [_writable_view(buffers[k]) for k in keys]
+
+        def dest_for(i: int, info: Info) -> Optional[memoryview]:
+            if info.size != len(views[i]):
+                raise _many.size_error(info.name, info.size, len(views[i]))
+            return views[i]
+
+        result = ManyResult()
+        for name, val in self._iter_many(raws, None, dest_for, sizes=True):
+            if isinstance(val, OmstError):
+                result.errors[name] = val
+            else:
+                result[name] = val
+        result._tally()
+        return result
+
+    def put_many(self, items: Union[Mapping[NameLike, Any], Iterable[Tuple[NameLike, Any]]], chunk_size: int = 0) -> ManyResult:
+        """Store many blobs in one request (PUT_MANY): items is a mapping, or
+        pairs, of name -> bytes-like data. Returns a ManyResult of name ->
+        Info of those stored, ``errors`` for the others (a name refused, the
+        store full); each is stored or not on its own."""
+        validate_chunk_size(chunk_size)
+        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
+        result = ManyResult()
+        good: List[Tuple[bytes, memoryview]] = []
+        for name, data in pairs:
+            try:
+                raw = validate_name(name)
+            except OmstError as e:
+                result.errors[name if isinstance(name, str) else bytes(name).decode("utf-8", "replace")] = e
+                continue
+            mv = memoryview(data)
+            good.append((raw, mv if mv.c_contiguous and mv.format == "B" else memoryview(mv.tobytes())))
+        with self._lock:
+            version = self._connection().version
+        if version < _many.MANY_VERSION:
+            answers: List[Union[Info, OmstError]] = []
+            for raw, view in good:
+                try:
+                    answers.append(self.put_info(raw, view, chunk_size))
+                except (ConnectionLost, ProtocolError, Timeout):
+                    raise
+                except OmstError as e:
+                    answers.append(e)
+        else:
+            answers = self._run(lambda conn: _many.put_many_exchange(conn, good, chunk_size))
+        for (raw, _), val in zip(good, answers):
+            name = raw.decode("utf-8", "surrogateescape")
+            if isinstance(val, OmstError):
+                result.errors[name] = val
+            else:
+                result[name] = val
+        result._tally()
+        return result
+
+    @staticmethod
+    def _many_args(names: Optional[Iterable[NameLike]], prefix: Optional[NameLike]) -> Tuple[List[bytes], Optional[bytes]]:
+        if (names is None) == (prefix is None):
+            raise ValueError("give names or prefix=, not both")
+        if prefix is not None:
+            return [], validate_prefix(prefix)
+        if isinstance(names, (str, bytes)):
+            raise TypeError("names is a collection of names, not one name")
+        return [validate_name(n) for n in names], None  # type: ignore[union-attr]
+
+    def _iter_many(
+        self,
+        raws: List[bytes],
+        praw: Optional[bytes],
+        dest_for: Callable[[int, Info], Optional[memoryview]],
+        sizes: bool = False,
+    ) -> Iterator[Any]:
+        with self._lock:
+            version = self._connection().version
+        if version < _many.MANY_VERSION:
+            yield from self._iter_one_by_one(raws, praw, dest_for, sizes)
+            return
+        plan = [(0, [])] if praw is not None else list(_many.batches(raws))
+        flags = _wire.GET_MANY_BY_PREFIX if praw is not None else 0
+        for base, chunk in plan:
+            with self._lock:
+                conn = self._connection()
+                conn.begin()
+                done = False
+                try:
+                    conn.send([_wire.encode_get_many(flags, praw or b"", chunk)])
+                    for _, name, val, dest in _many.read_entries(conn, base, dest_for):
+                        if isinstance(val, OmstError) or dest is None:
+                            yield name, val
+                        elif sizes:
+                            yield name, val.size
+                        else:
+                            yield name, bytes(dest)
+                    done = True
+                finally:
+                    if not done:
+                        self._drop()
+
+    def _iter_one_by_one(
+        self, raws: List[bytes], praw: Optional[bytes], dest_for: Callable[[int, Info], Optional[memoryview]], sizes: bool
+    ) -> Iterator[Any]:
+        if praw is not None:
+            raws = [validate_name(i.name) for i in self.ls(praw)]
+        for i, raw in enumerate(raws):
+            name = raw.decode("utf-8", "surrogateescape")
+            try:
+                if sizes:
+                    view = dest_for(i, self.stat(raw))
+                    assert view is not None
+                    yield name, self.get_into(raw, view)
+                else:
+                    yield name, self.get(raw)
+            except (ConnectionLost, ProtocolError, Timeout):
+                raise
+            except OmstError as e:
+                yield name, e
 
     def _download(
         self, conn: Connection, raw: bytes, dest_for: Callable[[Info], memoryview], want_fd: bool
