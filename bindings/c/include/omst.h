@@ -38,9 +38,10 @@ extern "C" {
 #endif
 
 /* Protocol version this library asks for. It also works with older
- * daemons: below version 5 it streams the caller's files itself (PUT and
- * GET) instead of passing descriptors; below 2, without zero-copy. */
-#define OMST_PROTOCOL_VERSION 5
+ * daemons: below version 7 it sends one GET or PUT per name for the many
+ * names calls; below version 5 it streams the caller's files itself (PUT
+ * and GET) instead of passing descriptors; below 2, without zero-copy. */
+#define OMST_PROTOCOL_VERSION 7
 
 /* Longest name in bytes (names are UTF-8, '/'-separated, see the docs). */
 #define OMST_NAME_MAX 1024
@@ -208,6 +209,43 @@ int omst_get_start(omst_t *h, const char *name, void *buf, size_t size, omst_req
 int omst_test(omst_req_t *r, int *done);
 /* Wait for the request, free it, and return its result; info may be NULL. */
 int omst_wait(omst_req_t *r, omst_info_t *info);
+
+/* ---- Many names in one request (protocol version 7) -------------------- */
+
+/* One entry of omst_get_many, as its callback sees it. */
+typedef struct omst_entry {
+	size_t index;            /* position in names */
+	const char *name;        /* names[index] */
+	int status;              /* 0, or the entry's own error (OMST_ENOTFOUND, ...) */
+	const omst_info_t *info; /* the blob's info when status is 0, else NULL */
+} omst_entry_t;
+
+/* Called once per entry; data and size are the entry's verified bytes when
+ * status is 0 (valid only during the call). A non-zero return stops
+ * omst_get_many, which returns it (the connection is dropped). */
+typedef int (*omst_entry_cb)(void *arg, const omst_entry_t *e, const void *data, size_t size);
+
+/* Fetch names[0..n) in one request (GET_MANY): cb is called for each entry
+ * in the order the daemon has them ready, from the calling thread. An
+ * entry's error (a missing or refused name, a source that failed) is its
+ * own: the others go on. Returns 0 when every entry was delivered (*failed,
+ * if not NULL, counts those that failed), or the call's error (a bad name
+ * among names: OMST_EINVALIDNAME before anything is sent; the connection
+ * lost). On a daemon older than version 7, one GET per name. */
+int omst_get_many(omst_t *h, const char *const *names, size_t n, omst_entry_cb cb, void *arg, size_t *failed);
+/* Fetch names[i] into bufs[i] (sizes[i] bytes) in one request; status[i]
+ * is 0 or the entry's error (OMST_ESIZE when the blob's size differs: the
+ * buffer untouched; an entry that failed midway leaves its buffer with an
+ * unspecified mix). Returns as omst_get_many. */
+int omst_get_many_into(omst_t *h, const char *const *names, size_t n, void *const *bufs, const size_t *sizes,
+                       int *status, size_t *failed);
+/* Store data[i] (sizes[i] bytes) under names[i], for i < n, in one request
+ * (PUT_MANY); each is stored or not on its own: status[i] is 0 or its error
+ * (infos[i] its info if infos is not NULL). Returns 0 when the daemon
+ * answered every item, else the call's error. On a daemon older than
+ * version 7, one PUT per name. */
+int omst_put_many(omst_t *h, const char *const *names, const void *const *data, const size_t *sizes, size_t n,
+                  uint32_t chunk_size, int *status, omst_info_t *infos, size_t *failed);
 
 /* A static description of code. */
 const char *omst_strerror(int code);

@@ -407,6 +407,40 @@ void test_fake_version1(void)
 	fake_stop(&f);
 }
 
+static int many6_entry(void *arg, const omst_entry_t *e, const void *data, size_t size)
+{
+	int *ok = arg;
+	if (e->status == 0 && size == 100 && memcmp(data, pattern100, 100) == 0 && strcmp(e->name, e->info->name) == 0)
+		ok[e->index] = 1;
+	return 0;
+}
+
+/* A daemon of version 6: omst_get_many and omst_get_many_into send one
+ * STAT and GET per name, with the same entries. */
+void test_fake_many_version6(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_serve, 6, 0))
+		return;
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	const char *names[2] = {"x/1", "x/2"};
+	int ok[2] = {0, 0};
+	size_t failed = 9;
+	CHECK_RC(omst_get_many(h, names, 2, many6_entry, ok, &failed), 0);
+	CHECK(ok[0] && ok[1] && failed == 0);
+	uint8_t a[100], b[99];
+	void *bufs[2] = {a, b};
+	size_t sizes[2] = {100, 99};
+	int status[2];
+	CHECK_RC(omst_get_many_into(h, names, 2, bufs, sizes, status, &failed), 0);
+	CHECK_RC(status[0], 0);
+	CHECK_RC(status[1], OMST_ESIZE);
+	CHECK(failed == 1 && memcmp(a, pattern100, 100) == 0);
+	omst_close(h);
+	fake_stop(&f);
+}
+
 void test_fake_idle_close(void)
 {
 	struct fake f;

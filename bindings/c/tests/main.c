@@ -1181,6 +1181,9 @@ void test_file_fallback(void);
 void test_file_planted(void);
 void test_file_other_user(void);
 
+void test_many(void);
+void test_fake_many_version6(void);
+
 static const struct test tests[] = {
 	{"vectors", test_vectors, 0},
 	{"names", test_names, 0},
@@ -1191,6 +1194,7 @@ static const struct test tests[] = {
 	{"null_args", test_null_args, 0},
 	{"invalid_names", test_invalid_names, 0},
 	{"roundtrip", test_roundtrip, 0},
+	{"many", test_many, 0},
 	{"put_overwrite", test_put_overwrite, 0},
 	{"size_mismatch", test_size_mismatch, 0},
 	{"not_found", test_not_found, 0},
@@ -1206,6 +1210,7 @@ static const struct test tests[] = {
 	{"fake_timeout", test_fake_timeout, 0},
 	{"fake_truncated", test_fake_truncated, 0},
 	{"fake_version1", test_fake_version1, 0},
+	{"fake_many_version6", test_fake_many_version6, 0},
 	{"fake_idle_close", test_fake_idle_close, 0},
 	{"fake_fds", test_fake_fds, 0},
 	{"fake_garbage", test_fake_garbage, 0},
