@@ -18,7 +18,9 @@
 //	            then every chunk's bytes in order      follow, each ChunkLen(i) long
 //
 // The asker closes its side after the request; the peer closes after the
-// last answer. A peer that does not speak the protocol (an older daemon)
+// last answer. A relay first brings the blobs it does not hold from the
+// children they came up through, in batches of its own (Puller), so that a
+// root's request to a head finds its site's fresh results. A peer that does not speak the protocol (an older daemon)
 // fails the stream's negotiation, and the asker fetches every blob the
 // ordinary way.
 package batchfetch
@@ -59,6 +61,8 @@ const (
 	maxManifestLen = 4096
 	// streamTimeout bounds a request's stream.
 	streamTimeout = 30 * time.Second
+	// pullTimeout bounds a server's Puller for one request.
+	pullTimeout = 10 * time.Second
 )
 
 // Answers of the reply.
@@ -218,18 +222,26 @@ func appendAnswer(dst []byte, s Store, id cid.Cid) []byte {
 
 // --- serving ---------------------------------------------------------------
 
+// Puller brings into the store, if it can, the blobs of ids that asker
+// asked for and the store does not hold (a relay: from the children they
+// came up through, in batches), before they are answered; it returns when
+// it is done or ctx ends.
+type Puller func(ctx context.Context, asker peer.ID, ids []cid.Cid)
+
 // Server answers batch requests from a node's store.
 type Server struct {
 	store Store
+	pull  Puller
 	log   *slog.Logger
 }
 
-// Serve registers the protocol's handler on h, answering from s.
-func Serve(h host.Host, s Store, log *slog.Logger) *Server {
+// Serve registers the protocol's handler on h, answering from s, after
+// pull (nil: none) was given the IDs s does not hold.
+func Serve(h host.Host, s Store, pull Puller, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv := &Server{store: s, log: log}
+	srv := &Server{store: s, pull: pull, log: log}
 	h.SetStreamHandler(Proto, srv.handle)
 	return srv
 }
@@ -242,6 +254,19 @@ func (srv *Server) handle(st network.Stream) {
 		srv.log.Debug("batch fetch: bad request", "peer", st.Conn().RemotePeer(), "err", err)
 		st.Reset()
 		return
+	}
+	if srv.pull != nil {
+		var missing []cid.Cid
+		for _, id := range ids {
+			if !srv.store.HasBlob(id) {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
+			srv.pull(ctx, st.Conn().RemotePeer(), missing)
+			cancel()
+		}
 	}
 	w := bufio.NewWriterSize(st, 64<<10)
 	var buf []byte

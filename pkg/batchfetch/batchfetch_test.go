@@ -99,7 +99,7 @@ func blobBytes(t *testing.T, s *cache.Store, id cid.Cid) []byte {
 func TestFetchInline(t *testing.T) {
 	src, dst := newHost(t), newHost(t)
 	ss, ds := newStore(t), newStore(t)
-	Serve(src, ss, nil)
+	Serve(src, ss, nil, nil)
 	connect(t, dst, src)
 	var ids []cid.Cid
 	want := map[cid.Cid][]byte{}

@@ -334,7 +334,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("transfer: %w", err)
 	}
 	// Small blobs asked many at once (GET_MANY's gather, openmany.go).
-	batchfetch.Serve(n.host, n.store, cfg.Logger)
+	batchfetch.Serve(n.host, n.store, n.pullSmall, cfg.Logger)
 	if err = started("joining the tree"); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/omst-project/omst/pkg/batchfetch"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/rpcbridge"
+	"github.com/omst-project/omst/pkg/transfer"
 )
 
 // The node's batch get (rpcbridge.ManyBackend, GET_MANY): before opening
@@ -93,13 +94,40 @@ func (n *Node) prefetchSmall(ctx context.Context, names []string) {
 		}
 		recs = append(recs, rec)
 	}
-	groups := planSmall(recs, n.store.HasBlob, func(id cid.Cid) (peer.ID, bool) {
-		srcs := n.tree.Sources(id, "")
+	n.batchFrom(ctx, planSmall(recs, n.store.HasBlob, n.firstSource("")))
+}
+
+// firstSource returns the first tree source of a blob, never exclude.
+func (n *Node) firstSource(exclude peer.ID) func(cid.Cid) (peer.ID, bool) {
+	return func(id cid.Cid) (peer.ID, bool) {
+		srcs := n.tree.Sources(id, exclude)
 		if len(srcs) == 0 {
 			return "", false
 		}
 		return srcs[0].ID, true
-	})
+	}
+}
+
+// pullSmall is the node's batchfetch.Puller: the blobs asker wants that
+// came up through a child of this node (a head's site's results, which it
+// may not have copied yet) are asked of those children in one batch each.
+// Blobs whose only sources are asker or this node's parents are left out:
+// a relay pulls from below only, so requests never loop.
+func (n *Node) pullSmall(ctx context.Context, asker peer.ID, ids []cid.Cid) {
+	groups := map[peer.ID][]cid.Cid{}
+	for _, id := range ids {
+		for _, s := range n.tree.Sources(id, asker) {
+			if s.Kind == transfer.KindChild {
+				groups[s.ID] = append(groups[s.ID], id)
+			}
+			break
+		}
+	}
+	n.batchFrom(ctx, groups)
+}
+
+// batchFrom asks every source of groups for its blobs at once.
+func (n *Node) batchFrom(ctx context.Context, groups map[peer.ID][]cid.Cid) {
 	var wg sync.WaitGroup
 	for p, ids := range groups {
 		wg.Add(1)

@@ -24,14 +24,34 @@ import (
 // right, the 80 small ones inline in one batch per head (counted); the
 // big ones the ordinary way. With site b's head not speaking the batch
 // protocol (an older daemon), its results come the ordinary way and
-// a's still inline.
+// a's still inline. With heads that have not copied their workers' results
+// (NoReplicate: as just after the puts), each head pulls them from its
+// worker in one batch of its own, and all 80 still come inline.
 func TestGetManyGather(t *testing.T) {
-	for _, oldB := range []bool{false, true} {
-		t.Run(fmt.Sprintf("oldB=%v", oldB), func(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		oldB, fresh bool
+	}{{"heads hold", false, false}, {"b old", true, false}, {"heads pull", false, true}} {
+		oldB, fresh := c.oldB, c.fresh
+		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			root := startNode(t, filepath.Join(dir, "root"), "", "")
-			ha := startNode(t, filepath.Join(dir, "ha"), root.Addrs()[0], "a")
-			hb := startNode(t, filepath.Join(dir, "hb"), root.Addrs()[0], "b")
+			head := func(home, site string) *Node {
+				if !fresh {
+					return startNode(t, home, root.Addrs()[0], site)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				n, err := Start(ctx, Config{Home: home, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Parent: root.Addrs()[0],
+					Site: site, NoReplicate: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { n.Close() })
+				return n
+			}
+			ha := head(filepath.Join(dir, "ha"), "a")
+			hb := head(filepath.Join(dir, "hb"), "b")
 			wa := startNode(t, filepath.Join(dir, "wa"), ha.Addrs()[0], "a")
 			wb := startNode(t, filepath.Join(dir, "wb"), hb.Addrs()[0], "b")
 			if oldB {
@@ -74,7 +94,8 @@ func TestGetManyGather(t *testing.T) {
 					want[name], ids = b, append(ids, id)
 				}
 			}
-			// The root knows every name, and the heads hold their sites'.
+			// The root knows every name, and the heads hold their sites'
+			// (none with NoReplicate).
 			for {
 				recs, _ := root.store.List("job/")
 				held := 0
@@ -83,7 +104,7 @@ func TestGetManyGather(t *testing.T) {
 						held++
 					}
 				}
-				if len(recs) == 82 && held == 82 {
+				if len(recs) == 82 && (held == 82 || fresh && held == 0) {
 					break
 				}
 				if ctx.Err() != nil {
