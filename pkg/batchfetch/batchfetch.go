@@ -255,8 +255,9 @@ func (srv *Server) handle(st network.Stream) {
 		st.Reset()
 		return
 	}
+	start := time.Now()
+	var missing []cid.Cid
 	if srv.pull != nil {
-		var missing []cid.Cid
 		for _, id := range ids {
 			if !srv.store.HasBlob(id) {
 				missing = append(missing, id)
@@ -279,7 +280,10 @@ func (srv *Server) handle(st network.Stream) {
 	}
 	if err := w.Flush(); err != nil {
 		st.Reset()
+		return
 	}
+	srv.log.Debug("batch fetch: served", "peer", st.Conn().RemotePeer(), "asked", len(ids), "pulled", len(missing),
+		"took", time.Since(start).Round(time.Millisecond))
 }
 
 // --- asking ------------------------------------------------------------------

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -57,11 +58,19 @@ func (n *Node) OpenMany(ctx context.Context, names []string, each func(int, rpcb
 	return ctx.Err()
 }
 
-// smallWant is a blob worth asking in a batch: small, not held here, and
-// a source to ask.
-type smallWant struct {
-	id  cid.Cid
-	src peer.ID
+// ListNames returns the names under prefix that List would (this node's
+// own, those announced from below, those looked up), without List's
+// fetches of missing manifests (rpcbridge.NameLister, GET_MANY by prefix).
+func (n *Node) ListNames(ctx context.Context, prefix string) ([]string, error) {
+	recs, err := n.store.List(prefix)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(recs))
+	for i, r := range recs {
+		names[i] = r.Name
+	}
+	return names, nil
 }
 
 // planSmall decides which of recs to ask in batches, grouped by the first
@@ -133,6 +142,7 @@ func (n *Node) batchFrom(ctx context.Context, groups map[peer.ID][]cid.Cid) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			res, err := batchfetch.Fetch(ctx, n.host, p, n.store, ids)
 			stored := 0
 			for _, ok := range res.Stored {
@@ -141,7 +151,8 @@ func (n *Node) batchFrom(ctx context.Context, groups map[peer.ID][]cid.Cid) {
 				}
 			}
 			n.batchInline.Add(uint64(stored))
-			n.log.Debug("get many: batch", "source", p, "asked", len(ids), "inline", stored, "bytes", res.Bytes, "err", err)
+			n.log.Debug("get many: batch", "source", p, "asked", len(ids), "inline", stored, "bytes", res.Bytes,
+				"took", time.Since(start).Round(time.Millisecond), "err", err)
 		}()
 	}
 	wg.Wait()

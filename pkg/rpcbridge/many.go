@@ -93,6 +93,14 @@ type ManyBackend interface {
 	OpenMany(ctx context.Context, names []string, each func(i int, info Info, rc io.ReadCloser, err error)) error
 }
 
+// NameLister is an optional extension of Backend: the names under a
+// prefix, as List gives them, without the work List does for each
+// entry's Info (a node fetches missing manifests for their chunk sizes).
+// GET_MANY by prefix uses it when the Backend has it.
+type NameLister interface {
+	ListNames(ctx context.Context, prefix string) ([]string, error)
+}
+
 // --- wire -------------------------------------------------------------------
 
 // appendGetManyReq appends a GET_MANY body.

@@ -127,6 +127,32 @@ func TestGetManyPrefix(t *testing.T) {
 	}
 }
 
+// namesBackend is memBackend with ListNames, which answers without List.
+type namesBackend struct {
+	*memBackend
+	listed int
+}
+
+func (b *namesBackend) ListNames(ctx context.Context, prefix string) ([]string, error) {
+	b.listed++
+	return []string{prefix + "x", prefix + "y"}, nil
+}
+
+// TestGetManyUsesNameLister: by prefix, a Backend's ListNames gives the
+// names (a node's List fetches missing manifests, which GET_MANY does
+// not need), not List.
+func TestGetManyUsesNameLister(t *testing.T) {
+	b := &namesBackend{memBackend: newMem()}
+	b.store("p/x", []byte("1"), PutOptions{})
+	b.store("p/y", []byte("22"), PutOptions{})
+	b.store("p/z", []byte("not listed by ListNames"), PutOptions{})
+	ts := startServer(t, b, ServerOptions{})
+	_, data, sum, err := collect(t, dial(t, ts.path), ManyRequest{Prefix: "p/", ByPrefix: true})
+	if err != nil || sum.OK != 2 || len(data) != 2 || b.listed != 1 {
+		t.Fatalf("%+v %v, ListNames called %d times", sum, err, b.listed)
+	}
+}
+
 // TestGetManyEntryFailsMidway: a blob whose reader fails after its first
 // bytes: a streamed one gets ENTRY, some DATA, then its ENTRY_ERROR (the
 // client's reader returns the error, not io.EOF); a buffered one only its

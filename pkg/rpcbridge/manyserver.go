@@ -161,13 +161,18 @@ func (sc *conn) getMany(ctx context.Context, cancel context.CancelFunc, body []b
 		if err := blob.ValidatePrefix(prefix); err != nil {
 			return sc.sendError(&Error{Code: CodeInvalidName, Message: err.Error()})
 		}
-		infos, err := sc.s.b.List(ctx, prefix)
+		if nl, ok := sc.s.b.(NameLister); ok {
+			names, err = nl.ListNames(ctx, prefix)
+		} else {
+			var infos []Info
+			infos, err = sc.s.b.List(ctx, prefix)
+			names = make([]string, len(infos))
+			for i := range infos {
+				names[i] = infos[i].Name
+			}
+		}
 		if err != nil {
 			return sc.sendError(errorFor(err))
-		}
-		names = make([]string, len(infos))
-		for i := range infos {
-			names[i] = infos[i].Name
 		}
 	}
 	w := &manyWriter{sc: sc, cancel: cancel}
