@@ -24,7 +24,7 @@ import (
 // ordinary way by their opens.
 
 // openManyParallel is how many names OpenMany opens at once.
-const openManyParallel = 64
+const openManyParallel = 128
 
 // OpenMany opens names (checked by the caller) and calls each once per
 // name, never twice at once, with its info and reader, or its error.
