@@ -42,7 +42,9 @@ type config struct {
 	workersPerSite int
 	blobSize       int64
 	resultSize     int64
-	rmNames        int // rmprefix: names put in all under rmjob/
+	rmNames        int   // rmprefix: names put in all under rmjob/
+	smallCount     int   // smallgather: results per worker (and inputs in all: as many as the results)
+	smallSize      int64 // smallgather: bytes of each
 	chunkSize      int64
 	mode           string
 	seed           int64
@@ -85,7 +87,7 @@ type config struct {
 }
 
 // defaultBlobSize per case, as in manifest.toml.
-var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0", "rmprefix": "0", "taskfarm": "16MiB"}
+var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0", "rmprefix": "0", "taskfarm": "16MiB", "smallgather": "0"}
 
 // defaultResultSize per case, as in manifest.toml.
 var defaultResultSize = map[string]string{"dht": "16MiB", "taskfarm": "1MiB"}
@@ -124,6 +126,8 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		keepHome:       p.bool("keep_home", false),
 		grid:           p.bool("grid", false),
 		rmNames:        p.int("rm_names", 10000),
+		smallCount:     p.int("small_count", 128),
+		smallSize:      p.size("small_size", "16KiB"),
 	}
 	if p.err != nil {
 		return nil, p.err
@@ -144,6 +148,9 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 	}
 	if c.grid && c.topology == topologyFlat {
 		return nil, fmt.Errorf("param grid=true needs topology=tree: a join token is redeemed through --parent, which a flat cluster has not")
+	}
+	if re.TestCase == "smallgather" && (c.smallCount < 1 || c.smallSize < 1 || c.sites*c.workersPerSite < 1) {
+		return nil, fmt.Errorf("param small_count=%d, small_size=%d: want at least 1 each, and at least one worker", c.smallCount, c.smallSize)
 	}
 	if re.TestCase == "dht" && (c.puttersPerSite < 0 || c.puttersPerSite > c.workersPerSite) {
 		return nil, fmt.Errorf("param putters_per_site=%d: want 0 (every worker) .. workers_per_site=%d", c.puttersPerSite, c.workersPerSite)

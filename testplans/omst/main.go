@@ -1,6 +1,6 @@
 // Command omst is the testground plan for omst: a root, one head node per
 // site and workers, each instance one host running its own `omst daemon`.
-// Test cases: broadcast, gather, failover, churn, dht, rmprefix, taskfarm (see README.md and
+// Test cases: broadcast, gather, failover, churn, dht, rmprefix, smallgather, taskfarm (see README.md and
 // manifest.toml).
 package main
 
@@ -25,13 +25,14 @@ func main() {
 		os.Unsetenv("INFLUXDB_URL")
 	}
 	run.InvokeMap(map[string]interface{}{
-		"broadcast": testCase(broadcastCase{}),
-		"gather":    testCase(gatherCase{}),
-		"failover":  testCase(failoverCase{}),
-		"churn":     testCase(churnCase{}),
-		"dht":       testCase(dhtCase{}),
-		"rmprefix":  testCase(rmprefixCase{}),
-		"taskfarm":  testCase(&taskfarmCase{}),
+		"broadcast":   testCase(broadcastCase{}),
+		"gather":      testCase(gatherCase{}),
+		"failover":    testCase(failoverCase{}),
+		"churn":       testCase(churnCase{}),
+		"dht":         testCase(dhtCase{}),
+		"rmprefix":    testCase(rmprefixCase{}),
+		"smallgather": testCase(smallgatherCase{}),
+		"taskfarm":    testCase(&taskfarmCase{}),
 	})
 	if failed.Load() {
 		os.Exit(1)
