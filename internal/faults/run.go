@@ -32,6 +32,7 @@ var Cases = []Case{
 	{"cache-cap", "puts and gets of blobs larger than a daemon's --cache-size", caseCacheCap},
 	{"parent-restart", "kill -9 the root while workers hold sessions, restart it with the same identity", caseParentRestart},
 	{"rmprefix-kill", "kill -9 a node while the root removes a prefix everywhere; on restart it forgets the names too", caseRemovePrefixKill},
+	{"gather-kill", "kill -9 a head while the root gathers its site's small results with get -r: exact files or none, the rest come", caseGatherKill},
 	{"push-kill", "kill -9 the root while it pushes a blob's first chunks to a head, then the head while it takes them", casePushKill},
 	{"sibling-kill", "kill -9 a worker while its siblings fetch chunks from it during a broadcast", caseSiblingKill},
 	{"worker-stop", "SIGSTOP a worker for 10 s mid-broadcast while its siblings fetch chunks from it, then SIGCONT", caseWorkerStop},
