@@ -28,6 +28,9 @@ const openManyParallel = 128
 
 // OpenMany opens names (checked by the caller) and calls each once per
 // name, never twice at once, with its info and reader, or its error.
+// Opening is parallel, handing over serial: on the emulated grid letting
+// openManyParallel calls of each run at once (each reading its blob) was
+// slower, a worker's 1,024 inputs 1.9-2.9 s against 1.7-1.9 s.
 func (n *Node) OpenMany(ctx context.Context, names []string, each func(int, rpcbridge.Info, io.ReadCloser, error)) error {
 	n.prefetchSmall(ctx, names)
 	var mu sync.Mutex

@@ -86,10 +86,10 @@ type ManySummary struct {
 // is served by Opens run in parallel.
 type ManyBackend interface {
 	// OpenMany opens the blobs of names (checked with blob.ValidateName)
-	// and calls each once per name, from any goroutine but never twice at
-	// once, with the name's index, and its info and a reader of its
-	// verified bytes (which each closes), or the name's error. It returns
-	// when every name had its call, or ctx ended.
+	// and calls each once per name, from any goroutine, possibly several
+	// at once, with the name's index, and its info and a reader of its
+	// verified bytes (which each reads and closes), or the name's error.
+	// It returns when every name had its call, or ctx ended.
 	OpenMany(ctx context.Context, names []string, each func(i int, info Info, rc io.ReadCloser, err error)) error
 }
 
