@@ -153,6 +153,29 @@ func TestGetManyUsesNameLister(t *testing.T) {
 	}
 }
 
+// TestGetManyCallbackStops: an error from the callback stops GetMany,
+// which returns it and drops the connection; the next call reconnects.
+func TestGetManyCallbackStops(t *testing.T) {
+	m := newMem()
+	for i := range 50 {
+		m.store(fmt.Sprintf("s/%02d", i), manyData(i, 300<<10), PutOptions{})
+	}
+	ts := startServer(t, m, ServerOptions{})
+	c := dial(t, ts.path)
+	stop := errors.New("enough")
+	n := 0
+	_, err := c.GetMany(context.Background(), ManyRequest{Prefix: "s/", ByPrefix: true}, func(e ManyEntry, r io.Reader) error {
+		n++
+		return stop
+	})
+	if !errors.Is(err, stop) || n != 1 {
+		t.Fatalf("%v after %d entries", err, n)
+	}
+	if _, data, sum, err := collect(t, c, ManyRequest{Names: []string{"s/07"}}); err != nil || sum.OK != 1 || !bytes.Equal(data["s/07"], manyData(7, 300<<10)) {
+		t.Fatalf("after: %+v %v", sum, err)
+	}
+}
+
 // TestGetManyEntryFailsMidway: a blob whose reader fails after its first
 // bytes: a streamed one gets ENTRY, some DATA, then its ENTRY_ERROR (the
 // client's reader returns the error, not io.EOF); a buffered one only its

@@ -151,3 +151,16 @@ def test_v7_vectors(v: Vector) -> None:
     r.done()
     assert enc.hex() == v.hex
     assert INFO_KEYS  # the INFO keys of ENTRY are test_vectors.py's
+
+
+def test_iter_many_abandoned(plain_client: omst.Client, ns: str) -> None:
+    # An iterator left after its first entry drops the connection (the
+    # rest of the reply is not read); the next call works on a new one.
+    c = plain_client
+    c.put_many({f"{ns}/{i}": bytes([i]) * 100 for i in range(20)})
+    it = c.iter_many(prefix=f"{ns}/")
+    name, data = next(it)
+    assert data == bytes([int(name.rsplit("/", 1)[1])]) * 100
+    it.close()
+    assert c.get(f"{ns}/3") == bytes([3]) * 100
+    assert len(c.get_many(prefix=f"{ns}/")) == 20
