@@ -176,6 +176,45 @@ func TestGetManyCallbackStops(t *testing.T) {
 	}
 }
 
+// refusingBackend refuses every name under no/: puts and opens FORBIDDEN.
+type refusingBackend struct{ *memBackend }
+
+func (b refusingBackend) Put(ctx context.Context, name string, r io.Reader, opts PutOptions) (Info, error) {
+	if strings.HasPrefix(name, "no/") {
+		io.Copy(io.Discard, r)
+		return Info{}, fmt.Errorf("put %q: outside this node's prefixes: %w", name, blob.ErrForbidden)
+	}
+	return b.memBackend.Put(ctx, name, r, opts)
+}
+
+func (b refusingBackend) Open(ctx context.Context, name string) (Info, io.ReadCloser, error) {
+	if strings.HasPrefix(name, "no/") {
+		return Info{}, nil, fmt.Errorf("get %q: %w", name, blob.ErrForbidden)
+	}
+	return b.memBackend.Open(ctx, name)
+}
+
+// TestManyRefused: a refused name in a batch is that entry's FORBIDDEN
+// (errors.Is blob.ErrForbidden), in a PUT_MANY and a GET_MANY; the others
+// are stored and fetched.
+func TestManyRefused(t *testing.T) {
+	m := newMem()
+	ts := startServer(t, refusingBackend{m}, ServerOptions{})
+	c := dial(t, ts.path)
+	one := func(name, data string) PutItem {
+		return PutItem{Name: name, Size: uint64(len(data)), Open: func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(data)), nil }}
+	}
+	es, sum, err := c.PutMany(context.Background(), []PutItem{one("ok/1", "a"), one("no/2", "b"), one("ok/3", "c")}, PutOptions{})
+	if err != nil || sum.OK != 2 || sum.Failed != 1 || !errors.Is(es[1].Err, blob.ErrForbidden) || es[0].Err != nil || es[2].Err != nil {
+		t.Fatalf("put: %+v %v %+v", sum, err, es)
+	}
+	m.store("no/x", []byte("secret"), PutOptions{})
+	entries, data, sum, err := collect(t, c, ManyRequest{Names: []string{"ok/1", "no/x", "ok/3"}})
+	if err != nil || sum.OK != 2 || sum.Failed != 1 || !errors.Is(entries["no/x"].Err, blob.ErrForbidden) || string(data["ok/3"]) != "c" {
+		t.Fatalf("get: %+v %v %+v", sum, err, entries)
+	}
+}
+
 // TestGetManyEntryFailsMidway: a blob whose reader fails after its first
 // bytes: a streamed one gets ENTRY, some DATA, then its ENTRY_ERROR (the
 // client's reader returns the error, not io.EOF); a buffered one only its
