@@ -315,6 +315,25 @@ func TestPutMany(t *testing.T) {
 	}
 }
 
+// TestPutManySameName: a name put twice in one batch holds the later
+// item's bytes, whatever the daemon's parallelism.
+func TestPutManySameName(t *testing.T) {
+	m := newMem()
+	ts := startServer(t, m, ServerOptions{})
+	c := dial(t, ts.path)
+	var items []PutItem
+	for i := range 20 {
+		b := manyData(i, 1000)
+		items = append(items, PutItem{Name: "same", Size: uint64(len(b)), Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }})
+	}
+	if _, sum, err := c.PutMany(context.Background(), items, PutOptions{}); err != nil || sum.OK != 20 {
+		t.Fatalf("%+v %v", sum, err)
+	}
+	if b, _ := m.lookup("same"); !bytes.Equal(b.data, manyData(19, 1000)) {
+		t.Fatal("not the last item's bytes")
+	}
+}
+
 // TestManyOldDaemon: a connection of version 6 is refused GET_MANY and
 // PUT_MANY (BAD_REQUEST naming version 7), and the client falls back to a
 // GET or PUT per name on it, with the same entries.

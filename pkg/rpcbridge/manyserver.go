@@ -257,6 +257,7 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 		entries []ManyEntry
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, manyParallel)
+		seen    = map[string]bool{} // names put in this batch
 	)
 	record := func(e ManyEntry) {
 		mu.Lock()
@@ -319,6 +320,11 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 					record(ManyEntry{Index: index, Name: name, Err: &Error{Code: CodeAborted, Message: fmt.Sprintf("put %q: aborted by the client", name)}})
 					continue
 				}
+				if seen[name] {
+					// The same name again: its puts land in batch order.
+					wg.Wait()
+				}
+				seen[name] = true
 				sem <- struct{}{}
 				wg.Add(1)
 				go func(index int, name string) {
@@ -331,6 +337,8 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 			}
 			var info Info
 			if perr == nil {
+				wg.Wait() // earlier items of the same name land first
+				seen[name] = true
 				info, perr = sc.s.b.Put(ctx, name, ir, opts)
 			}
 			if ir.rem > 0 && ir.err == nil {
