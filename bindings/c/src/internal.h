@@ -360,6 +360,8 @@ unsigned conn_drop_fds(struct omst_conn *c);
 int conn_idle_ok(struct omst_conn *c);
 /* Marks c broken and returns code. */
 int conn_break(struct omst_conn *c, int code);
+/* Decodes an ERROR body: its code, the message the thread's (ops.c). */
+int error_reply(struct omst_conn *c, const uint8_t *body, size_t len);
 
 /* ---- buf.c -------------------------------------------------------------- */
 

@@ -100,15 +100,7 @@ static int op_get_many(struct omst_conn *c, const char *const *names, size_t bas
 		if ((e = conn_read_body(c, len, &b)) != 0)
 			return e;
 		if (type == FT_ERROR) {
-			uint32_t code;
-			struct w_str msg;
-			if (w_dec_error(b, len, &code, &msg))
-				return conn_break(c, omst_fail(OMST_EPROTO, "malformed ERROR frame from the daemon"));
-			e = omst_code_from_wire(code);
-			omst_fail_msg(e, (const char *)msg.p, msg.n);
-			if (e == OMST_EBADREQUEST || e == OMST_EINTERNAL)
-				c->broken = 1;
-			return e;
+			return error_reply(c, b, len);
 		}
 		first = 0;
 		if (type == FT_SUMMARY) {
@@ -371,15 +363,7 @@ static int op_put_many(struct omst_conn *c, const char *const *names, const void
 		if ((e = conn_read_body(c, len, &b)) != 0)
 			return e;
 		if (type == FT_ERROR && first) {
-			uint32_t code;
-			struct w_str msg;
-			if (w_dec_error(b, len, &code, &msg))
-				return conn_break(c, omst_fail(OMST_EPROTO, "malformed ERROR frame from the daemon"));
-			e = omst_code_from_wire(code);
-			omst_fail_msg(e, (const char *)msg.p, msg.n);
-			if (e == OMST_EBADREQUEST || e == OMST_EINTERNAL)
-				c->broken = 1;
-			return e;
+			return error_reply(c, b, len);
 		}
 		first = 0;
 		if (type == FT_SUMMARY)

@@ -48,8 +48,8 @@ static int no_fds(struct omst_conn *c)
 }
 
 /* Decodes an ERROR body and returns its code (the message becomes the
- * thread's message). */
-static int error_reply(struct omst_conn *c, const uint8_t *body, size_t len)
+ * thread's message); a BADREQUEST or INTERNAL marks the connection broken. */
+int error_reply(struct omst_conn *c, const uint8_t *body, size_t len)
 {
 	uint32_t code;
 	struct w_str msg;
