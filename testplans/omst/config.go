@@ -45,6 +45,8 @@ type config struct {
 	rmNames        int   // rmprefix: names put in all under rmjob/
 	smallCount     int   // smallgather: results per worker (and inputs in all: as many as the results)
 	smallSize      int64 // smallgather: bytes of each
+	rmSize         int64 // rmprefix: bytes of each name's blob (0: the name itself)
+	rmParallel     int   // rmprefix: puts in flight per worker
 	chunkSize      int64
 	mode           string
 	seed           int64
@@ -128,6 +130,8 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		rmNames:        p.int("rm_names", 10000),
 		smallCount:     p.int("small_count", 128),
 		smallSize:      p.size("small_size", "16KiB"),
+		rmSize:         p.size("rm_size", "0"),
+		rmParallel:     p.int("rm_parallel", 1),
 	}
 	if p.err != nil {
 		return nil, p.err
