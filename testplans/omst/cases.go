@@ -847,7 +847,16 @@ func (rmprefixCase) prepare(ctx context.Context, in *instance) error {
 		first := time.Now()
 		for range max(in.cfg.rmParallel, 1) {
 			go func() {
-				var err error
+				// One API connection per put in flight (a connection
+				// serialises its requests).
+				cl, err := in.d.dial()
+				if err != nil {
+					for range names {
+					}
+					errs <- err
+					return
+				}
+				defer cl.Close()
 				for k := range names {
 					if err != nil {
 						continue
@@ -857,7 +866,7 @@ func (rmprefixCase) prepare(ctx context.Context, in *instance) error {
 					if in.cfg.rmSize > 0 {
 						body = io.LimitReader(rand.NewChaCha8(seedFor(name)), in.cfg.rmSize)
 					}
-					if _, perr := in.d.client.Put(ctx, name, body, rpcbridge.PutOptions{}); perr != nil {
+					if _, perr := cl.Put(ctx, name, body, rpcbridge.PutOptions{}); perr != nil {
 						err = fmt.Errorf("put %s: %w", name, perr)
 					}
 				}
