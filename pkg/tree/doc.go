@@ -10,17 +10,22 @@
 //	/omst/tree/1.1.0   child -> parent session: HELLO, WELCOME or
 //	                   REFUSED, PING/PONG (1.0.0, without REFUSED, is
 //	                   served too)
-//	/omst/names/1.2.0  LOOKUP (the reply carries the manifest when small),
+//	/omst/names/1.3.0  LOOKUP (the reply carries the manifest when small),
 //	                   LOOKUP_GET (the same, followed across sites by the
 //	                   blob's first chunks: PUSH, CHUNK), ANNOUNCE,
-//	                   PREHEAT (parent -> child); one request per stream.
-//	                   1.1.0 (no LOOKUP_GET) is served too.
+//	                   ANNOUNCE_BATCH (many records, with small manifests:
+//	                   BATCH_ACK, an entry per record), PREHEAT (parent ->
+//	                   child), RULE and SYNC_RULES (namespace rules); one
+//	                   request per stream. 1.2.0 (no ANNOUNCE_BATCH, no
+//	                   rules) and 1.1.0 (no LOOKUP_GET either) are served
+//	                   too, and spoken to peers that know no newer one.
 //
 // Files: tree.go (Config, Tree, Status), keeper.go (the parent session and
 // the child registry), parentchoice.go (the keeper's decisions as plain
 // code), roles.go (who may be a child, which records a child's ANNOUNCE
-// routes, in a closed grid: plain code), names.go (Lookup, Announce),
-// push.go (chunks pushed with a LOOKUP_GET's answer), sources.go (the
+// routes, in a closed grid: plain code), names.go (Lookup, Preheat),
+// announce.go (Announce, the batching queue, the re-announce), rules.go
+// (namespace rules), push.go (chunks pushed with a LOOKUP_GET's answer), sources.go (the
 // transfer.Provider), wire.go (encoders and decoders).
 //
 // Invariants:
@@ -40,6 +45,12 @@
 //   - Every record that originated in a node's subtree (put there, or
 //     announced by a child) is re-announced to the parent each time the
 //     parent session is (re)established, so a parent restart loses nothing.
+//   - A node has at most one ANNOUNCE_BATCH to its parent in flight; the
+//     records queued meanwhile make the next one, so nothing waits on a
+//     timer. A relay answers a child's batch once the records new to it
+//     have gone up (or half the request timeout passed): when Announce
+//     returns nil the root has the name, unless a relay on the way could
+//     not pass it on (logged there, repaired by its re-announce).
 //   - Decoders are pure, check every length against an explicit limit
 //     before allocating, reject invalid names (blob.ValidateName), and
 //     never panic; a malformed message gets an error reply and the stream

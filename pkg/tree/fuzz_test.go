@@ -170,3 +170,60 @@ func FuzzDecodeRuleMessages(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeAnnounceBatch(f *testing.F) {
+	m := &blob.Manifest{Size: 3, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{1}}}
+	r := blob.Record{Name: "job/a", ID: m.CID(), Size: 3, Time: 1, Origin: "o"}
+	for _, b := range [][]byte{
+		encodeAnnounceBatch([]batchEntry{{Record: r}}),
+		encodeAnnounceBatch([]batchEntry{{Record: r, Manifest: m.Encode()}, {Record: r}}),
+		{0, 0},
+		{0xff, 0xff, 0, 1, 'x'},
+	} {
+		if _, p, err := decodeFrame(b); err == nil {
+			b = p
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		entries, err := decodeAnnounceBatch(b)
+		if err != nil {
+			return
+		}
+		if len(entries) == 0 || len(entries) > MaxBatchRecords {
+			t.Fatalf("%d entries accepted", len(entries))
+		}
+		for _, e := range entries {
+			if len(e.Manifest) > maxBatchManifest || blob.ValidateName(e.Record.Name) != nil {
+				t.Fatal("an entry over its limits")
+			}
+		}
+		again, err := decodeAnnounceBatch(encodeAnnounceBatch(entries)[frameHeaderLen:])
+		if err != nil || len(again) != len(entries) {
+			t.Fatalf("re-encoded batch does not decode: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeBatchAck(f *testing.F) {
+	f.Add(encodeBatchAck([]entryResult{{}, refusedEntry(errors.New("forged")), {}})[frameHeaderLen:])
+	f.Add([]byte{0, 1, 2})
+	f.Add([]byte{0, 2, 1, 0, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := decodeBatchAck(b)
+		if err != nil {
+			return
+		}
+		if len(res) == 0 || len(res) > MaxBatchRecords {
+			t.Fatalf("%d entries accepted", len(res))
+		}
+		for _, e := range res {
+			if len(e.Message) > maxEntryMsg || (!e.Refused && (e.Code != 0 || e.Message != "")) {
+				t.Fatalf("entry %+v over its limits", e)
+			}
+		}
+		if !bytes.Equal(encodeBatchAck(res)[frameHeaderLen:], b) {
+			t.Fatal("BATCH_ACK not canonical")
+		}
+	})
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/internal/memstore"
@@ -65,6 +66,12 @@ type nodeCfg struct {
 }
 
 type nodeOpt func(*nodeCfg)
+
+// speaks makes a node of an older names version: it serves and asks with
+// only protos.
+func speaks(protos ...protocol.ID) nodeOpt {
+	return func(c *nodeCfg) { c.namesVersions = protos }
+}
 
 func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("TREE_TEST_LOG") != "" {

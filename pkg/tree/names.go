@@ -40,7 +40,7 @@ func (t *Tree) namesExchange(ctx context.Context, p peer.ID, q namesRequest, tim
 	if err := t.connect(ctx, p); err != nil {
 		return namesReply{}, nil, err
 	}
-	s, err := t.h.NewStream(ctx, p, ProtoNames, ProtoNames11)
+	s, err := t.h.NewStream(ctx, p, t.protos...)
 	if err != nil {
 		return namesReply{}, nil, fmt.Errorf("%s: %w: %s", t.Describe(p), blob.ErrUnreachable, dialerr.Text(err))
 	}
@@ -55,8 +55,11 @@ func (t *Tree) namesExchange(ctx context.Context, p peer.ID, q namesRequest, tim
 	if dl, ok := ctx.Deadline(); ok {
 		_ = s.SetDeadline(dl)
 	}
-	if q.Type == msgLookupGet && s.Protocol() == ProtoNames11 {
+	if q.Type == msgLookupGet && !namesVersionHas(s.Protocol(), msgLookupGet) {
 		q.Type = msgLookup // a peer of before LOOKUP_GET
+	}
+	if !namesVersionHas(s.Protocol(), q.Type) {
+		return namesReply{}, nil, fmt.Errorf("%s: %w (it speaks %s)", t.Describe(p), errOldNames, s.Protocol())
 	}
 	if _, err := s.Write(encodeNamesRequest(q)); err != nil {
 		return namesReply{}, nil, fmt.Errorf("%s: %w: %v", t.Describe(p), blob.ErrUnreachable, err)
@@ -187,55 +190,6 @@ func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, 
 	return blob.Record{}, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
 }
 
-// Announce pushes a record stored by a local put up to the parent and
-// waits (within ctx and the request timeout) until the parent has stored
-// it; each relay forwards it further up before acknowledging, so on success
-// the name is known all the way to the root. A record that does not reach
-// the parent now is sent again, with every record of this subtree, when the
-// parent session is (re)established; the error says why it did not.
-func (t *Tree) Announce(ctx context.Context, r blob.Record) error {
-	t.learnOrigin(r)
-	return t.announceUp(ctx, r)
-}
-
-// announceUp sends r to the parent synchronously; it returns nil at the
-// root, and when the parent is not connected now (the re-announce on
-// reconnect carries r then).
-func (t *Tree) announceUp(ctx context.Context, r blob.Record) error {
-	if len(t.parents) == 0 {
-		return nil
-	}
-	t.mu.Lock()
-	up := t.connected && !t.closed
-	if up {
-		t.wg.Add(1)
-	}
-	t.mu.Unlock()
-	if !up {
-		return nil
-	}
-	defer t.wg.Done()
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
-	defer cancel()
-	if err := t.announceTo(ctx, r); err != nil {
-		t.log.Warn("announce to parent failed; will re-announce on reconnect", "name", r.Name, "err", err)
-		return fmt.Errorf("announce %q to parent: %w", r.Name, err)
-	}
-	return nil
-}
-
-func (t *Tree) announceTo(ctx context.Context, r blob.Record) error {
-	parent := t.parentID()
-	rep, err := t.namesCall(ctx, parent, namesRequest{Type: msgAnnounce, Record: r})
-	if err != nil {
-		return err
-	}
-	if rep.Type != msgAck {
-		return fmt.Errorf("%s: %w", t.Describe(parent), malformed("reply 0x%02x to ANNOUNCE", rep.Type))
-	}
-	return nil
-}
-
 // lookupUp asks the current parent q (a LOOKUP or LOOKUP_GET) and, if it
 // cannot be reached, each fallback parent in turn; it returns the reply,
 // who gave it and, for a FOUND answering a LOOKUP_GET, the stream pushed
@@ -258,34 +212,6 @@ func (t *Tree) lookupUp(ctx context.Context, q namesRequest) (namesReply, peer.I
 	return namesReply{}, "", nil, first
 }
 
-// reannounce sends every record that originated in this subtree (put here,
-// or announced by a child) to the parent.
-func (t *Tree) reannounce(ctx context.Context) {
-	recs, err := t.store.List("")
-	var routes map[string]string
-	if err == nil {
-		routes, err = t.store.Routes()
-	}
-	if err != nil {
-		t.log.Warn("re-announce: list records", "err", err)
-		return
-	}
-	n := 0
-	for _, r := range recs {
-		if routes[r.Name] == "" && r.Origin != t.self.String() {
-			continue
-		}
-		if err := t.announceTo(ctx, r); err != nil {
-			t.log.Warn("re-announce stopped", "err", err)
-			return
-		}
-		n++
-	}
-	if n > 0 {
-		t.log.Info("re-announced subtree records", "count", n, "parent", t.parentAddr())
-	}
-}
-
 // handleNames serves one names request.
 func (t *Tree) handleNames(s network.Stream) {
 	defer s.Close()
@@ -295,6 +221,9 @@ func (t *Tree) handleNames(s network.Stream) {
 	var q namesRequest
 	if err == nil {
 		q, err = decodeNamesRequest(typ, payload)
+	}
+	if err == nil && !namesVersionHas(s.Protocol(), q.Type) {
+		err = malformed("names request 0x%02x is not part of %s", q.Type, s.Protocol())
 	}
 	if err != nil {
 		t.log.Warn("bad names request", "peer", p, "err", err)
@@ -313,6 +242,8 @@ func (t *Tree) handleNames(s network.Stream) {
 		reply, push = t.serveLookup(ctx, p, q)
 	case msgAnnounce:
 		reply = t.serveAnnounce(ctx, p, q.Record)
+	case msgAnnounceBatch:
+		reply = t.serveAnnounceBatch(ctx, p, q.Batch)
 	case msgPreheat:
 		reply = t.servePreheat(p, q.Record)
 	case msgRule:
@@ -350,54 +281,6 @@ func (t *Tree) serveLookup(ctx context.Context, p peer.ID, q namesRequest) ([]by
 		push = t.pushFor(p, r, q.Have)
 	}
 	return encodeFound(r, mb), push
-}
-
-func (t *Tree) serveAnnounce(ctx context.Context, p peer.ID, r blob.Record) []byte {
-	if !t.isChild(p) {
-		return errorFrame(fmt.Errorf("announce %q: %s is not a child of %s", r.Name, p, t.self))
-	}
-	if err := t.checkRecord(r); err != nil {
-		t.log.Warn("refused a record announced by a child", "child", p, "err", err)
-		return errorFrame(fmt.Errorf("announce to %s: %w", t.self, err))
-	}
-	// The record moves routing (its route, the blob's first source) only
-	// if the child answers for it (MayRoute); else it is kept, if newer,
-	// as one from nowhere in particular.
-	route := p.String()
-	if err := t.mayRoute(p, r); err != nil {
-		t.unrouted.Add(1)
-		t.log.Warn("record announced by a child that neither put it nor may write its name: kept without a route", "child", p, "name", r.Name, "origin", r.Origin, "err", err)
-		route = ""
-	}
-	changed, err := t.store.PutRecordFrom(r, route)
-	if errors.Is(err, blob.ErrNotFound) {
-		// Withdrawn by a namespace rule here (an old record of a node
-		// that was away): dropped, and the child learns the rule at its
-		// next session.
-		t.log.Debug("announced record withdrawn here", "child", p, "name", r.Name, "err", err)
-		return appendFrame(nil, msgAck, nil)
-	}
-	if err != nil {
-		return errorFrame(fmt.Errorf("announce %q: %w", r.Name, err))
-	}
-	if route != "" {
-		t.learnVia(r.ID, p)
-	}
-	t.learnOrigin(r)
-	if changed {
-		t.log.Info("record announced by child", "name", r.Name, "id", r.ID, "child", p)
-		// Forward before acknowledging, so that the child's put returns
-		// once the root knows the name. A failure is logged by announceUp
-		// and repaired by the re-announce on reconnect; the child's record
-		// is stored here either way.
-		fctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout/2)
-		_ = t.announceUp(fctx, r)
-		cancel()
-		if t.cfg.OnChildPut != nil && len(t.parents) > 0 && r.Origin == p.String() && route != "" {
-			t.goTracked(func() { t.cfg.OnChildPut(r) })
-		}
-	}
-	return appendFrame(nil, msgAck, nil)
 }
 
 // PreheatTimeout bounds how long a parent waits for a child to fetch a

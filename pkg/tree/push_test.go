@@ -124,8 +124,7 @@ func TestPushCorrupt(t *testing.T) {
 // TestPushToOldParent: a parent that speaks names 1.1.0 only gets a LOOKUP
 // and pushes nothing; the get works.
 func TestPushToOldParent(t *testing.T) {
-	root := newNode(t, nil, "root", nil)
-	root.h.RemoveStreamHandler(ProtoNames) // a node of before LOOKUP_GET
+	root := newNode(t, nil, "root", nil, speaks(ProtoNames11)) // a node of before LOOKUP_GET
 	head := newNode(t, root, "a", nil)
 	w := newNode(t, head, "a", nil)
 	waitConnected(t, head, w)

@@ -236,6 +236,10 @@ func (t *Tree) syncRules(ctx context.Context) {
 			mine = mine[1:]
 		}
 		rep, err := t.namesCall(ctx, parent, namesRequest{Type: msgSyncRules, From: from, Rules: batch})
+		if errors.Is(err, errOldNames) {
+			t.log.Info("the parent keeps no namespace rules (names 1.2.0 or before)", "err", err)
+			return
+		}
 		if err != nil {
 			t.log.Warn("namespace rules not synchronised with the parent; next session will", "err", err)
 			return

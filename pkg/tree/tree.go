@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/omst-project/omst/internal/dialerr"
@@ -108,6 +109,10 @@ type Config struct {
 	// peer silent for three intervals is considered gone.
 	Keepalive time.Duration
 	Logger    *slog.Logger
+
+	// namesVersions, in tests, limits the names versions this node
+	// serves and asks with (default namesProtos): an older peer.
+	namesVersions []protocol.ID
 }
 
 // Tree is one node's place in the overlay tree. Its methods are safe for
@@ -119,6 +124,7 @@ type Tree struct {
 	log     *slog.Logger
 	self    peer.ID
 	parents []peer.AddrInfo // the parent first, then the fallbacks; empty on the root
+	protos  []protocol.ID   // the names versions served and asked with, the newest first
 	cur     atomic.Int32    // index in parents of the current parent
 
 	ctx    context.Context // lives from Start to Close
@@ -132,6 +138,8 @@ type Tree struct {
 	parentSite string                   // the last parent's site (its WELCOME)
 	parentSeen bool                     // a parent has welcomed this node
 	pushing    map[string]chan struct{} // names with a LOOKUP_GET to the parent under way; closed when it is done
+	announcing []*announceWait          // records waiting for the next ANNOUNCE_BATCH (announce.go)
+	sending    bool                     // an ANNOUNCE_BATCH sender is running
 	connected  bool                     // the parent session is up
 	parentErr  string                   // why the last parent session failed or ended ("" if none did)
 	started    bool
@@ -141,6 +149,8 @@ type Tree struct {
 	refusals     atomic.Uint64 // HELLOs refused (MayAdopt), and sessions ended by a recheck
 	unrouted     atomic.Uint64 // announced records stored without a route (MayRoute)
 	rulesRefused atomic.Uint64 // namespace rules refused (CheckRule)
+	recRefused   atomic.Uint64 // records children announced that CheckRecord refused
+	batches      atomic.Uint64 // ANNOUNCE_BATCHes sent to a parent
 }
 
 type childInfo struct {
@@ -189,6 +199,10 @@ func New(cfg Config) (*Tree, error) {
 		via:      map[cid.Cid]peer.ID{},
 		origins:  map[cid.Cid]string{},
 		pushing:  map[string]chan struct{}{},
+		protos:   namesProtos,
+	}
+	if len(cfg.namesVersions) > 0 {
+		t.protos = cfg.namesVersions
 	}
 	if cfg.Parent != nil {
 		t.parents = append(t.parents, *cfg.Parent)
@@ -229,8 +243,9 @@ func (t *Tree) Start(ctx context.Context) error {
 	}
 	t.h.SetStreamHandler(ProtoTree, t.handleTree)
 	t.h.SetStreamHandler(ProtoTree10, t.handleTree)
-	t.h.SetStreamHandler(ProtoNames, t.handleNames)
-	t.h.SetStreamHandler(ProtoNames11, t.handleNames)
+	for _, proto := range t.protos {
+		t.h.SetStreamHandler(proto, t.handleNames)
+	}
 	for _, p := range t.parents {
 		t.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.PermanentAddrTTL)
 		t.h.ConnManager().Protect(p.ID, protectTag)
@@ -255,8 +270,9 @@ func (t *Tree) Close() error {
 	t.mu.Unlock()
 	t.h.RemoveStreamHandler(ProtoTree)
 	t.h.RemoveStreamHandler(ProtoTree10)
-	t.h.RemoveStreamHandler(ProtoNames)
-	t.h.RemoveStreamHandler(ProtoNames11)
+	for _, proto := range t.protos {
+		t.h.RemoveStreamHandler(proto)
+	}
 	t.cancel()
 	for _, p := range t.parents {
 		t.h.ConnManager().Unprotect(p.ID, protectTag)
@@ -312,6 +328,11 @@ type Status struct {
 	// RulesRefused counts namespace rules from neighbours that CheckRule
 	// refused (a member removing outside its rights, a bad proof).
 	RulesRefused uint64
+	// RecordsRefused counts records children announced that CheckRecord
+	// refused (each alone: the rest of its batch is taken).
+	RecordsRefused uint64
+	// BatchesSent counts the ANNOUNCE_BATCHes this node sent its parent.
+	BatchesSent uint64
 }
 
 // Status returns a snapshot.
@@ -325,6 +346,8 @@ func (t *Tree) Status() Status {
 		ChildrenRefused: t.refusals.Load(),
 		Unrouted:        t.unrouted.Load(),
 		RulesRefused:    t.rulesRefused.Load(),
+		RecordsRefused:  t.recRefused.Load(),
+		BatchesSent:     t.batches.Load(),
 	}
 	t.mu.Lock()
 	st.ParentConnected = t.connected

@@ -20,14 +20,38 @@ import (
 // A node serves both; a child asks with 1.1.0, and a parent resets a
 // 1.0.0 stream it refuses.
 // names 1.1.0: MANIFEST moved to the fetch protocol (pkg/transfer).
-// names 1.2.0: LOOKUP_GET, PUSH, CHUNK. A node serves both; it asks with
-// 1.2.0 and, when a peer speaks only 1.1.0, sends a LOOKUP_GET as a LOOKUP.
+// names 1.2.0: LOOKUP_GET, PUSH, CHUNK.
+// names 1.3.0: ANNOUNCE_BATCH, BATCH_ACK (many records in one message),
+// and the namespace rules' RULE, RULE_ACK, SYNC_RULES, RULES.
+// A node serves all three and asks with the newest; to a peer that speaks
+// only an older one it sends a LOOKUP_GET as a LOOKUP (1.1.0), a batch as
+// one ANNOUNCE per record, and no rules (namesVersionHas).
 const (
 	ProtoTree    protocol.ID = "/omst/tree/1.1.0"
 	ProtoTree10  protocol.ID = "/omst/tree/1.0.0"
-	ProtoNames   protocol.ID = "/omst/names/1.2.0"
+	ProtoNames   protocol.ID = "/omst/names/1.3.0"
+	ProtoNames12 protocol.ID = "/omst/names/1.2.0"
 	ProtoNames11 protocol.ID = "/omst/names/1.1.0"
 )
+
+// namesProtos are the names versions a node serves and asks with, the
+// newest first.
+var namesProtos = []protocol.ID{ProtoNames, ProtoNames12, ProtoNames11}
+
+// namesVersionHas reports whether a names request of type typ is part of
+// version proto: a request outside the version its stream negotiated is
+// malformed there, and is never sent on it.
+func namesVersionHas(proto protocol.ID, typ byte) bool {
+	switch typ {
+	case msgLookup, msgAnnounce, msgPreheat:
+		return proto == ProtoNames || proto == ProtoNames12 || proto == ProtoNames11
+	case msgLookupGet:
+		return proto == ProtoNames || proto == ProtoNames12
+	case msgAnnounceBatch, msgRule, msgSyncRules:
+		return proto == ProtoNames
+	}
+	return false
+}
 
 // Limits enforced by every decoder.
 const (
@@ -42,6 +66,19 @@ const (
 	maxInlineManifest = 24 + blob.HashSize*32768
 	maxHelloBytes     = 2 + maxSite + 1 + maxAddrs*(2+maxAddrLen)
 	frameHeaderLen    = 5
+
+	// MaxBatchRecords and MaxBatchBytes bound an ANNOUNCE_BATCH: its
+	// records, and its payload. A sender fills a batch up to both.
+	MaxBatchRecords = 1024
+	MaxBatchBytes   = 1 << 20
+	// maxBatchManifest bounds a manifest carried beside a record in an
+	// ANNOUNCE_BATCH (1,000 bytes: a blob of up to 30 chunks), so that a
+	// small blob's name lists at every node up the tree with its chunk
+	// size and count, with no manifest round trip.
+	maxBatchManifest = 1000
+	// maxEntryMsg bounds the message of one refused entry of a BATCH_ACK.
+	maxEntryMsg    = 256
+	maxBatchAckLen = 2 + MaxBatchRecords*(2+2+maxEntryMsg)
 )
 
 // Message types of /omst/tree/1.1.0 (1.0.0: without REFUSED).
@@ -56,8 +93,9 @@ const (
 	msgRefused byte = 0x05
 )
 
-// Message types of /omst/names/1.2.0 (0x12 MANIFEST and 0x93 MANIFEST_OK
-// of 1.0.0 are retired; 1.1.0 is 1.2.0 without LOOKUP_GET, PUSH, CHUNK).
+// Message types of /omst/names/1.3.0 (0x12 MANIFEST and 0x93 MANIFEST_OK
+// of 1.0.0 are retired; 1.2.0 is 1.3.0 without ANNOUNCE_BATCH, BATCH_ACK
+// and the rules' four; 1.1.0 is 1.2.0 without LOOKUP_GET, PUSH, CHUNK).
 const (
 	msgLookup   byte = 0x10
 	msgAnnounce byte = 0x11
@@ -72,6 +110,10 @@ const (
 	// msgSyncRules, child -> parent at the start of a session: the
 	// child's rules, and which page of the parent's it wants (RULES).
 	msgSyncRules byte = 0x16
+	// msgAnnounceBatch (1.3.0), child -> parent: many records (each with
+	// its blob's manifest when small) in one message; the answer,
+	// BATCH_ACK, has an entry per record.
+	msgAnnounceBatch byte = 0x17
 
 	msgFound    byte = 0x90
 	msgNotFound byte = 0x91
@@ -80,6 +122,7 @@ const (
 	msgChunk    byte = 0x95 // one pushed chunk: index u32, bytes
 	msgRuleAck  byte = 0x96 // reached u32, unreached u32
 	msgRules    byte = 0x97 // next u32, rules
+	msgBatchAck byte = 0x98 // count u16, an entry per record of the ANNOUNCE_BATCH
 	msgError    byte = 0x9F
 )
 
@@ -115,6 +158,10 @@ func frameLimit(typ byte) int {
 		return namespace.MaxEncodedLen
 	case msgSyncRules, msgRules:
 		return maxRulesBytes
+	case msgAnnounceBatch:
+		return MaxBatchBytes
+	case msgBatchAck:
+		return maxBatchAckLen
 	case msgChunk:
 		return 4 + MaxPushBytes
 	case msgFound:
@@ -261,11 +308,11 @@ func takeString16(b []byte, max int) (string, []byte, error) {
 	return string(b[2 : 2+n]), b[2+n:], nil
 }
 
-// ---- /omst/names/1.0.0 ----
+// ---- /omst/names/1.3.0 ----
 
 // namesRequest is one request on a names stream.
 type namesRequest struct {
-	Type byte   // msgLookup, msgLookupGet, msgAnnounce or msgPreheat
+	Type byte   // msgLookup, msgLookupGet, msgAnnounce, msgPreheat, msgAnnounceBatch, msgRule, msgSyncRules
 	Name string // LOOKUP, LOOKUP_GET
 	// Have is, in a LOOKUP_GET, the blob of Name whose first chunk the
 	// asker holds (cid.Undef: none): no chunks are pushed while it is the
@@ -277,6 +324,152 @@ type namesRequest struct {
 	// child's) of a SYNC_RULES.
 	From  uint32
 	Rules []namespace.Rule
+	// Batch is an ANNOUNCE_BATCH's records.
+	Batch []batchEntry
+}
+
+// batchEntry is one record of an ANNOUNCE_BATCH and, when small, the
+// encoded manifest of its blob (not yet checked against its ID), or nil.
+type batchEntry struct {
+	Record   blob.Record
+	Manifest []byte
+}
+
+// entrySize is the bytes e takes in an ANNOUNCE_BATCH's payload.
+func entrySize(e batchEntry) int { return 2 + len(e.Record.Encode()) + 2 + len(e.Manifest) }
+
+// batchLen returns how many of entries, from the first, the next batch
+// takes: as many as fit MaxBatchRecords and MaxBatchBytes, at least one.
+func batchLen(sizes []int) int {
+	total := 2
+	for i, n := range sizes {
+		if i == MaxBatchRecords || (i > 0 && total+n > MaxBatchBytes) {
+			return i
+		}
+		total += n
+	}
+	return len(sizes)
+}
+
+// encodeAnnounceBatch encodes an ANNOUNCE_BATCH: count u16, then per
+// entry the record (u16 length, bytes) and the manifest (u16 length, 0
+// for none, bytes).
+func encodeAnnounceBatch(entries []batchEntry) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(entries)))
+	for _, e := range entries {
+		b = appendString16(b, string(e.Record.Encode()))
+		b = appendString16(b, string(e.Manifest))
+	}
+	return appendFrame(nil, msgAnnounceBatch, b)
+}
+
+// decodeAnnounceBatch parses an ANNOUNCE_BATCH payload: 1 to
+// MaxBatchRecords entries, each record valid (blob.DecodeRecord), each
+// manifest at most maxBatchManifest bytes.
+func decodeAnnounceBatch(b []byte) ([]batchEntry, error) {
+	if len(b) < 2 {
+		return nil, malformed("ANNOUNCE_BATCH of %d bytes", len(b))
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	if n == 0 || n > MaxBatchRecords {
+		return nil, malformed("ANNOUNCE_BATCH of %d records (1 to %d)", n, MaxBatchRecords)
+	}
+	b = b[2:]
+	out := make([]batchEntry, 0, min(n, len(b)/4))
+	for i := range n {
+		rb, rest, err := takeString16(b, maxRecordBytes)
+		if err != nil {
+			return nil, fmt.Errorf("ANNOUNCE_BATCH record %d: %w", i, err)
+		}
+		r, err := blob.DecodeRecord([]byte(rb))
+		if err != nil {
+			return nil, fmt.Errorf("ANNOUNCE_BATCH record %d: %w", i, err)
+		}
+		mb, rest, err := takeString16(rest, maxBatchManifest)
+		if err != nil {
+			return nil, fmt.Errorf("ANNOUNCE_BATCH manifest %d: %w", i, err)
+		}
+		e := batchEntry{Record: r}
+		if len(mb) > 0 {
+			e.Manifest = []byte(mb)
+		}
+		out = append(out, e)
+		b = rest
+	}
+	if len(b) != 0 {
+		return nil, malformed("ANNOUNCE_BATCH: %d trailing bytes", len(b))
+	}
+	return out, nil
+}
+
+// entryResult is one entry of a BATCH_ACK: the record was taken (stored,
+// or older than the one held, or withdrawn there by a namespace rule), or
+// refused with an ERROR's code and a message.
+type entryResult struct {
+	Refused bool
+	Code    byte
+	Message string
+}
+
+// encodeBatchAck encodes a BATCH_ACK: count u16, then per entry status u8
+// (0 taken, 1 refused), and for a refused one its code u8 and message
+// (u16 length, at most maxEntryMsg bytes).
+func encodeBatchAck(res []entryResult) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(res)))
+	for _, e := range res {
+		if !e.Refused {
+			b = append(b, 0)
+			continue
+		}
+		b = append(b, 1, e.Code)
+		b = appendString16(b, wire.TruncUTF8(e.Message, maxEntryMsg))
+	}
+	return appendFrame(nil, msgBatchAck, b)
+}
+
+// decodeBatchAck parses a BATCH_ACK payload.
+func decodeBatchAck(b []byte) ([]entryResult, error) {
+	if len(b) < 2 {
+		return nil, malformed("BATCH_ACK of %d bytes", len(b))
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	if n == 0 || n > MaxBatchRecords {
+		return nil, malformed("BATCH_ACK of %d entries (1 to %d)", n, MaxBatchRecords)
+	}
+	b = b[2:]
+	out := make([]entryResult, 0, min(n, len(b)))
+	for i := range n {
+		if len(b) < 1 {
+			return nil, malformed("BATCH_ACK: entry %d missing", i)
+		}
+		switch b[0] {
+		case 0:
+			out = append(out, entryResult{})
+			b = b[1:]
+		case 1:
+			if len(b) < 2 {
+				return nil, malformed("BATCH_ACK: entry %d truncated", i)
+			}
+			code := b[1]
+			msg, rest, err := takeString16(b[2:], maxEntryMsg)
+			if err != nil {
+				return nil, fmt.Errorf("BATCH_ACK entry %d: %w", i, err)
+			}
+			out = append(out, entryResult{Refused: true, Code: code, Message: msg})
+			b = rest
+		default:
+			return nil, malformed("BATCH_ACK: entry %d of status %d", i, b[0])
+		}
+	}
+	if len(b) != 0 {
+		return nil, malformed("BATCH_ACK: %d trailing bytes", len(b))
+	}
+	return out, nil
+}
+
+// refusedEntry is the BATCH_ACK entry for a record refused with err.
+func refusedEntry(err error) entryResult {
+	return entryResult{Refused: true, Code: errorCode(err), Message: wire.TruncUTF8(err.Error(), maxEntryMsg)}
 }
 
 func encodeNamesRequest(q namesRequest) []byte {
@@ -295,6 +488,8 @@ func encodeNamesRequest(q namesRequest) []byte {
 		return appendFrame(nil, q.Type, q.Rule.Encode())
 	case msgSyncRules:
 		return appendFrame(nil, q.Type, appendRuleList(binary.BigEndian.AppendUint32(nil, q.From), q.Rules))
+	case msgAnnounceBatch:
+		return encodeAnnounceBatch(q.Batch)
 	}
 	panic(fmt.Sprintf("encodeNamesRequest: type 0x%02x", q.Type))
 }
@@ -345,6 +540,12 @@ func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 			return q, fmt.Errorf("SYNC_RULES: %w", err)
 		}
 		q.Rules = rules
+	case msgAnnounceBatch:
+		batch, err := decodeAnnounceBatch(payload)
+		if err != nil {
+			return q, err
+		}
+		q.Batch = batch
 	default:
 		return q, malformed("unknown names request 0x%02x", typ)
 	}
@@ -364,6 +565,8 @@ type namesReply struct {
 	Reached, Unreached uint32
 	Rules              []namespace.Rule
 	Next               uint32
+	// Entries (BATCH_ACK): one per record of the ANNOUNCE_BATCH.
+	Entries []entryResult
 }
 
 // Codes carried by a names ERROR, so that a cause keeps its meaning across
@@ -427,6 +630,12 @@ func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 			return p, fmt.Errorf("RULES: %w", err)
 		}
 		p.Rules = rules
+	case msgBatchAck:
+		entries, err := decodeBatchAck(payload)
+		if err != nil {
+			return p, err
+		}
+		p.Entries = entries
 	case msgError:
 		if len(payload) < 1 || len(payload) > 1+maxErrorMsg {
 			return p, malformed("error payload of %d bytes", len(payload))
@@ -479,14 +688,18 @@ func decodeChunkFrame(b []byte) (index uint32, data []byte, err error) {
 // to maxErrorMsg bytes.
 func errorFrame(err error) []byte {
 	msg := wire.TruncUTF8(err.Error(), maxErrorMsg)
-	code := errOther
+	return appendFrame(nil, msgError, append([]byte{errorCode(err)}, msg...))
+}
+
+// errorCode is the ERROR code that stands for err.
+func errorCode(err error) byte {
 	switch {
 	case errors.Is(err, blob.ErrUnreachable):
-		code = errUnreachable
+		return errUnreachable
 	case errors.Is(err, blob.ErrInvalidName):
-		code = errInvalidName
+		return errInvalidName
 	}
-	return appendFrame(nil, msgError, append([]byte{code}, msg...))
+	return errOther
 }
 
 // remoteError is the error a peer's ERROR reply stands for.

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +171,64 @@ func TestLongNamesError(t *testing.T) {
 	rep, err := decodeNamesReply(typ, payload)
 	if err != nil || rep.Type != msgError || len(rep.Message) > maxErrorMsg || !utf8.ValidString(rep.Message) {
 		t.Fatalf("decoded %d-byte message, valid UTF-8 %v, err %v", len(rep.Message), utf8.ValidString(rep.Message), err)
+	}
+}
+
+// TestBatchWire: ANNOUNCE_BATCH and BATCH_ACK round-trip; their bounds
+// (no entry, more than MaxBatchRecords, a manifest over maxBatchManifest,
+// a bad record, trailing bytes, an unknown status) are named errors.
+func TestBatchWire(t *testing.T) {
+	r := sampleRecord()
+	m := (&blob.Manifest{Size: 1, ChunkSize: blob.MinChunkSize, Chunks: []blob.Hash{{7}}}).Encode()
+	in := []batchEntry{{Record: r, Manifest: m}, {Record: r}}
+	typ, p, err := decodeFrame(encodeAnnounceBatch(in))
+	if err != nil || typ != msgAnnounceBatch {
+		t.Fatal(typ, err)
+	}
+	q, err := decodeNamesRequest(typ, p)
+	if err != nil || len(q.Batch) != 2 || !bytes.Equal(q.Batch[0].Manifest, m) || q.Batch[1].Manifest != nil || q.Batch[1].Record.Name != r.Name {
+		t.Fatalf("batch %+v, %v", q.Batch, err)
+	}
+	res := []entryResult{{}, refusedEntry(fmt.Errorf("x: %w", blob.ErrInvalidName))}
+	typ, p, err = decodeFrame(encodeBatchAck(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := decodeNamesReply(typ, p)
+	if err != nil || len(rep.Entries) != 2 || rep.Entries[0].Refused || !rep.Entries[1].Refused || rep.Entries[1].Code != errInvalidName {
+		t.Fatalf("ack %+v, %v", rep, err)
+	}
+	big := make([]byte, maxBatchManifest+1)
+	tooMany := binary.BigEndian.AppendUint16(nil, MaxBatchRecords+1)
+	for name, b := range map[string][]byte{
+		"empty":         {0, 0},
+		"too many":      tooMany,
+		"manifest":      encodeAnnounceBatch([]batchEntry{{Record: r, Manifest: big}})[frameHeaderLen:],
+		"trailing":      append(encodeAnnounceBatch(in)[frameHeaderLen:], 0),
+		"bad record":    {0, 1, 0, 2, 'x', 'y', 0, 0},
+		"short entries": {0, 2, 0, 0},
+	} {
+		if _, err := decodeAnnounceBatch(b); !errors.Is(err, wire.ErrMalformed) && !errors.Is(err, blob.ErrInvalidName) {
+			if err == nil {
+				t.Errorf("%s: accepted", name)
+			} else if !strings.Contains(err.Error(), "ANNOUNCE_BATCH") {
+				t.Errorf("%s: %v does not name the message", name, err)
+			}
+		}
+	}
+	for name, b := range map[string][]byte{"empty": {0, 0}, "status": {0, 1, 7}, "trailing": {0, 1, 0, 0}, "truncated": {0, 1, 1}} {
+		if _, err := decodeBatchAck(b); err == nil {
+			t.Errorf("BATCH_ACK %s: accepted", name)
+		}
+	}
+	if n := batchLen([]int{MaxBatchBytes, 10}); n != 1 {
+		t.Errorf("batchLen of an entry filling the batch: %d", n)
+	}
+	sizes := make([]int, MaxBatchRecords+5)
+	for i := range sizes {
+		sizes[i] = 10
+	}
+	if n := batchLen(sizes); n != MaxBatchRecords {
+		t.Errorf("batchLen of %d small entries: %d", len(sizes), n)
 	}
 }
