@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
@@ -512,5 +513,72 @@ func TestClosedClusterRemoval(t *testing.T) {
 	}
 	if st := statusOf(t, root); st.DHTRecordsRejected != 0 {
 		t.Fatalf("the root rejected %d records, want none", st.DHTRecordsRejected)
+	}
+}
+
+// A flat cluster (no tree): `rm -r PREFIX --everywhere` on one node
+// reaches every other node through the DHT neighbours, and a node that
+// was down meanwhile forgets its names under PREFIX when it returns.
+// Before flat clusters passed rules on, only the node that made the
+// removal forgot anything.
+func TestFlatClusterRemovePrefix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := func(home string, boot ...string) *Node {
+		n, err := Start(ctx, Config{Home: home, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Site: "x", Bootstrap: boot})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	listed := func(n *Node) int {
+		infos, err := n.List(ctx, "job/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(infos)
+	}
+	first := start(t.TempDir())
+	a := start(t.TempDir(), first.Addrs()[0])
+	b := start(t.TempDir(), first.Addrs()[0])
+	cHome := t.TempDir()
+	c := start(cHome, b.Addrs()[0])
+	for i, n := range []*Node{first, a, b, c} {
+		for k := range 5 {
+			putBlob(t, ctx, n, fmt.Sprintf("job/%d/%d", i, k), []byte(fmt.Sprintf("result %d %d", i, k)))
+		}
+	}
+	for _, n := range []*Node{first, a, b} {
+		waitFor(t, "the DHT neighbours", 20*time.Second, func() bool { return n.dht.RoutingTableSize() > 0 })
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.RemovePrefix(ctx, "job/", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reached != 3 {
+		t.Fatalf("removal reached %d nodes (%+v), want a, first and b", res.Reached, res)
+	}
+	for i, n := range []*Node{first, a, b} {
+		if got := listed(n); got != 0 {
+			t.Errorf("node %d lists %d names under job/ after the removal", i, got)
+		}
+	}
+	c = start(cHome, b.Addrs()[0])
+	waitFor(t, "the returning node to forget job/", 20*time.Second, func() bool { return listed(c) == 0 })
+}
+
+// waitFor polls cond every 50 ms until it holds or timeout passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

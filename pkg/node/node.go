@@ -288,6 +288,20 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		Site:           cfg.Site,
 		Logger:         cfg.Logger,
 	}
+	if parent == nil && n.dht != nil {
+		// With no parent (a flat cluster's node, or the root), namespace
+		// rules go to the DHT neighbours too: in a flat cluster the only
+		// other nodes it knows (tree/rules.go).
+		tcfg.Peers = func() []peer.ID {
+			var out []peer.ID
+			for _, p := range n.host.Network().Peers() {
+				if n.dht.InRoutingTable(p) {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+	}
 	if !cfg.NoReplicate {
 		// A relay copies a blob its child put, so that a result is
 		// durable once the head holds it (n.engine is set below, before

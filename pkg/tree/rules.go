@@ -23,6 +23,14 @@ import (
 // was away learns the rules it missed, and hands up the ones it made,
 // when its parent session comes up (SYNC_RULES, before its re-announce,
 // so that nothing withdrawn is announced again).
+//
+// A flat cluster has no tree: its nodes have no parent and no children.
+// There a node with Config.Peers (the daemon: its DHT neighbours) sends a
+// rule to those peers too, and takes RULE and SYNC_RULES from any peer (a
+// rule's proof and the rights of its origin, CheckRule, decide whether it
+// is taken, not who passed it on); it synchronises its rules with each
+// peer once per connection (keepFlatRules), so a node that was down
+// learns the rules it missed, and hands on its own, when it returns.
 
 // Rules is the node's keeper of namespace rules (the daemon: its store,
 // and its DHT's filter). Safe for concurrent use.
@@ -129,6 +137,11 @@ func (t *Tree) spread(ctx context.Context, r namespace.Rule, from peer.ID) Sprea
 		}
 	}
 	t.mu.Unlock()
+	for _, p := range t.flatPeers() {
+		if p != from {
+			targets = append(targets, p)
+		}
+	}
 	// Each hop down takes part of what is left, so that a stuck node
 	// deep down is reported, not waited for to the end.
 	fctx, cancel := context.WithTimeout(ctx, t.hopTimeout(ctx))
@@ -201,7 +214,7 @@ func (t *Tree) takeRule(p peer.ID, r namespace.Rule) (bool, error) {
 // serveRule answers a RULE from p, a parent or a connected child: a new
 // rule is applied and passed on before the answer.
 func (t *Tree) serveRule(ctx context.Context, p peer.ID, r namespace.Rule) []byte {
-	if t.parentIndex(p) < 0 && !t.isChild(p) {
+	if t.parentIndex(p) < 0 && !t.isChild(p) && !t.flat() {
 		return errorFrame(fmt.Errorf("%s %q: %s is neither a parent nor a child of %s", r.Kind, r.Scope, p, t.self))
 	}
 	changed, err := t.takeRule(p, r)
@@ -220,10 +233,16 @@ func (t *Tree) serveRule(ctx context.Context, p peer.ID, r namespace.Rule) []byt
 // rule new here is passed on to this node's children; the parent passes
 // on those new to it.
 func (t *Tree) syncRules(ctx context.Context) {
+	t.syncRulesWith(ctx, t.parentID())
+}
+
+// syncRulesWith synchronises this node's rules with neighbour p (its
+// parent, or a peer of a flat cluster) as syncRules does, and reports
+// whether it went through.
+func (t *Tree) syncRulesWith(ctx context.Context, p peer.ID) bool {
 	if t.cfg.Rules == nil {
-		return
+		return false
 	}
-	parent := t.parentID()
 	mine := t.cfg.Rules.Rules()
 	from := uint32(0)
 	var fresh []namespace.Rule
@@ -235,21 +254,21 @@ func (t *Tree) syncRules(ctx context.Context) {
 			batch = append(batch, mine[0])
 			mine = mine[1:]
 		}
-		rep, err := t.namesCall(ctx, parent, namesRequest{Type: msgSyncRules, From: from, Rules: batch})
+		rep, err := t.namesCall(ctx, p, namesRequest{Type: msgSyncRules, From: from, Rules: batch})
 		if errors.Is(err, errOldNames) {
-			t.log.Info("the parent keeps no namespace rules (names 1.2.0 or before)", "err", err)
-			return
+			t.log.Info("a neighbour keeps no namespace rules (names 1.2.0 or before)", "err", err)
+			return false
 		}
 		if err != nil {
-			t.log.Warn("namespace rules not synchronised with the parent; next session will", "err", err)
-			return
+			t.log.Warn("namespace rules not synchronised with a neighbour; its next session will", "err", err)
+			return false
 		}
 		if rep.Type != msgRules {
-			t.notePeerError(parent, "sync rules", malformed("reply 0x%02x to SYNC_RULES", rep.Type))
-			return
+			t.notePeerError(p, "sync rules", malformed("reply 0x%02x to SYNC_RULES", rep.Type))
+			return false
 		}
 		for _, r := range rep.Rules {
-			changed, err := t.takeRule(parent, r)
+			changed, err := t.takeRule(p, r)
 			if err != nil {
 				continue
 			}
@@ -269,10 +288,70 @@ func (t *Tree) syncRules(ctx context.Context) {
 		}
 	}
 	for _, r := range fresh {
-		t.enforceAndSpread(ctx, r, true, parent)
+		t.enforceAndSpread(ctx, r, true, p)
 	}
 	if len(fresh) > 0 {
-		t.log.Info("namespace rules learned from the parent", "count", len(fresh))
+		t.log.Info("namespace rules learned from a neighbour", "count", len(fresh), "from", t.Describe(p))
+	}
+	return true
+}
+
+// flat reports whether this node is one of a flat cluster: no parent, and
+// Config.Peers set.
+func (t *Tree) flat() bool { return t.cfg.Peers != nil && len(t.parents) == 0 }
+
+// flatPeers returns Config.Peers on a node of a flat cluster, without
+// this node, its children and duplicates; nil elsewhere.
+func (t *Tree) flatPeers() []peer.ID {
+	if !t.flat() {
+		return nil
+	}
+	var out []peer.ID
+	seen := map[peer.ID]bool{t.self: true}
+	for _, p := range t.cfg.Peers() {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		t.mu.Lock()
+		_, child := t.children[p]
+		t.mu.Unlock()
+		if !child {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// keepFlatRules, on a node of a flat cluster, synchronises the rules
+// with every peer of Config.Peers once while it is listed (again after it
+// left the list and came back: a peer that restarted), checking every
+// Keepalive, until Close.
+func (t *Tree) keepFlatRules() {
+	synced := map[peer.ID]bool{}
+	tick := time.NewTicker(t.cfg.Keepalive)
+	defer tick.Stop()
+	for {
+		now := map[peer.ID]bool{}
+		for _, p := range t.flatPeers() {
+			now[p] = true
+			if synced[p] {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(t.ctx, t.cfg.RequestTimeout)
+			synced[p] = t.syncRulesWith(ctx, p)
+			cancel()
+		}
+		for p := range synced {
+			if !now[p] {
+				delete(synced, p)
+			}
+		}
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 
@@ -281,7 +360,7 @@ func (t *Tree) syncRules(ctx context.Context) {
 // from index q.From is returned, with the index of the next page (0: the
 // last).
 func (t *Tree) serveSyncRules(p peer.ID, q namesRequest) []byte {
-	if !t.isChild(p) {
+	if !t.isChild(p) && !t.flat() {
 		return errorFrame(fmt.Errorf("sync rules: %s is not a child of %s", p, t.self))
 	}
 	if t.cfg.Rules == nil {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/cache"
@@ -277,4 +279,84 @@ func TestRulesSyncBothWays(t *testing.T) {
 	waitFor(t, "the rules to be exchanged", 10*time.Second, func() bool {
 		return rulesOf(root) == 4 && rulesOf(child) == 4 && rulesOf(other) == 4
 	})
+}
+
+// TestFlatClusterRules: four nodes of a flat cluster (no parents, real
+// stores, real libp2p), neighbours a-b, b-c, c-d, each with names under
+// job1/. d is down when a removes job1/: a, b and c forget their names
+// before Publish returns (three reached, over two hops); d forgets its own
+// when it comes back and meets c. Before flat clusters passed rules on,
+// the removal reached a alone.
+func TestFlatClusterRules(t *testing.T) {
+	var mu sync.Mutex
+	nodes := map[string]*testNode{}
+	links := map[string][]string{"a": {"b"}, "b": {"a", "c"}, "c": {"b", "d"}, "d": {"c"}}
+	peersOf := func(name string) nodeOpt {
+		return func(c *nodeCfg) {
+			c.Peers = func() []peer.ID {
+				mu.Lock()
+				defer mu.Unlock()
+				var out []peer.ID
+				for _, o := range links[name] {
+					if n := nodes[o]; n != nil {
+						out = append(out, n.h.ID())
+					}
+				}
+				return out
+			}
+		}
+	}
+	add := func(name string, n *testNode) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, o := range nodes {
+			o.h.Peerstore().AddAddrs(n.h.ID(), n.h.Addrs(), time.Hour)
+			n.h.Peerstore().AddAddrs(o.h.ID(), o.h.Addrs(), time.Hour)
+		}
+		nodes[name] = n
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		n := ruleNode(t, t.TempDir())(nil, "", peersOf(name))
+		add(name, n)
+		putMany(t, n, "job1/"+name+"/", 50)
+	}
+	// d's names are put while it is down (its store only).
+	ddir := t.TempDir()
+	ds, err := cache.Open(ddir, cache.Options{MaxBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ds.Close() })
+	for i := range 30 {
+		if _, err := ds.Ingest(context.Background(), fmt.Sprintf("job1/d/%02d", i), bytes.NewReader(randBlob(500, uint64(i))), blob.MinChunkSize, "d"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	rm := namespace.Rule{Kind: namespace.KindRemove, Scope: "job1/", Time: time.Now().UnixNano(), Origin: nodes["a"].h.ID().String()}
+	sp, err := nodes["a"].tree.Publish(context.Background(), rm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp.Reached != 3 {
+		t.Fatalf("spread %+v: want a, b and c reached", sp)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if got := listed(t, nodes[name], "job1/"); got != 0 {
+			t.Errorf("%s lists %d names under job1/ after the removal", name, got)
+		}
+	}
+
+	// d comes up beside c: it learns the removal.
+	d := newNodeOn(t, newTestHost(t), nil, "", func(*memStore) nodeStore { return ds }, func(c *nodeCfg) {
+		c.Rules = cacheRules{ds}
+		c.Keepalive = 200 * time.Millisecond
+	}, peersOf("d"))
+	add("d", d)
+	waitFor(t, "d to forget job1/", 10*time.Second, func() bool { return listed(t, d, "job1/") == 0 })
+	// A put after the removal lives.
+	putMany(t, d, "job1/d/again-", 1)
+	if got := listed(t, d, "job1/"); got != 1 {
+		t.Fatalf("d lists %d names after a new put", got)
+	}
 }

@@ -66,6 +66,11 @@ type Config struct {
 	// applied or passed on (pkg/member: the origin's proof and rights).
 	Rules     Rules
 	CheckRule func(namespace.Rule) error
+	// Peers, when set on a node with no parent, lists the other nodes of
+	// a flat cluster (the daemon: the DHT neighbours it is connected
+	// to): namespace rules go to them as to a tree's neighbours, and are
+	// taken from any peer (rules.go). Ignored on a node with a parent.
+	Peers func() []peer.ID
 	// Members, when set and closed, decides by the peers' certificates
 	// which peers may be children (MayAdopt) and which records a child's
 	// ANNOUNCE moves routing for (MayRoute): see roles.go. nil, or an
@@ -252,6 +257,9 @@ func (t *Tree) Start(ctx context.Context) error {
 	}
 	if len(t.parents) > 0 {
 		t.wg.Go(t.keepParent)
+	}
+	if t.flat() && t.cfg.Rules != nil {
+		t.wg.Go(t.keepFlatRules)
 	}
 	return nil
 }
