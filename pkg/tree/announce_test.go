@@ -21,13 +21,15 @@ import (
 	"github.com/omst-project/omst/pkg/namespace"
 )
 
-// streamsFrom counts the names streams peer from opens to n from now on.
-func streamsFrom(n *testNode, from peer.ID) *atomic.Int64 {
+// streamsFrom counts the names streams peer from opens to n from now on,
+// and delays n's answer to each by delay (a WAN round trip).
+func streamsFrom(n *testNode, from peer.ID, delay time.Duration) *atomic.Int64 {
 	var c atomic.Int64
 	for _, proto := range n.tree.protos {
 		n.h.SetStreamHandler(proto, func(s network.Stream) {
 			if s.Conn().RemotePeer() == from {
 				c.Add(1)
+				time.Sleep(delay)
 			}
 			n.tree.handleNames(s)
 		})
@@ -52,22 +54,24 @@ func ingest(t *testing.T, n *testNode, prefix string, count int) []blob.Record {
 }
 
 // TestAnnounceBatches: four workers under a head, each putting 150 names
-// 16 at a time (real stores, real libp2p). Every name reaches the root
-// before its put returns, and the names travel in batches: the head opens
-// far fewer streams to the root than there are names (on the code before
-// names 1.3.0, one ANNOUNCE stream per name: 600 or more), and the root
-// holds every small blob's manifest without having asked for one.
+// 64 at a time (real stores, real libp2p; the root answers the head 50 ms
+// late, as over a WAN: more records than AnnounceWindow batches in flight). Every name reaches the root before its put
+// returns, and the names travel in batches: the head opens far fewer
+// streams to the root than there are names (on the code before names
+// 1.3.0, one ANNOUNCE stream per name: 600 or more), and the root holds
+// every small blob's manifest without having asked for one.
 func TestAnnounceBatches(t *testing.T) {
-	root := ruleNode(t, t.TempDir())(nil, "")
-	head := ruleNode(t, t.TempDir())(root, "a")
+	steady := func(c *nodeCfg) { c.Keepalive = 2 * time.Second } // no session lost to a loaded machine
+	root := ruleNode(t, t.TempDir())(nil, "", steady)
+	head := ruleNode(t, t.TempDir())(root, "a", steady)
 	var workers []*testNode
 	for range 4 {
-		workers = append(workers, ruleNode(t, t.TempDir())(head, "a"))
+		workers = append(workers, ruleNode(t, t.TempDir())(head, "a", steady))
 	}
 	waitConnected(t, append([]*testNode{head}, workers...)...)
-	up := streamsFrom(root, head.h.ID())
+	up := streamsFrom(root, head.h.ID(), 50*time.Millisecond)
 
-	const perWorker, inFlight = 150, 16
+	const perWorker, inFlight = 150, 64
 	var wg sync.WaitGroup
 	errs := make(chan error, len(workers)*perWorker)
 	for wi, w := range workers {
@@ -106,7 +110,7 @@ func TestAnnounceBatches(t *testing.T) {
 	streams := up.Load()
 	hs := head.tree.Status()
 	t.Logf("%d names: the head opened %d streams to the root, sent %d batches", total, streams, hs.BatchesSent)
-	if streams > int64(total/3) || hs.BatchesSent == 0 {
+	if streams > int64(total/4) || hs.BatchesSent == 0 {
 		t.Fatalf("the head opened %d streams to the root (%d batches) for %d names: not batched", streams, hs.BatchesSent, total)
 	}
 	recs, err := root.store.List("job/")

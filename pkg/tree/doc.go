@@ -45,9 +45,9 @@
 //   - Every record that originated in a node's subtree (put there, or
 //     announced by a child) is re-announced to the parent each time the
 //     parent session is (re)established, so a parent restart loses nothing.
-//   - A node has at most one ANNOUNCE_BATCH to its parent in flight; the
-//     records queued meanwhile make the next one, so nothing waits on a
-//     timer. A relay answers a child's batch once the records new to it
+//   - A node has at most AnnounceWindow ANNOUNCE_BATCHes to its parent in
+//     flight; the records queued meanwhile make the next ones, so nothing
+//     waits on a timer. A relay answers a child's batch once the records new to it
 //     have gone up (or half the request timeout passed): when Announce
 //     returns nil the root has the name, unless a relay on the way could
 //     not pass it on (logged there, repaired by its re-announce).

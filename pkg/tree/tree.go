@@ -144,7 +144,7 @@ type Tree struct {
 	parentSeen bool                     // a parent has welcomed this node
 	pushing    map[string]chan struct{} // names with a LOOKUP_GET to the parent under way; closed when it is done
 	announcing []*announceWait          // records waiting for the next ANNOUNCE_BATCH (announce.go)
-	sending    bool                     // an ANNOUNCE_BATCH sender is running
+	senders    int                      // ANNOUNCE_BATCH senders running (at most AnnounceWindow)
 	connected  bool                     // the parent session is up
 	parentErr  string                   // why the last parent session failed or ended ("" if none did)
 	started    bool
