@@ -39,8 +39,10 @@ extern "C" {
 
 /* Protocol version this library asks for. It also works with older
  * daemons: below version 7 it sends one GET or PUT per name for the many
- * names calls; below version 5 it streams the caller's files itself (PUT
- * and GET) instead of passing descriptors; below 2, without zero-copy. */
+ * names calls; below version 6 without job namespaces (omst_remove_prefix,
+ * omst_set_ttl, omst_du: OMST_EVERSION); below 5 it streams the caller's
+ * files itself (PUT and GET) instead of passing descriptors; below 2,
+ * without zero-copy. */
 #define OMST_PROTOCOL_VERSION 7
 
 /* Longest name in bytes (names are UTF-8, '/'-separated, see the docs). */
@@ -180,6 +182,47 @@ int omst_get_to_fd(omst_t *h, const char *name, int fd, omst_info_t *info);
 int omst_stat(omst_t *h, const char *name, omst_info_t *info);
 /* Forget name on this node and unpin its blob here. */
 int omst_remove(omst_t *h, const char *name);
+
+/* Job namespaces (protocol version 6, docs/rpcbridge.md 6.13; an older
+ * daemon: OMST_EVERSION). A prefix "job1" or "job1/" means the names under
+ * "job1/"; an empty one, "/" or one with an empty, "." or ".." segment is
+ * OMST_EINVALIDNAME (the daemon's message says which). The result may be
+ * NULL; the whole JSON reply (with "failed", "rules") is omst_last_json(). */
+#define OMST_EVERYWHERE 0x1u /* omst_remove_prefix: at every node of the grid */
+
+typedef struct omst_rule_result {
+	uint64_t removed;   /* names this node dropped */
+	uint64_t reached;   /* nodes that took the rule, this one included */
+	uint64_t unreached; /* neighbours it could not be passed to now */
+	double ttl_seconds; /* omst_set_ttl: the TTL set */
+	double seconds;     /* how long the daemon took */
+} omst_rule_result_t;
+
+/* Remove every name under prefix: on this node only (flags 0; a caller of
+ * another uid removes only its own puts), or with OMST_EVERYWHERE at every
+ * node of the grid and in the DHT, returning once every node reachable now
+ * has applied it (nodes down now apply it when they return). */
+int omst_remove_prefix(omst_t *h, const char *prefix, unsigned flags, omst_rule_result_t *res);
+/* Give the names of scope (a prefix ending in '/', or one name) ttl_ns
+ * nanoseconds to live, grid-wide (0 clears; at most a year). */
+int omst_set_ttl(omst_t *h, const char *scope, uint64_t ttl_ns, omst_rule_result_t *res);
+
+typedef struct omst_du {
+	uint64_t names, blobs;
+	uint64_t bytes;     /* the blobs' sizes, each blob once */
+	uint64_t held;      /* bytes of their chunks stored here */
+	uint64_t pinned;    /* of held: not evictable */
+	uint64_t unpinned;  /* of held: evictable */
+	uint64_t complete;  /* blobs held whole */
+	uint64_t pinned_blobs;
+} omst_du_t;
+
+/* What prefix ("" for everything) holds on this node. */
+int omst_du(omst_t *h, const char *prefix, omst_du_t *du);
+/* The JSON reply of the calling thread's last successful
+ * omst_remove_prefix, omst_set_ttl or omst_du, NUL-terminated; "" if
+ * none. Valid until the thread's next such call. */
+const char *omst_last_json(void);
 
 /* A buffer the library provides: mapped from the daemon's files when the
  * daemon passes descriptors (zero-copy), else filled by copy. Read-only

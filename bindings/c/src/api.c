@@ -14,11 +14,12 @@
  * The process-wide lock g_mu serialises that repair and the creation of
  * the default handle; pthread_atfork keeps g_mu consistent across fork.
  *
- * Versions: connections ask for version 5 (OMST_PROTOCOL_VERSION); if the
+ * Versions: connections ask for version 6 (OMST_PROTOCOL_VERSION); if the
  * daemon answers UNSUPPORTED_VERSION the handle retries with version 1
  * (and keeps asking for 1 from then on). A daemon answers the smaller of
  * its version and ours: GET_FD needs 2, PUT_FD and GET_TO_FD 5 (below 5 the
- * library streams the caller's file itself, through PUT and GET).
+ * library streams the caller's file itself, through PUT and GET), the job
+ * namespaces' REMOVE_PREFIX, SET_TTL and DU 6 (below 6: OMST_EVERSION).
  *
  * Files: put_file and get_file open the caller's file here, with the
  * caller's rights (localfile.c), and pass the descriptor (PUT_FD,
@@ -43,7 +44,7 @@ struct omst {
 	int timeout_ms;
 	pid_t pid;             /* process whose connections these are */
 	pthread_mutex_t mu;    /* guards everything below */
-	uint32_t want_version; /* version to ask for: 5, or 1 after a refusal */
+	uint32_t want_version; /* version to ask for: 6, or 1 after a refusal */
 	struct omst_conn *all; /* every open connection (idle or in use) */
 	struct omst_conn *idle;
 	unsigned nidle;
@@ -504,6 +505,102 @@ OMST_EXPORT int omst_remove(omst_t *h, const char *name)
 	if (e)
 		return e;
 	WITH_CONN(h, op_remove(c, name, nlen));
+}
+
+/* ---- job namespaces (version 6) ------------------------------------------- */
+
+/* A prefix or scope as the daemon takes it: UTF-8, at most a name and a
+ * '/' long; the daemon checks the rest and names what is wrong. */
+static int check_scope(const char *what, const char *s, size_t *len)
+{
+	if (s == NULL)
+		return omst_fail(OMST_EINVAL, "%s is NULL", what);
+	size_t n = strnlen(s, OMST_NAME_MAX + 2);
+	if (n > OMST_NAME_MAX + 1)
+		return omst_fail(OMST_EINVALIDNAME, "invalid %s \"%.64s...\": more than %d bytes", what, s,
+		                 OMST_NAME_MAX + 1);
+	if (!omst_utf8_valid((const unsigned char *)s, n))
+		return omst_fail(OMST_EINVALIDNAME, "invalid %s: not valid UTF-8", what);
+	*len = n;
+	return 0;
+}
+
+static int namespace_conn(struct omst_conn *c, const char *op, const uint8_t *req, size_t n)
+{
+	if (c->version < 6)
+		return omst_fail(OMST_EVERSION, "%s: the daemon speaks protocol version %u, job namespaces need 6", op,
+		                 (unsigned)c->version);
+	return op_namespace(c, req, n);
+}
+
+static int namespace_call(omst_t *h, const char *op, const uint8_t *req, size_t n)
+{
+	if (n == 0)
+		return omst_fail(OMST_EINVAL, "%s: request does not fit in a frame", op);
+	WITH_CONN(h, namespace_conn(c, op, req, n));
+}
+
+static void rule_result(omst_rule_result_t *res)
+{
+	if (res == NULL)
+		return;
+	res->removed = json_u64("removed");
+	res->reached = json_u64("reached");
+	res->unreached = json_u64("unreached");
+	res->ttl_seconds = json_num("ttl_seconds");
+	res->seconds = json_num("seconds");
+}
+
+OMST_EXPORT int omst_remove_prefix(omst_t *h, const char *prefix, unsigned flags, omst_rule_result_t *res)
+{
+	size_t plen;
+	uint8_t req[W_HEADER + 8 + OMST_NAME_MAX + 1];
+	CHECK_HANDLE(h);
+	int e = check_scope("prefix", prefix, &plen);
+	if (e)
+		return e;
+	if (flags & ~OMST_EVERYWHERE)
+		return omst_fail(OMST_EINVAL, "remove_prefix: unknown flags 0x%x", flags & ~OMST_EVERYWHERE);
+	e = namespace_call(h, "remove_prefix", req, w_enc_remove_prefix(req, sizeof req, prefix, plen, flags));
+	if (e == 0)
+		rule_result(res);
+	return e;
+}
+
+OMST_EXPORT int omst_set_ttl(omst_t *h, const char *scope, uint64_t ttl_ns, omst_rule_result_t *res)
+{
+	size_t slen;
+	uint8_t req[W_HEADER + 12 + OMST_NAME_MAX + 1];
+	CHECK_HANDLE(h);
+	int e = check_scope("scope", scope, &slen);
+	if (e)
+		return e;
+	e = namespace_call(h, "set_ttl", req, w_enc_set_ttl(req, sizeof req, scope, slen, ttl_ns));
+	if (e == 0)
+		rule_result(res);
+	return e;
+}
+
+OMST_EXPORT int omst_du(omst_t *h, const char *prefix, omst_du_t *du)
+{
+	size_t plen;
+	uint8_t req[W_HEADER + 4 + OMST_NAME_MAX + 1];
+	CHECK_HANDLE(h);
+	int e = check_scope("prefix", prefix, &plen);
+	if (e)
+		return e;
+	e = namespace_call(h, "du", req, w_enc_name_req(req, sizeof req, FT_DU, prefix, plen));
+	if (e == 0 && du != NULL) {
+		du->names = json_u64("names");
+		du->blobs = json_u64("blobs");
+		du->bytes = json_u64("bytes");
+		du->held = json_u64("held");
+		du->pinned = json_u64("pinned");
+		du->unpinned = json_u64("unpinned");
+		du->complete = json_u64("complete");
+		du->pinned_blobs = json_u64("pinned_blobs");
+	}
+	return e;
 }
 
 static int get_buf(struct omst_conn *c, const char *name, size_t nlen, unsigned flags, omst_buf_t **out)

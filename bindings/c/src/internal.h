@@ -140,6 +140,9 @@ enum w_type {
 	FT_GET_FD = 0x18,
 	FT_PUT_FD = 0x1B,    /* version 5: carries one descriptor */
 	FT_GET_TO_FD = 0x1C, /* version 5: carries one descriptor */
+	FT_REMOVE_PREFIX = 0x1D, /* version 6 */
+	FT_SET_TTL = 0x1E,       /* version 6 */
+	FT_DU = 0x1F,            /* version 6 */
 	FT_DATA = 0x20,
 	FT_ABORT = 0x21,
 	FT_END = 0x22,
@@ -148,6 +151,7 @@ enum w_type {
 	FT_INFO = 0x31,
 	FT_LISTING = 0x32,
 	FT_STATUS_JSON = 0x33,
+	FT_NAMESPACE_JSON = 0x36, /* version 6 */
 	FT_ERROR = 0x3F
 };
 
@@ -193,6 +197,10 @@ size_t w_enc_put_file(uint8_t *out, size_t cap, const char *name, size_t nlen, u
 size_t w_enc_name_req(uint8_t *out, size_t cap, uint8_t type, const char *name, size_t nlen);
 size_t w_enc_get_file(uint8_t *out, size_t cap, const char *name, size_t nlen, const char *path,
                       size_t plen);
+/* REMOVE_PREFIX (str prefix, u32 flags) and SET_TTL (str scope, u64 ttl
+ * in ns); DU is a name request. */
+size_t w_enc_remove_prefix(uint8_t *out, size_t cap, const char *prefix, size_t plen, uint32_t flags);
+size_t w_enc_set_ttl(uint8_t *out, size_t cap, const char *scope, size_t slen, uint64_t ttl);
 /* A frame with an empty body: STATUS, ABORT, END, OK, and the empty DATA. */
 size_t w_enc_empty(uint8_t *out, size_t cap, uint8_t type);
 /* DATA with a payload (header + copy of the payload; the library itself
@@ -213,6 +221,8 @@ int w_dec_put(const uint8_t *b, size_t n, struct w_str *name, uint32_t *chunk_si
 int w_dec_put_file(const uint8_t *b, size_t n, struct w_str *name, uint32_t *chunk_size, struct w_str *path);
 int w_dec_name_req(const uint8_t *b, size_t n, struct w_str *name);
 int w_dec_get_file(const uint8_t *b, size_t n, struct w_str *name, struct w_str *path);
+int w_dec_remove_prefix(const uint8_t *b, size_t n, struct w_str *prefix, uint32_t *flags);
+int w_dec_set_ttl(const uint8_t *b, size_t n, struct w_str *scope, uint64_t *ttl);
 int w_dec_empty(const uint8_t *b, size_t n);
 /* Checks a body against the decoder of its type (any type; unknown types
  * are EPROTO). STATUS_JSON and DATA bodies are accepted as they are. */
@@ -403,6 +413,14 @@ int op_get_anon(struct omst_conn *c, const char *name, size_t nlen, unsigned fla
 int op_get_fd(struct omst_conn *c, const char *name, size_t nlen, unsigned flags, omst_buf_t **out);
 int op_stat(struct omst_conn *c, const char *name, size_t nlen, omst_info_t *info);
 int op_remove(struct omst_conn *c, const char *name, size_t nlen);
+/* Sends the request frame req[0..n) (REMOVE_PREFIX, SET_TTL or DU, version
+ * 6 connections only) and reads NAMESPACE_JSON or ERROR; the JSON becomes
+ * the thread's omst_last_json(). */
+int op_namespace(struct omst_conn *c, const uint8_t *req, size_t n);
+/* The unsigned integer (or, for json_num, number) of the top-level key of
+ * the thread's last JSON reply; 0 if it has none. */
+uint64_t json_u64(const char *key);
+double json_num(const char *key);
 /* PUT_FD (version 5 connections only): the daemon reads the caller's file
  * fd (a regular file from its offset to its size, unchanged; anything else
  * to its end of file). The wait for INFO is watched (conn_watch). */

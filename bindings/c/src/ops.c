@@ -656,3 +656,118 @@ int op_get_stream(struct omst_conn *c, const char *name, size_t nlen, int fd, om
 	free(buf);
 	return e;
 }
+
+/* ---- REMOVE_PREFIX, SET_TTL, DU (version 6) ------------------------------ */
+
+/* The thread's last NAMESPACE_JSON reply, NUL-terminated. */
+static __thread char *t_json;
+static __thread size_t t_jsoncap;
+
+OMST_EXPORT const char *omst_last_json(void)
+{
+	return t_json ? t_json : "";
+}
+
+int op_namespace(struct omst_conn *c, const uint8_t *req, size_t n)
+{
+	int e = send_frame(c, req, n);
+	if (e)
+		return e;
+	uint32_t len;
+	uint8_t type;
+	const uint8_t *body;
+	if ((e = conn_read_header(c, &len, &type)) != 0)
+		return e;
+	if (type != FT_NAMESPACE_JSON && type != FT_ERROR)
+		return unexpected(c, type, "NAMESPACE_JSON");
+	if ((e = conn_read_body(c, len, &body)) != 0)
+		return e;
+	if ((e = no_fds(c)) != 0)
+		return e;
+	if (type == FT_ERROR)
+		return error_reply(c, body, len);
+	if (len == 0 || body[0] != '{' || memchr(body, 0, len) != NULL)
+		return conn_break(c, omst_fail(OMST_EPROTO, "NAMESPACE_JSON of %u bytes is not a JSON object", (unsigned)len));
+	if (t_jsoncap < (size_t)len + 1) {
+		char *p = realloc(t_json, (size_t)len + 1);
+		if (p == NULL)
+			return omst_fail(OMST_ENOMEM, "namespace reply: out of memory");
+		t_json = p;
+		t_jsoncap = (size_t)len + 1;
+	}
+	memcpy(t_json, body, len);
+	t_json[len] = 0;
+	return 0;
+}
+
+/* The text right after "key": at the top level of the thread's last JSON
+ * reply (the daemon's own, compact, json.Marshal'd), or NULL. */
+static const char *json_value(const char *key)
+{
+	if (t_json == NULL)
+		return NULL;
+	size_t kl = strlen(key);
+	int depth = 0, in_str = 0;
+	for (const char *p = t_json; *p; p++) {
+		if (in_str) {
+			if (*p == '\\' && p[1])
+				p++;
+			else if (*p == '"')
+				in_str = 0;
+			continue;
+		}
+		switch (*p) {
+		case '{': case '[':
+			depth++;
+			break;
+		case '}': case ']':
+			depth--;
+			break;
+		case '"':
+			if (depth == 1 && strncmp(p + 1, key, kl) == 0 && p[1 + kl] == '"' && p[2 + kl] == ':')
+				return p + 3 + kl;
+			in_str = 1;
+			break;
+		}
+	}
+	return NULL;
+}
+
+uint64_t json_u64(const char *key)
+{
+	const char *v = json_value(key);
+	if (v == NULL || *v < '0' || *v > '9')
+		return 0;
+	return strtoull(v, NULL, 10);
+}
+
+/* A JSON number, parsed here (strtod follows the locale's decimal point). */
+double json_num(const char *key)
+{
+	const char *v = json_value(key);
+	if (v == NULL)
+		return 0;
+	double sign = 1, x = 0, scale = 1;
+	if (*v == '-') {
+		sign = -1;
+		v++;
+	}
+	for (; *v >= '0' && *v <= '9'; v++)
+		x = x * 10 + (*v - '0');
+	if (*v == '.')
+		for (v++; *v >= '0' && *v <= '9'; v++) {
+			scale /= 10;
+			x += (*v - '0') * scale;
+		}
+	if (*v == 'e' || *v == 'E') {
+		v++;
+		int esign = 1, ex = 0;
+		if (*v == '-' || *v == '+')
+			esign = *v++ == '-' ? -1 : 1;
+		for (; *v >= '0' && *v <= '9' && ex < 400; v++)
+			ex = ex * 10 + (*v - '0');
+		for (; ex > 0; ex--)
+			x = esign > 0 ? x * 10 : x / 10;
+	}
+	return sign * x;
+}

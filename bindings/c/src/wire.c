@@ -53,6 +53,7 @@ int w_known_type(uint8_t t)
 	case FT_LIST: case FT_REMOVE: case FT_STATUS: case FT_GET_FD: case FT_PUT_FD: case FT_GET_TO_FD:
 	case FT_DATA: case FT_ABORT:
 	case FT_END: case FT_FDS: case FT_OK: case FT_INFO: case FT_LISTING: case FT_STATUS_JSON:
+	case FT_REMOVE_PREFIX: case FT_SET_TTL: case FT_DU: case FT_NAMESPACE_JSON:
 	case FT_ERROR:
 		return 1;
 	}
@@ -164,6 +165,23 @@ size_t w_enc_get_file(uint8_t *out, size_t cap, const char *name, size_t nlen, c
 	e_str(&e, name, nlen);
 	e_str(&e, path, plen);
 	return e_end(&e, FT_GET_FILE);
+}
+
+size_t w_enc_remove_prefix(uint8_t *out, size_t cap, const char *prefix, size_t plen, uint32_t flags)
+{
+	struct enc e = e_begin(out, cap);
+	e_str(&e, prefix, plen);
+	e_u32(&e, flags);
+	return e_end(&e, FT_REMOVE_PREFIX);
+}
+
+size_t w_enc_set_ttl(uint8_t *out, size_t cap, const char *scope, size_t slen, uint64_t ttl)
+{
+	struct enc e = e_begin(out, cap);
+	e_str(&e, scope, slen);
+	e_u32(&e, (uint32_t)(ttl >> 32));
+	e_u32(&e, (uint32_t)ttl);
+	return e_end(&e, FT_SET_TTL);
 }
 
 size_t w_enc_empty(uint8_t *out, size_t cap, uint8_t type)
@@ -311,6 +329,22 @@ int w_dec_put(const uint8_t *b, size_t n, struct w_str *name, uint32_t *chunk_si
 	struct dec d = {b, n, 0};
 	*name = d_str(&d);
 	*chunk_size = d_u32(&d);
+	return d_end(&d);
+}
+
+int w_dec_remove_prefix(const uint8_t *b, size_t n, struct w_str *prefix, uint32_t *flags)
+{
+	struct dec d = {b, n, 0};
+	*prefix = d_str(&d);
+	*flags = d_u32(&d);
+	return d_end(&d);
+}
+
+int w_dec_set_ttl(const uint8_t *b, size_t n, struct w_str *scope, uint64_t *ttl)
+{
+	struct dec d = {b, n, 0};
+	*scope = d_str(&d);
+	*ttl = d_u64(&d);
 	return d_end(&d);
 }
 

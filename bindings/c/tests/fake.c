@@ -441,6 +441,26 @@ void test_fake_many_version6(void)
 	fake_stop(&f);
 }
 
+/* A daemon of version 5 has no job namespaces: OMST_EVERSION, nothing
+ * sent, and the connection still serves. */
+void test_fake_no_namespaces(void)
+{
+	struct fake f;
+	if (fake_start(&f, script_serve, 5, 0))
+		return;
+	omst_t *h;
+	CHECK_RC(omst_connect(f.path, &h), 0);
+	omst_du_t du;
+	CHECK_RC(omst_du(h, "job1", &du), OMST_EVERSION);
+	CHECK(strstr(omst_errmsg(), "version 5") != NULL);
+	CHECK_RC(omst_remove_prefix(h, "job1", OMST_EVERYWHERE, NULL), OMST_EVERSION);
+	CHECK_RC(omst_set_ttl(h, "job1/", 1, NULL), OMST_EVERSION);
+	omst_info_t info;
+	CHECK_RC(omst_stat(h, "v5", &info), 0);
+	omst_close(h);
+	fake_stop(&f);
+}
+
 void test_fake_idle_close(void)
 {
 	struct fake f;

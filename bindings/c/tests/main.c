@@ -554,6 +554,75 @@ static uint8_t *read_file(const char *path, size_t *n)
 	return p;
 }
 
+/* Job namespaces (version 6): du, a TTL and a removal everywhere of a
+ * prefix, against the real daemon; bad prefixes and flags named. */
+static void test_namespaces(void)
+{
+	omst_t *h = must_connect();
+	char prefix[256], nm[300];
+	snprintf(prefix, sizeof prefix, "%s/", t_name("ns"));
+	uint64_t bytes = 0;
+	for (int i = 0; i < 3; i++) {
+		size_t n = 1000 + 100 * (size_t)i;
+		uint8_t *data = t_pattern(n, (uint32_t)i + 40);
+		snprintf(nm, sizeof nm, "%sr%d", prefix, i);
+		CHECK_RC(omst_put(h, nm, data, n, NULL), 0);
+		bytes += n;
+		free(data);
+	}
+	omst_du_t du;
+	memset(&du, 0xff, sizeof du);
+	CHECK_RC(omst_du(h, prefix, &du), 0);
+	CHECK_EQ_U(du.names, 3);
+	CHECK_EQ_U(du.blobs, 3);
+	CHECK_EQ_U(du.bytes, bytes);
+	CHECK_EQ_U(du.held, bytes);
+	CHECK_EQ_U(du.pinned, bytes);
+	CHECK_EQ_U(du.unpinned, 0);
+	CHECK_EQ_U(du.complete, 3);
+	CHECK_EQ_U(du.pinned_blobs, 3);
+	CHECK(strstr(omst_last_json(), "\"prefix\":") != NULL);
+
+	omst_rule_result_t res;
+	memset(&res, 0, sizeof res);
+	CHECK_RC(omst_set_ttl(h, prefix, 7200ull * 1000000000ull, &res), 0);
+	CHECK(res.ttl_seconds == 7200);
+	CHECK_EQ_U(res.reached, 1);
+	CHECK(strstr(omst_last_json(), "\"kind\":\"ttl\"") != NULL);
+	CHECK_RC(omst_du(h, prefix, &du), 0);
+	CHECK(strstr(omst_last_json(), "\"ttl_seconds\":7200") != NULL); /* the rule, listed */
+	CHECK_RC(omst_set_ttl(h, prefix, 400ull * 24 * 3600 * 1000000000ull, NULL), OMST_EBADREQUEST);
+	CHECK(strstr(omst_errmsg(), "SET_TTL") != NULL);
+
+	memset(&res, 0, sizeof res);
+	CHECK_RC(omst_remove_prefix(h, prefix, OMST_EVERYWHERE, &res), 0);
+	CHECK_EQ_U(res.removed, 3);
+	CHECK_EQ_U(res.reached, 1);
+	CHECK_EQ_U(res.unreached, 0);
+	CHECK(res.seconds >= 0 && res.seconds < 60);
+	CHECK(strstr(omst_last_json(), "\"kind\":\"remove\"") != NULL);
+	snprintf(nm, sizeof nm, "%sr1", prefix);
+	omst_info_t info;
+	CHECK_RC(omst_stat(h, nm, &info), OMST_ENOTFOUND);
+	CHECK_RC(omst_du(h, prefix, &du), 0);
+	CHECK_EQ_U(du.names, 0);
+	/* On this node only, with nothing left under it. */
+	CHECK_RC(omst_remove_prefix(h, prefix, 0, NULL), OMST_ENOTFOUND);
+
+	const char *bad[] = {"", "/", "a//b/", "a/../b", "./x"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		CHECK_RC(omst_remove_prefix(h, bad[i], OMST_EVERYWHERE, NULL), OMST_EINVALIDNAME);
+		CHECK_RC(omst_set_ttl(h, bad[i], 1000000000, NULL), OMST_EINVALIDNAME);
+	}
+	CHECK_RC(omst_du(h, "a/../b", NULL), OMST_EINVALIDNAME);
+	CHECK_RC(omst_remove_prefix(h, prefix, 0x80, NULL), OMST_EINVAL);
+	CHECK(strstr(omst_errmsg(), "0x80") != NULL);
+	CHECK_RC(omst_remove_prefix(h, NULL, 0, NULL), OMST_EINVAL);
+	CHECK_RC(omst_du(NULL, "", NULL), OMST_EINVAL);
+	CHECK_RC(omst_du(h, "\xff", NULL), OMST_EINVALIDNAME);
+	omst_close(h);
+}
+
 static void test_files(void)
 {
 	omst_t *h = must_connect();
@@ -1161,6 +1230,7 @@ static void test_eintr(void)
 void test_fake_timeout(void);
 void test_fake_truncated(void);
 void test_fake_version1(void);
+void test_fake_no_namespaces(void);
 void test_fake_idle_close(void);
 void test_fake_fds(void);
 void test_fake_garbage(void);
@@ -1199,6 +1269,7 @@ static const struct test tests[] = {
 	{"size_mismatch", test_size_mismatch, 0},
 	{"not_found", test_not_found, 0},
 	{"stat_remove", test_stat_remove, 0},
+	{"namespaces", test_namespaces, 0},
 	{"files", test_files, 0},
 	{"zero_copy", test_zero_copy, 0},
 	{"copy_buf", test_copy_buf, 0},
@@ -1211,6 +1282,7 @@ static const struct test tests[] = {
 	{"fake_truncated", test_fake_truncated, 0},
 	{"fake_version1", test_fake_version1, 0},
 	{"fake_many_version6", test_fake_many_version6, 0},
+	{"fake_no_namespaces", test_fake_no_namespaces, 0},
 	{"fake_idle_close", test_fake_idle_close, 0},
 	{"fake_fds", test_fake_fds, 0},
 	{"fake_garbage", test_fake_garbage, 0},
