@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The shared test vectors (docs/rpcbridge.md §11) that the Go, C and Python
@@ -87,8 +88,17 @@ func fieldsOf(t FrameType, b []byte) ([]kv, error) {
 			fs = append(fs, infoFields(in)...)
 		}
 		return fs, err
-	case FrameStatusJ:
+	case FrameStatusJ, FrameNamespaceJ:
 		return []kv{{"json", string(b)}}, nil
+	case FrameRemovePrefix:
+		p, flags, err := decodeRemovePrefixReq(b)
+		return []kv{{"prefix", p}, {"flags", u(uint64(flags))}}, err
+	case FrameSetTTL:
+		sc, ttl, err := decodeSetTTLReq(b)
+		return []kv{{"scope", sc}, {"ttl", u(uint64(ttl))}}, err
+	case FrameDu:
+		p, err := decodeNameReq(b)
+		return []kv{{"prefix", p}}, err
 	case FrameError:
 		d := decoder{b: b}
 		code := d.u32("code")
@@ -197,8 +207,14 @@ func encodeFrom(t FrameType, fs []kv) ([]byte, error) {
 			ins[i] = r.info()
 		}
 		body = appendListing(nil, ins)
-	case FrameStatusJ:
+	case FrameStatusJ, FrameNamespaceJ:
 		body = []byte(r.str("json"))
+	case FrameRemovePrefix:
+		body = appendRemovePrefixReq(nil, r.str("prefix"), uint32(r.num("flags")))
+	case FrameSetTTL:
+		body = appendSetTTLReq(nil, r.str("scope"), time.Duration(r.num("ttl")))
+	case FrameDu:
+		body = appendNameReq(nil, r.str("prefix"))
 	case FrameError:
 		code := r.num("code")
 		body = appendError(nil, Code(code), r.str("message"))
@@ -284,6 +300,14 @@ func vectorCases() []vector {
 		{"error_doc", FrameError, []kv{{"code", "1"}, {"message", `"data/1": not found`}}},
 		{"error_size", FrameError, []kv{{"code", "8"}, {"message", `get "x": blob has 5 bytes, not 4`}}},
 		{"error_unknown_code", FrameError, []kv{{"code", "4000"}, {"message", ""}}},
+		{"remove_prefix_everywhere", FrameRemovePrefix, []kv{{"prefix", "job1/"}, {"flags", "1"}}},
+		{"remove_prefix_here", FrameRemovePrefix, []kv{{"prefix", "job1"}, {"flags", "0"}}},
+		{"set_ttl", FrameSetTTL, []kv{{"scope", "job1/"}, {"ttl", "7200000000000"}}},
+		{"set_ttl_clear_name", FrameSetTTL, []kv{{"scope", "job1/tmp/x"}, {"ttl", "0"}}},
+		{"du_all", FrameDu, []kv{{"prefix", ""}}},
+		{"du_prefix", FrameDu, []kv{{"prefix", "job1/"}}},
+		{"namespace_json_remove", FrameNamespaceJ, []kv{{"json", `{"scope":"job1/","kind":"remove","everywhere":true,"removed":1000,"reached":7,"unreached":1,"failed":["child 12D3KooWEx: not connected"],"seconds":0.41}`}}},
+		{"namespace_json_du", FrameNamespaceJ, []kv{{"json", `{"prefix":"job1/","names":500,"blobs":500,"bytes":2048000,"held":2048000,"pinned":0,"unpinned":2048000,"complete":500,"pinned_blobs":0,"rules":[{"kind":"ttl","scope":"job1/","time":1764220000000000000,"ttl_seconds":7200,"origin":"12D3KooWEx"}]}`}}},
 		{"fds_one", FrameFDS, []kv{{"count", "1"}, {"extent.blob_offset", "0"}, {"extent.length", "5000000"}, {"extent.file_offset", "0"}}},
 		{"fds_two", FrameFDS, []kv{{"count", "2"},
 			{"extent.blob_offset", "1048576"}, {"extent.length", "1048576"}, {"extent.file_offset", "0"},
@@ -334,6 +358,20 @@ func vectorCases() []vector {
 			return cat(hdr(len(b), FrameError), b)
 		}()},
 		{name: "end_with_body", why: "END has an empty body", frame: cat(hdr(1, FrameEnd), []byte{0})},
+		{name: "remove_prefix_missing_flags", why: "REMOVE_PREFIX body ends after the prefix", frame: cat(hdr(9, FrameRemovePrefix), appendNameReq(nil, "job1/"))},
+		{name: "remove_prefix_unknown_flags", why: "REMOVE_PREFIX flag bit 1 does not exist", frame: func() []byte {
+			b := appendRemovePrefixReq(nil, "job1/", 2)
+			return cat(hdr(len(b), FrameRemovePrefix), b)
+		}()},
+		{name: "set_ttl_short", why: "SET_TTL with a 4-byte TTL", frame: func() []byte {
+			b := appendU32(appendNameReq(nil, "job1/"), 1)
+			return cat(hdr(len(b), FrameSetTTL), b)
+		}()},
+		{name: "set_ttl_over_a_year", why: "SET_TTL of a year and a nanosecond", frame: func() []byte {
+			b := appendSetTTLReq(nil, "job1/", 365*24*time.Hour+1)
+			return cat(hdr(len(b), FrameSetTTL), b)
+		}()},
+		{name: "du_trailing", why: "a byte after the prefix of a DU", frame: cat(hdr(6, FrameDu), appendNameReq(nil, "a"), []byte{0})},
 		{name: "fds_count_zero", why: "FDS count 0", frame: cat(hdr(4, FrameFDS), appendU32(nil, 0))},
 		{name: "fds_count_65", why: "FDS count 65 exceeds 64", frame: func() []byte {
 			xs := make([]ExtentRange, 65)
@@ -356,7 +394,7 @@ func vectorCases() []vector {
 }
 
 func formatVectors(vs []vector) []byte {
-	return formatVectorsAs(vs, "protocol version 5")
+	return formatVectorsAs(vs, "protocol version 6")
 }
 
 func formatVectorsAs(vs []vector, what string) []byte {

@@ -337,15 +337,24 @@ int w_dec_remove_prefix(const uint8_t *b, size_t n, struct w_str *prefix, uint32
 	struct dec d = {b, n, 0};
 	*prefix = d_str(&d);
 	*flags = d_u32(&d);
-	return d_end(&d);
+	int e = d_end(&d);
+	if (e == 0 && (*flags & ~(uint32_t)OMST_EVERYWHERE) != 0)
+		return OMST_EPROTO;
+	return e;
 }
+
+/* A TTL is at most a year (namespace.MaxTTL). */
+#define W_MAX_TTL (365ull * 24 * 3600 * 1000000000ull)
 
 int w_dec_set_ttl(const uint8_t *b, size_t n, struct w_str *scope, uint64_t *ttl)
 {
 	struct dec d = {b, n, 0};
 	*scope = d_str(&d);
 	*ttl = d_u64(&d);
-	return d_end(&d);
+	int e = d_end(&d);
+	if (e == 0 && *ttl > W_MAX_TTL)
+		return OMST_EPROTO;
+	return e;
 }
 
 int w_dec_put_file(const uint8_t *b, size_t n, struct w_str *name, uint32_t *chunk_size, struct w_str *path)
@@ -395,13 +404,19 @@ int w_check_body(uint8_t type, const uint8_t *b, size_t n)
 		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_put(b, n, &s, &u);
 	case FT_PUT_FILE:
 		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_put_file(b, n, &s, &u, &s2);
-	case FT_GET: case FT_STAT: case FT_LIST: case FT_REMOVE: case FT_GET_FD: case FT_GET_TO_FD:
+	case FT_GET: case FT_STAT: case FT_LIST: case FT_REMOVE: case FT_GET_FD: case FT_GET_TO_FD: case FT_DU:
 		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_name_req(b, n, &s);
+	case FT_REMOVE_PREFIX:
+		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_remove_prefix(b, n, &s, &u);
+	case FT_SET_TTL: {
+		uint64_t ttl;
+		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_set_ttl(b, n, &s, &ttl);
+	}
 	case FT_GET_FILE:
 		return n > W_MAX_REQ_BODY ? OMST_EPROTO : w_dec_get_file(b, n, &s, &s2);
 	case FT_STATUS: case FT_ABORT: case FT_END: case FT_OK:
 		return w_dec_empty(b, n);
-	case FT_DATA: case FT_STATUS_JSON:
+	case FT_DATA: case FT_STATUS_JSON: case FT_NAMESPACE_JSON:
 		return 0;
 	case FT_FDS:
 		return w_dec_fds(b, n, &count, ext);

@@ -163,7 +163,7 @@ static int decode(uint8_t type, const uint8_t *b, size_t n, struct out *o)
 		add(o, "payload", "%s", h);
 		free(h);
 		return 0;
-	case FT_STATUS_JSON:
+	case FT_STATUS_JSON: case FT_NAMESPACE_JSON:
 		add(o, "json", "%.*s", (int)n, (const char *)b);
 		return 0;
 	case FT_END:
@@ -198,6 +198,17 @@ static size_t encode(const struct vec *v, uint8_t *out, size_t cap)
 	}
 	case FT_GET_FILE:
 		return w_enc_get_file(out, cap, name, nl, path, pl);
+	case FT_REMOVE_PREFIX: case FT_DU: {
+		const char *p = field(v, "prefix");
+		size_t plen = p ? strlen(p) : 0;
+		if (v->type == FT_DU)
+			return w_enc_name_req(out, cap, FT_DU, p, plen);
+		return w_enc_remove_prefix(out, cap, p, plen, field_u32(v, "flags"));
+	}
+	case FT_SET_TTL: {
+		const char *sc = field(v, "scope"), *t = field(v, "ttl");
+		return w_enc_set_ttl(out, cap, sc, sc ? strlen(sc) : 0, t ? strtoull(t, NULL, 10) : 0);
+	}
 	case FT_STATUS: case FT_ABORT:
 		return w_enc_empty(out, cap, (uint8_t)v->type);
 	case FT_DATA: {

@@ -289,6 +289,31 @@ def encode_set_ttl(scope: bytes, ttl_ns: int) -> bytes:
     return encode_frame(SET_TTL, _str(scope) + _U64.pack(ttl_ns))
 
 
+MAX_TTL_NS = 365 * 24 * 3600 * 10**9  # a year (the daemon's namespace.MaxTTL)
+
+
+def decode_remove_prefix(body: bytes) -> Tuple[str, int]:
+    """Decode a REMOVE_PREFIX body: (prefix, flags); flags other than bit 0
+    are malformed."""
+    r = _Reader(body, "REMOVE_PREFIX")
+    prefix, flags = r.text("prefix"), r.u32("flags")
+    r.end()
+    if flags & ~REMOVE_EVERYWHERE:
+        raise ProtocolError(f"malformed REMOVE_PREFIX: unknown flags 0x{flags:x}")
+    return prefix, flags
+
+
+def decode_set_ttl(body: bytes) -> Tuple[str, int]:
+    """Decode a SET_TTL body: (scope, ttl in ns); a TTL over a year is
+    malformed."""
+    r = _Reader(body, "SET_TTL")
+    scope, ttl = r.text("scope"), r.u64("ttl")
+    r.end()
+    if ttl > MAX_TTL_NS:
+        raise ProtocolError(f"malformed SET_TTL: a TTL of {ttl} ns exceeds a year")
+    return scope, ttl
+
+
 def encode_empty(ftype: int) -> bytes:
     """A frame with an empty body: STATUS, ABORT, END, OK, or an empty DATA."""
     return encode_frame(ftype, b"")

@@ -111,9 +111,19 @@ class Fieldreader:
 
 def decode_fields(ftype: int, body: bytes) -> Fields:
     """Decode a body of type ftype into vector fields (raises ProtocolError)."""
-    if ftype in _wire._NAMESPACE_TYPES or ftype in _wire._MANY_TYPES:
-        # Version 6's frames have no vectors yet (test_namespaces.py);
-        # version 7's are in frames-v7.txt (test_many.py).
+    if ftype == _wire.REMOVE_PREFIX:
+        prefix, flags = _wire.decode_remove_prefix(body)
+        return [("prefix", prefix), ("flags", str(flags))]
+    if ftype == _wire.SET_TTL:
+        scope, ttl = _wire.decode_set_ttl(body)
+        return [("scope", scope), ("ttl", str(ttl))]
+    if ftype == _wire.DU:
+        return [("prefix", _wire.decode_name_request(body, "DU"))]
+    if ftype == _wire.NAMESPACE_JSON:
+        doc = _wire.decode_status_json(body, "NAMESPACE_JSON")
+        return [("json", json.dumps(doc, separators=(",", ":")))]
+    if ftype in _wire._MANY_TYPES:
+        # Version 7's vectors are in frames-v7.txt (test_many.py).
         raise ProtocolError(f"no vector fields for {_wire.type_name(ftype)}")
     t = FrameType(ftype)
     if t == FrameType.HELLO:
@@ -159,6 +169,16 @@ def decode_fields(ftype: int, body: bytes) -> Fields:
 def encode_from(ftype: int, fields: Fields) -> bytes:
     """Build the whole frame of type ftype from vector fields."""
     r = Fieldreader(fields)
+    ns: Dict[int, Callable[[], bytes]] = {
+        _wire.REMOVE_PREFIX: lambda: _remove_prefix(r.get("prefix"), r.int("flags")),
+        _wire.SET_TTL: lambda: _wire.encode_set_ttl(r.get("scope").encode(), r.int("ttl")),
+        _wire.DU: lambda: _wire.encode_name_request(_wire.DU, r.get("prefix").encode()),
+        _wire.NAMESPACE_JSON: lambda: _wire.encode_frame(_wire.NAMESPACE_JSON, r.get("json").encode()),
+    }
+    if ftype in ns:
+        frame = ns[ftype]()
+        r.done()
+        return frame
     t = FrameType(ftype)
     enc: Dict[FrameType, Callable[[], bytes]] = {
         FrameType.HELLO: lambda: (r.get("magic") == "OMST" or pytest.fail("magic")) and _wire.encode_hello(r.int("version")),
@@ -185,6 +205,11 @@ def encode_from(ftype: int, fields: Fields) -> bytes:
     return frame
 
 
+def _remove_prefix(prefix: str, flags: int) -> bytes:
+    assert flags in (0, _wire.REMOVE_EVERYWHERE), f"flags {flags}: the client sends 0 or 1"
+    return _wire.encode_remove_prefix(prefix.encode(), flags == _wire.REMOVE_EVERYWHERE)
+
+
 def decode_frame(frame: bytes) -> Tuple[int, bytes]:
     """Header check, then type and length checks: (type, body)."""
     ftype, n = _wire.parse_header(frame[: _wire.HEADER_SIZE])
@@ -209,6 +234,7 @@ def test_vectors_present() -> None:
     assert len(VALID) >= 20 and len(INVALID) >= 10
     named = {v.name for v in VALID}
     want = {int(t) for t in FrameType} - {int(t) for n, t in FD_VECTORS.items() if n not in named}
+    want |= set(_wire._NAMESPACE_TYPES)
     assert {v.type for v in VALID} >= want, "a frame type without a valid vector"
 
 
@@ -250,7 +276,7 @@ def test_decode_valid(v: Vector) -> None:
     ftype, body = decode_frame(bytes.fromhex(v.hex))
     assert ftype == v.type
     got = decode_fields(ftype, body)
-    if ftype == FrameType.STATUS_JSON:
+    if ftype in (FrameType.STATUS_JSON, _wire.NAMESPACE_JSON):
         assert json.loads(got[0][1]) == json.loads(v.fields[0][1])
     else:
         assert got == v.fields
