@@ -238,7 +238,7 @@ func (t *Tree) syncRules(ctx context.Context) {
 
 // syncRulesWith synchronises this node's rules with neighbour p (its
 // parent, or a peer of a flat cluster) as syncRules does, and reports
-// whether it went through.
+// whether it is done with p (it went through, or p keeps no rules).
 func (t *Tree) syncRulesWith(ctx context.Context, p peer.ID) bool {
 	if t.cfg.Rules == nil {
 		return false
@@ -256,8 +256,9 @@ func (t *Tree) syncRulesWith(ctx context.Context, p peer.ID) bool {
 		}
 		rep, err := t.namesCall(ctx, p, namesRequest{Type: msgSyncRules, From: from, Rules: batch})
 		if errors.Is(err, errOldNames) {
+			// Nothing to synchronise with it, now or at the next check.
 			t.log.Info("a neighbour keeps no namespace rules (names 1.2.0 or before)", "err", err)
-			return false
+			return true
 		}
 		if err != nil {
 			t.log.Warn("namespace rules not synchronised with a neighbour; its next session will", "err", err)
