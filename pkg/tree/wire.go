@@ -68,9 +68,15 @@ const (
 	frameHeaderLen    = 5
 
 	// MaxBatchRecords and MaxBatchBytes bound an ANNOUNCE_BATCH: its
-	// records, and its payload. A sender fills a batch up to both.
+	// records, and its payload. A sender fills a batch up to
+	// SendBatchRecords and MaxBatchBytes.
 	MaxBatchRecords = 1024
 	MaxBatchBytes   = 1 << 20
+	// SendBatchRecords is the most records this node puts in one
+	// ANNOUNCE_BATCH: a relay stores a batch in one index transaction and
+	// answers it within the request timeout, which 1,024 records did not
+	// always fit on a loaded machine under the race detector.
+	SendBatchRecords = 256
 	// maxBatchManifest bounds a manifest carried beside a record in an
 	// ANNOUNCE_BATCH (1,000 bytes: a blob of up to 30 chunks), so that a
 	// small blob's name lists at every node up the tree with its chunk
@@ -339,11 +345,11 @@ type batchEntry struct {
 func entrySize(e batchEntry) int { return 2 + len(e.Record.Encode()) + 2 + len(e.Manifest) }
 
 // batchLen returns how many of entries, from the first, the next batch
-// takes: as many as fit MaxBatchRecords and MaxBatchBytes, at least one.
+// takes: as many as fit SendBatchRecords and MaxBatchBytes, at least one.
 func batchLen(sizes []int) int {
 	total := 2
 	for i, n := range sizes {
-		if i == MaxBatchRecords || (i > 0 && total+n > MaxBatchBytes) {
+		if i == SendBatchRecords || (i > 0 && total+n > MaxBatchBytes) {
 			return i
 		}
 		total += n

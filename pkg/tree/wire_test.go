@@ -228,7 +228,7 @@ func TestBatchWire(t *testing.T) {
 	for i := range sizes {
 		sizes[i] = 10
 	}
-	if n := batchLen(sizes); n != MaxBatchRecords {
+	if n := batchLen(sizes); n != SendBatchRecords {
 		t.Errorf("batchLen of %d small entries: %d", len(sizes), n)
 	}
 }
