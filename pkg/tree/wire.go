@@ -73,9 +73,9 @@ const (
 	MaxBatchRecords = 1024
 	MaxBatchBytes   = 1 << 20
 	// SendBatchRecords is the most records this node puts in one
-	// ANNOUNCE_BATCH: a relay stores a batch in one index transaction and
-	// answers it within the request timeout, which 1,024 records did not
-	// always fit on a loaded machine under the race detector.
+	// ANNOUNCE_BATCH: a relay stores a batch's records and answers it
+	// within the request timeout, which 1,024 records did not always fit
+	// on a loaded machine under the race detector.
 	SendBatchRecords = 256
 	// maxBatchManifest bounds a manifest carried beside a record in an
 	// ANNOUNCE_BATCH (1,000 bytes: a blob of up to 30 chunks), so that a
