@@ -1,0 +1,272 @@
+package bulk
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Conn is an open bulk connection: its bytes (sealed or plain, by Mode)
+// and the peer its ticket was issued to.
+type Conn struct {
+	Peer peer.ID
+	Mode Mode
+	raw  net.Conn
+	rw   io.ReadWriter // raw, or a sealedConn over it
+}
+
+func newConn(raw net.Conn, p peer.ID, m Mode, key []byte, dialer bool) (*Conn, error) {
+	c := &Conn{Peer: p, Mode: m, raw: raw, rw: raw}
+	if m == ModeSealed {
+		sc, err := newSealedConn(raw, key, dialer)
+		if err != nil {
+			return nil, err
+		}
+		c.rw = sc
+	}
+	return c, nil
+}
+
+func (c *Conn) Read(p []byte) (int, error)  { return c.rw.Read(p) }
+func (c *Conn) Write(p []byte) (int, error) { return c.rw.Write(p) }
+
+// SetWriteDeadline bounds the writes to come.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.raw.SetWriteDeadline(t) }
+
+// SetReadDeadline bounds the reads to come.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.raw.SetReadDeadline(t) }
+
+// Close closes the connection; bytes written before are still sent.
+func (c *Conn) Close() error { return c.raw.Close() }
+
+// Reset closes the connection at once, discarding what is unsent.
+func (c *Conn) Reset() error {
+	if tc, ok := c.raw.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	return c.raw.Close()
+}
+
+// RemoteAddr is the address of the other end.
+func (c *Conn) RemoteAddr() net.Addr { return c.raw.RemoteAddr() }
+
+// ListenerConfig configures Listen. Table, Serve and Policy are needed.
+type ListenerConfig struct {
+	// Addr is the TCP address to listen at ("host:port"; port 0: any).
+	Addr  string
+	Table *Table
+	// Policy is this node's: ChooseMode decides each grant's mode with it.
+	Policy Policy
+	// Member reports whether a ticket's peer may still be served (it is
+	// an admitted member connected over libp2p); nil: always.
+	Member func(peer.ID) bool
+	// Serve serves the fetch protocol on an accepted connection until it
+	// ends; it owns c (closes it).
+	Serve func(c *Conn)
+	// HelloTimeout bounds the wait for a connection's hello (default 5s).
+	HelloTimeout time.Duration
+	Log          *slog.Logger
+}
+
+// maxHandshakes bounds the connections in their hello at once; more are
+// closed at once.
+const maxHandshakes = 64
+
+// Stats counts what a Listener saw.
+type Stats struct {
+	Accepted atomic.Uint64 // connections served
+	Refused  atomic.Uint64 // connections refused (bad, unknown, expired, replayed ticket; no member; too many)
+	Granted  atomic.Uint64 // tickets issued
+}
+
+// Listener accepts bulk connections and issues their tickets
+// (HandleTickets, on the libp2p session).
+type Listener struct {
+	cfg   ListenerConfig
+	l     net.Listener
+	shake chan struct{}
+	Stats Stats
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Listen starts a Listener at cfg.Addr.
+func Listen(cfg ListenerConfig) (*Listener, error) {
+	if cfg.Table == nil || cfg.Serve == nil {
+		return nil, errors.New("bulk: listener needs a ticket table and a server")
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = 5 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	l, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("bulk: listen at %s: %w", cfg.Addr, err)
+	}
+	bl := &Listener{cfg: cfg, l: l, shake: make(chan struct{}, maxHandshakes), conns: map[net.Conn]struct{}{}}
+	bl.wg.Go(bl.accept)
+	return bl, nil
+}
+
+// Port is the port listened at.
+func (bl *Listener) Port() uint16 { return uint16(bl.l.Addr().(*net.TCPAddr).Port) }
+
+// Close stops accepting and closes every connection; it returns once
+// their handlers have.
+func (bl *Listener) Close() error {
+	bl.mu.Lock()
+	bl.closed = true
+	for c := range bl.conns {
+		c.Close()
+	}
+	bl.mu.Unlock()
+	err := bl.l.Close()
+	bl.wg.Wait()
+	return err
+}
+
+func (bl *Listener) track(c net.Conn, add bool) bool {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	if add {
+		if bl.closed {
+			return false
+		}
+		bl.conns[c] = struct{}{}
+	} else {
+		delete(bl.conns, c)
+	}
+	return true
+}
+
+func (bl *Listener) accept() {
+	for {
+		c, err := bl.l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			bl.cfg.Log.Warn("bulk: accept", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if !bl.track(c, true) {
+			c.Close()
+			return
+		}
+		select {
+		case bl.shake <- struct{}{}:
+		default:
+			bl.Stats.Refused.Add(1)
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = c.Write([]byte{helloBusy})
+			c.Close()
+			bl.track(c, false)
+			continue
+		}
+		bl.wg.Go(func() {
+			defer bl.track(c, false)
+			bc, err := bl.handshake(c)
+			<-bl.shake
+			if err != nil {
+				bl.Stats.Refused.Add(1)
+				bl.cfg.Log.Info("bulk connection refused", "from", c.RemoteAddr(), "err", err)
+				c.Close()
+				return
+			}
+			bl.Stats.Accepted.Add(1)
+			bl.cfg.Serve(bc)
+		})
+	}
+}
+
+// handshake reads c's hello, redeems its ticket and answers; nothing is
+// served on a connection it refuses.
+func (bl *Listener) handshake(c net.Conn) (*Conn, error) {
+	_ = c.SetDeadline(time.Now().Add(bl.cfg.HelloTimeout))
+	var hello [HelloLen]byte
+	if _, err := io.ReadFull(c, hello[:]); err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	p, m, key, err := bl.redeem(hello[:])
+	if err != nil {
+		_, _ = c.Write([]byte{refusalCode(err)})
+		return nil, err
+	}
+	if _, err := c.Write([]byte{helloOK}); err != nil {
+		return nil, fmt.Errorf("answer hello of %s: %w", p, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	return newConn(c, p, m, key, false)
+}
+
+// redeem checks a hello: its ticket, and that its peer may still be
+// served.
+func (bl *Listener) redeem(hello []byte) (peer.ID, Mode, []byte, error) {
+	id, err := DecodeHello(hello)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	p, m, key, err := bl.cfg.Table.Redeem(id)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	if bl.cfg.Member != nil && !bl.cfg.Member(p) {
+		return "", 0, nil, fmt.Errorf("%w: %s", ErrNotMember, p)
+	}
+	return p, m, key, nil
+}
+
+// HandleTickets serves one ticket request on the libp2p session s (whose
+// peer the session admitted: a handler set through a member.Wrap'ed host
+// is called only for members): the grant, in the mode ChooseMode picks.
+func (bl *Listener) HandleTickets(s network.Stream) {
+	defer s.Close()
+	p := s.Conn().RemotePeer()
+	_ = s.SetDeadline(time.Now().Add(bl.cfg.HelloTimeout))
+	b := make([]byte, 4+MaxSiteLen)
+	n, err := io.ReadAtLeast(s, b[:4], 4)
+	if err == nil && int(b[3]) > n-4 {
+		var k int
+		k, err = io.ReadFull(s, b[n:4+int(b[3])])
+		n += k
+	}
+	if err != nil {
+		s.Reset()
+		return
+	}
+	q, err := DecodeTicketRequest(b[:n])
+	if err != nil {
+		bl.cfg.Log.Info("bulk: bad ticket request", "peer", p, "err", err)
+		_, _ = s.Write(AppendUnavailable(nil, err.Error()))
+		return
+	}
+	if bl.cfg.Member != nil && !bl.cfg.Member(p) {
+		_, _ = s.Write(AppendUnavailable(nil, "not an admitted member"))
+		return
+	}
+	m := ChooseMode(bl.cfg.Policy, Policy{TrustedLAN: q.Trusted, Site: q.Site})
+	ts, err := bl.cfg.Table.Issue(p, m, q.Count)
+	if err != nil {
+		_, _ = s.Write(AppendUnavailable(nil, err.Error()))
+		return
+	}
+	bl.Stats.Granted.Add(uint64(len(ts)))
+	_, _ = s.Write(AppendGrant(nil, Grant{Mode: m, Port: bl.Port(), TTL: bl.cfg.Table.ttl(), Tickets: ts}))
+}
