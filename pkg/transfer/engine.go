@@ -3,15 +3,18 @@ package transfer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/bulk"
 	"github.com/omst-project/omst/pkg/transfer/internal/coalesce"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
@@ -136,7 +139,36 @@ type Config struct {
 	// child), while one of its blobs is being copied; past it a record is
 	// not copied (default DefaultReplicateQueue).
 	ReplicateQueue int
-	Logger         *slog.Logger
+	// Bulk configures the bulk path (docs/protocol.md, "The bulk path"):
+	// chunk requests and replies over plain TCP connections opened with
+	// tickets this node's peers grant over libp2p. Zero: none.
+	Bulk   BulkConfig
+	Logger *slog.Logger
+}
+
+// DefaultBulkConns is the daemon's bulk connections per peer (its
+// --bulk-conns); MaxBulkConns the most BulkConfig.Conns may be.
+const (
+	DefaultBulkConns = 4
+	MaxBulkConns     = bulk.MaxTickets
+)
+
+// BulkConfig configures the bulk path (Config.Bulk).
+type BulkConfig struct {
+	// Listen is the TCP address ("host:port", port 0 for any) of this
+	// node's bulk listener, whose tickets it grants to the members that
+	// ask; "" grants none (askers use libp2p streams).
+	Listen string
+	// Conns is the number of bulk connections this node opens to a peer
+	// it fetches from, in place of its StreamsPerPeer libp2p streams; 0
+	// opens none.
+	Conns int
+	// TrustedLAN says this node's operator trusts its site's LAN: bulk
+	// connections between two such nodes of the same Site carry bytes in
+	// plain text; every other is sealed (AES-256-GCM, a key per
+	// connection).
+	TrustedLAN bool
+	Site       string
 }
 
 // ChildLeft tells the engine that p is no longer a connected child (its
@@ -193,6 +225,7 @@ type Engine struct {
 
 	server *server.Server // serves the fetch protocol: decisions, reply budgets, upload limit
 
+	bulkL *bulk.Listener // nil without Config.Bulk.Listen (set by Start)
 }
 
 // New checks cfg, fills in defaults and returns an Engine; Start makes it
@@ -258,8 +291,16 @@ func New(cfg Config) (*Engine, error) {
 		stats:    &stats.Counters{},
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	if cfg.Bulk.Conns < 0 || cfg.Bulk.Conns > MaxBulkConns {
+		return nil, fmt.Errorf("transfer: %d bulk connections per peer (0 to %d)", cfg.Bulk.Conns, MaxBulkConns)
+	}
+	var dialer *bulk.Dialer
+	if cfg.Bulk.Conns > 0 {
+		dialer = &bulk.Dialer{Host: cfg.Host, Policy: bulk.Policy{TrustedLAN: cfg.Bulk.TrustedLAN, Site: cfg.Bulk.Site}, Dial: min(cfg.DialTimeout, 2*time.Second)}
+	}
 	e.client = fetchclient.New(fetchclient.Config{Host: cfg.Host, DialTimeout: cfg.DialTimeout, RequestTimeout: cfg.RequestTimeout,
-		StreamsPerPeer: cfg.StreamsPerPeer, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats})
+		StreamsPerPeer: cfg.StreamsPerPeer, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats,
+		Bulk: dialer, BulkConns: cfg.Bulk.Conns})
 	e.chunks = coalesce.New(coalesce.Config{Client: e.client, Store: cfg.Store, Addrs: cfg.Host.Peerstore(), Ctx: e.ctx, Go: e.goTracked,
 		SiblingTimeout: cfg.SiblingTimeout, RequestTimeout: cfg.RequestTimeout, Describe: e.describe, NotePeerError: e.notePeerError,
 		Stats: e.stats, Log: e.log})
@@ -281,6 +322,19 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.started = true
 	e.mu.Unlock()
+	if b := e.cfg.Bulk; b.Listen != "" {
+		l, err := bulk.Listen(bulk.ListenerConfig{Addr: b.Listen, Table: &bulk.Table{}, Policy: bulk.Policy{TrustedLAN: b.TrustedLAN, Site: b.Site},
+			Member: func(p peer.ID) bool { return e.h.Network().Connectedness(p) == network.Connected },
+			Serve:  func(c *bulk.Conn) { e.server.Serve(c, c.Peer, true) }, Log: e.log})
+		if err != nil {
+			e.mu.Lock()
+			e.started = false
+			e.mu.Unlock()
+			return fmt.Errorf("transfer: %w", err)
+		}
+		e.bulkL = l
+		e.h.SetStreamHandler(bulk.ProtoTickets, l.HandleTickets)
+	}
 	stop := context.AfterFunc(ctx, e.cancel)
 	e.wg.Go(func() { <-e.ctx.Done(); stop() })
 	e.h.SetStreamHandler(ProtoFetch, e.server.HandleStream)
@@ -304,6 +358,10 @@ func (e *Engine) Close() error {
 	e.h.RemoveStreamHandler(ProtoFetch120)
 	e.h.RemoveStreamHandler(ProtoFetch110)
 	e.cancel()
+	if e.bulkL != nil {
+		e.h.RemoveStreamHandler(bulk.ProtoTickets)
+		e.bulkL.Close()
+	}
 	e.client.Close()
 	e.wg.Wait()
 	return nil
@@ -375,6 +433,20 @@ type Status struct {
 	// origin had Config.ReplicateQueue waiting already.
 	ReplicationsWaiting int64
 	ReplicationsDropped uint64
+	// BulkOpened counts the bulk connections this node opened to peers,
+	// BulkFallbacks those it could not (it asked over libp2p streams);
+	// BulkAccepted the bulk connections it served, BulkRefused those it
+	// refused (no valid ticket, or a peer no longer a member).
+	BulkOpened, BulkFallbacks, BulkAccepted, BulkRefused uint64
+}
+
+// BulkPort is the port of this node's bulk listener (0: none; set by
+// Start).
+func (e *Engine) BulkPort() uint16 {
+	if e.bulkL == nil {
+		return 0
+	}
+	return e.bulkL.Port()
 }
 
 // Status returns a snapshot.
@@ -400,6 +472,11 @@ func (e *Engine) Status() Status {
 		ReplyBytesHeld:      e.stats.ReplyHeld.Load(),
 		ReplicationsWaiting: e.stats.ReplWaiting.Load(),
 		ReplicationsDropped: e.stats.ReplDropped.Load(),
+		BulkOpened:          e.stats.BulkOpened.Load(),
+		BulkFallbacks:       e.stats.BulkFallbacks.Load(),
+	}
+	if e.bulkL != nil {
+		st.BulkAccepted, st.BulkRefused = e.bulkL.Stats.Accepted.Load(), e.bulkL.Stats.Refused.Load()
 	}
 	for k := range SourceKind(source.NumKinds) {
 		st.BytesIn[k.String()] = e.stats.BytesIn[k].Load()

@@ -30,12 +30,12 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/omst-project/omst/internal/dialerr"
 	"github.com/omst-project/omst/internal/wire"
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/transfer/internal/bulk"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
@@ -56,9 +56,21 @@ type Config struct {
 	// NotePeerError is told of a failure blamed on a peer (a malformed
 	// reply).
 	NotePeerError func(p peer.ID, what string, err error)
-	// Stats counts the OK reply bytes received (BytesFetched).
+	// Stats counts the OK reply bytes received (BytesFetched) and the
+	// bulk connections opened and refused.
 	Stats *stats.Counters
+	// Bulk, when set, opens bulk connections (package bulk): up to
+	// BulkConns to a peer, in place of its libp2p fetch streams. A peer
+	// that grants none (an older one, or one without a bulk listener), or
+	// whose bulk connection cannot be opened, is asked over libp2p
+	// streams, and bulk connections to it are tried again BulkRetry later.
+	Bulk      *bulk.Dialer
+	BulkConns int
 }
+
+// BulkRetry is how long after a failed bulk connection to a peer the
+// client uses only libp2p streams to it.
+const BulkRetry = time.Minute
 
 // ErrClosed is the error of a request made after Close.
 var ErrClosed = errors.New("transfer engine closed")
@@ -99,17 +111,21 @@ type fetchPeer struct {
 	mu      sync.Mutex
 	streams []*fetchStream
 	err     error // set when closed
+	// bulkAfter: no bulk connection is tried before this time (one
+	// failed).
+	bulkAfter time.Time
 }
 
 // fetchStream is one stream of tagged requests: requests are written as
 // they come, and replies, which come in the order they are ready, are
 // matched to them by tag.
 type fetchStream struct {
-	fp  *fetchPeer
-	s   network.Stream
-	wmu sync.Mutex
-	bw  *bufio.Writer
-	buf []byte
+	fp   *fetchPeer
+	s    conn
+	bulk bool // s is a bulk connection
+	wmu  sync.Mutex
+	bw   *bufio.Writer
+	buf  []byte
 	// v110: the peer speaks only /omst/fetch/1.1.0 (no GET_SIBLING);
 	// v130: it speaks 1.3.0 (chunk replies may come in pieces).
 	v110, v130 bool
@@ -120,6 +136,15 @@ type fetchStream struct {
 	late    map[uint32]*pendingReq // tags whose caller left: their replies are read (pieces still published) and dropped
 	nextTag uint32
 	err     error
+}
+
+// conn is a fetch stream's transport: a libp2p stream or a bulk
+// connection.
+type conn interface {
+	io.Reader
+	io.Writer
+	SetWriteDeadline(time.Time) error
+	Reset() error
 }
 
 // pendingReq is a request waiting for its reply.
@@ -176,12 +201,41 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 			best, bestLoad = fs, load
 		}
 	}
-	if best != nil && (bestLoad == 0 || len(fp.streams) >= fp.c.cfg.StreamsPerPeer) {
+	c := fp.c
+	limit := c.cfg.StreamsPerPeer
+	useBulk := c.cfg.Bulk != nil && !time.Now().Before(fp.bulkAfter)
+	if useBulk {
+		limit = max(c.cfg.BulkConns, 1)
+	}
+	if best != nil && (bestLoad == 0 || len(fp.streams) >= limit) {
 		return best, nil
 	}
-	c := fp.c
 	if err := c.connect(ctx, fp.id); err != nil {
 		return nil, err
+	}
+	if useBulk {
+		bc, err := c.cfg.Bulk.Open(ctx, fp.id)
+		if err == nil {
+			c.cfg.Stats.BulkOpened.Add(1)
+			fs := &fetchStream{fp: fp, s: bc, bulk: true, bw: bufio.NewWriterSize(bc, 4096), v130: true,
+				pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}}
+			fp.streams = append(fp.streams, fs)
+			go fs.readReplies()
+			return fs, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// An older peer, none configured there, or a dial that failed:
+		// libp2p streams, as before.
+		c.cfg.Stats.BulkFallbacks.Add(1)
+		fp.bulkAfter = time.Now().Add(BulkRetry)
+		if !errors.Is(err, bulk.ErrUnavailable) {
+			c.cfg.NotePeerError(fp.id, "bulk connection", err)
+		}
+		if best != nil && (bestLoad == 0 || len(fp.streams) >= c.cfg.StreamsPerPeer) {
+			return best, nil
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	s, err := c.cfg.Host.NewStream(sctx, fp.id, fetchwire.ProtoFetch, fetchwire.ProtoFetch120, fetchwire.ProtoFetch110)

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -269,12 +270,30 @@ func replySize(typ byte, index uint32, h blob.Hash, m *blob.Manifest, unknown in
 	return unknown
 }
 
-// HandleStream serves one stream of tagged requests: requests are resolved
-// concurrently (a relay starts its upstream fetches for all of them at
-// once, at most maxQueuedPerStream at a time) and each is answered as soon
-// as it is ready, whatever the order of the requests.
+// Stream is what the server needs of a connection carrying the fetch
+// protocol: a libp2p stream, or a bulk connection (package bulk).
+type Stream interface {
+	io.Reader
+	io.Writer
+	SetWriteDeadline(time.Time) error
+	// Close ends the stream once what was written is sent; Reset ends it
+	// at once.
+	Close() error
+	Reset() error
+}
+
+// HandleStream serves one libp2p stream of the fetch protocol (Serve).
 func (srv *Server) HandleStream(s network.Stream) {
-	p := s.Conn().RemotePeer()
+	srv.Serve(s, s.Conn().RemotePeer(), s.Protocol() == fetchwire.ProtoFetch)
+}
+
+// Serve serves one stream of tagged requests from p: requests are
+// resolved concurrently (a relay starts its upstream fetches for all of
+// them at once, at most maxQueuedPerStream at a time) and each is answered
+// as soon as it is ready, whatever the order of the requests. pieces says
+// the stream speaks 1.3.0 (chunks go out in verified pieces); a bulk
+// connection does.
+func (srv *Server) Serve(s Stream, p peer.ID, pieces bool) {
 	rel := srv.cfg.Peers.Relation(p)
 	if srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeStreamOpened, Peer: p, Rel: rel}).Action == exchange.ActRefuse {
 		srv.cfg.Stats.UploadsRefused.Add(1)
@@ -285,7 +304,6 @@ func (srv *Server) HandleStream(s network.Stream) {
 	defer srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeStreamClosed, Peer: p, Rel: rel})
 	budget := srv.budgetFor(p)
 	defer srv.dropBudget(p, budget)
-	pieces := s.Protocol() == fetchwire.ProtoFetch
 	ctx, cancel := context.WithCancel(srv.cfg.Ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
@@ -367,7 +385,7 @@ func askerKind(rel source.Kind, q fetchwire.Request) source.Kind {
 // writeReplies writes the replies of one stream as they become ready,
 // freeing a request token (room) and the reply's share of its peer's
 // budget for each.
-func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, s network.Stream, p peer.ID, ready chan *fetchSlot, room chan struct{}, budget *peerBudget) {
+func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, s Stream, p peer.ID, ready chan *fetchSlot, room chan struct{}, budget *peerBudget) {
 	bw := bufio.NewWriterSize(s, 64<<10)
 	var hdr []byte
 	failed := false
@@ -397,7 +415,7 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 				}
 			}
 			if faultinject.Enabled && data { // a constant: compiled out of every other build
-				part.body = srv.corruptForSibling(s.Conn().RemotePeer(), sl, part)
+				part.body = srv.corruptForSibling(p, sl, part)
 			}
 			if sl.status == fetchwire.StatusPiece {
 				hdr = fetchwire.AppendPieceHeader(hdr[:0], sl.tag, part.off, len(part.body))
@@ -473,7 +491,7 @@ func (srv *Server) writeStall() time.Duration { return min(srv.cfg.WriteStall, s
 // writeReply writes a reply's header and body through bw, each piece of
 // at most writePiece bytes within writeStall of the last (a peer that
 // stops reading ends the stream then), and flushes bw if flush.
-func (srv *Server) writeReply(s network.Stream, bw *bufio.Writer, hdr, body []byte, flush bool) error {
+func (srv *Server) writeReply(s Stream, bw *bufio.Writer, hdr, body []byte, flush bool) error {
 	stall := srv.writeStall()
 	_ = s.SetWriteDeadline(time.Now().Add(stall))
 	if _, err := bw.Write(hdr); err != nil {

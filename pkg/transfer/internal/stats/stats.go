@@ -39,6 +39,8 @@ type Counters struct {
 	PeerErrors      atomic.Uint64
 	CorruptReceived atomic.Uint64
 	ReportsReceived atomic.Uint64
+	BulkOpened      atomic.Uint64 // bulk connections opened to peers
+	BulkFallbacks   atomic.Uint64 // bulk connections that could not be opened (libp2p streams used)
 
 	errMu     sync.Mutex
 	peerFails map[peer.ID]uint64 // failures blamed on each peer (at most MaxErrorPeers peers)
