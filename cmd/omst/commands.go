@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -22,6 +23,7 @@ import (
 	"github.com/omst-project/omst/pkg/namespace"
 	"github.com/omst-project/omst/pkg/node"
 	"github.com/omst-project/omst/pkg/rpcbridge"
+	"github.com/omst-project/omst/pkg/transfer"
 	"github.com/omst-project/omst/pkg/tree"
 )
 
@@ -63,6 +65,9 @@ func daemonCmd(g *globals) *cobra.Command {
 		sockGroup   string
 		join        string
 		metrics     string
+		bulkListen  string
+		bulkConns   int
+		trustedLAN  bool
 	)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -103,6 +108,16 @@ func daemonCmd(g *globals) *cobra.Command {
 				return usageError{fmt.Errorf("--max-upload-streams %d: want 0 (no limit) or more", upStreams)}
 			}
 			cfg.MaxUploadStreams = upStreams
+			if bulkConns < 0 || bulkConns > transfer.MaxBulkConns {
+				return usageError{fmt.Errorf("--bulk-conns %d: want 0 (libp2p streams only) to %d", bulkConns, transfer.MaxBulkConns)}
+			}
+			cfg.BulkConns, cfg.TrustedLAN = bulkConns, trustedLAN
+			if bulkListen != "off" {
+				if _, _, err := net.SplitHostPort(bulkListen); err != nil {
+					return usageError{fmt.Errorf("--bulk-listen %q: want HOST:PORT (port 0: any) or off: %v", bulkListen, err)}
+				}
+				cfg.BulkListen = bulkListen
+			}
 			if cacheSize != "" {
 				if cfg.CacheSize, err = bytesize.Parse(cacheSize); err != nil {
 					return usageError{fmt.Errorf("--cache-size: %w", err)}
@@ -176,6 +191,11 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.BoolVar(&noReplicate, "no-replicate", false, "do not copy blobs put by children (results are then only on the worker that made them)")
 	f.BoolVar(&noSiblings, "no-sibling-exchange", false, "as a relay, send every chunk to every child itself instead of sending children of one site to each other\n"+
 		"(by default this node's port carries about one copy of each chunk per site; turn off for comparison)")
+	f.StringVar(&bulkListen, "bulk-listen", "0.0.0.0:0", "TCP address of the bulk listener: members fetch chunks over plain TCP connections opened with one-time\n"+
+		"tickets granted over libp2p (port 0: any; off: none, peers use libp2p streams)")
+	f.IntVar(&bulkConns, "bulk-conns", transfer.DefaultBulkConns, "bulk connections opened to a peer this node fetches from (0: libp2p streams only)")
+	f.BoolVar(&trustedLAN, "trusted-lan", false, "the site's LAN is trusted: bulk bytes between two such nodes of the same --site go in plain text\n"+
+		"(otherwise AES-256-GCM; across sites always encrypted)")
 	f.StringVar(&upRate, "max-upload-rate", "", "cap on the bytes per second this node sends to peers, e.g. 50M (default: no cap)")
 	f.IntVar(&upStreams, "max-upload-streams", 0, "cap on the fetch streams served at once to peers that are neither children nor parents\n"+
 		"(on a worker: its siblings; refused ones get the chunk from their head instead; default 0: no cap)")

@@ -66,6 +66,15 @@ type Config struct {
 	// neither children nor parents (0: none). See transfer.Config.
 	MaxUploadRate    int64
 	MaxUploadStreams int
+	// BulkListen is the TCP address of the bulk listener (docs/protocol.md,
+	// "The bulk path"; "" none: peers fetch from this node over libp2p
+	// streams); BulkConns the bulk connections opened to a peer this node
+	// fetches from (0: none). TrustedLAN says the operator trusts the
+	// site's LAN: bulk bytes between two such nodes of the same Site go in
+	// plain text. See transfer.BulkConfig.
+	BulkListen string
+	BulkConns  int
+	TrustedLAN bool
 	// Bootstrap are further peers (multiaddrs ending in /p2p/<ID>) to join
 	// the private DHT through; the parents always are. NoDHT keeps the
 	// node out of the DHT.
@@ -342,6 +351,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		SiblingExchange:  !cfg.NoSiblingExchange,
 		MaxUploadRate:    cfg.MaxUploadRate,
 		MaxUploadStreams: cfg.MaxUploadStreams,
+		Bulk:             transfer.BulkConfig{Listen: cfg.BulkListen, Conns: cfg.BulkConns, TrustedLAN: cfg.TrustedLAN, Site: cfg.Site},
 		Logger:           cfg.Logger,
 	})
 	if err != nil {

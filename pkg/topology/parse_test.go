@@ -478,3 +478,24 @@ func TestDocExample(t *testing.T) {
 		t.Fatal("docs/topology.md does not show examples/grid/grid.toml as it is")
 	}
 }
+
+// TestTrustedLAN: trusted_lan in a site's defaults makes its hosts'
+// daemons run with --trusted-lan; a host may say otherwise; the root and
+// other sites are untouched.
+func TestTrustedLAN(t *testing.T) {
+	top, err := Parse([]byte("[root]\nhost = \"r\"\n[[site]]\nname = \"s\"\nworkers = [\"w1\", \"w2\", \"w3\"]\n[site.defaults]\ntrusted_lan = true\n" +
+		"[site.head]\nhost = \"h\"\n[[site.worker]]\nhost = \"w3\"\ntrusted_lan = false\n" +
+		"[[site]]\nname = \"t\"\nhead = { host = \"h2\" }\nworkers = [\"x\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h, want := range map[string]bool{"r": false, "h": true, "w1": true, "w2": true, "w3": false, "h2": false, "x": false} {
+		host := top.Host(h)
+		if host.Daemon.TrustedLAN != want || slices.Contains(host.DaemonArgs(), "--trusted-lan") != want {
+			t.Errorf("%s: trusted %v, args %q; want %v", h, host.Daemon.TrustedLAN, host.DaemonArgs(), want)
+		}
+	}
+	if _, err := Parse([]byte("[defaults]\ntrusted_lan = \"yes\"\n[root]\nhost = \"r\"\n")); err == nil || !strings.Contains(err.Error(), "true or false") {
+		t.Errorf("trusted_lan = \"yes\": %v", err)
+	}
+}

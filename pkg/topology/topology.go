@@ -132,6 +132,10 @@ type Daemon struct {
 	// daemon's default.
 	ChunkSize int64  `json:"chunk_size,omitempty"`
 	RelayMode string `json:"relay_mode"`
+	// TrustedLAN: the host's operator trusts its site's LAN (the daemon's
+	// --trusted-lan): bulk bytes to and from daemons of the same site that
+	// say so too go in plain text.
+	TrustedLAN bool `json:"trusted_lan,omitempty"`
 	// ExtraArgs are further daemon flags, verbatim, after those the
 	// topology sets.
 	ExtraArgs []string `json:"extra_args,omitempty"`
@@ -178,8 +182,8 @@ func (h *Host) DialAddr() string {
 
 // DaemonArgs returns the arguments after the omst binary that start the
 // host's daemon with its resolved settings: "daemon", --home, --site
-// (heads and workers), each --listen, --relay-mode, --cache-size and
-// --chunk-size when set, then ExtraArgs. The caller appends what only a
+// (heads and workers), each --listen, --relay-mode, --cache-size,
+// --chunk-size and --trusted-lan when set, then ExtraArgs. The caller appends what only a
 // running grid knows: a --parent for the Parent and then one per Fallback
 // (each its DialAddr followed by /p2p/ and its peer ID), and --join.
 func (h *Host) DaemonArgs() []string {
@@ -196,6 +200,9 @@ func (h *Host) DaemonArgs() []string {
 	}
 	if h.Daemon.ChunkSize > 0 {
 		args = append(args, "--chunk-size", strconv.FormatInt(h.Daemon.ChunkSize, 10))
+	}
+	if h.Daemon.TrustedLAN {
+		args = append(args, "--trusted-lan")
 	}
 	return append(args, h.Daemon.ExtraArgs...)
 }
