@@ -25,3 +25,25 @@ func TestBulkFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultBulkListen: without --bulk-listen the bulk listener takes the
+// one IP every TCP --listen names, and every interface otherwise.
+func TestDefaultBulkListen(t *testing.T) {
+	for _, c := range []struct {
+		listen []string
+		want   string
+	}{
+		{nil, "0.0.0.0:0"},
+		{[]string{"/ip4/127.0.0.1/tcp/0"}, "127.0.0.1:0"},
+		{[]string{"/ip4/10.1.2.3/tcp/4040", "/ip4/10.1.2.3/udp/4040/quic-v1"}, "10.1.2.3:0"},
+		{[]string{"/ip6/::1/tcp/4040"}, "[::1]:0"},
+		{[]string{"/ip4/10.1.2.3/tcp/4040", "/ip4/10.1.2.4/tcp/4040"}, "0.0.0.0:0"},
+		{[]string{"/ip4/0.0.0.0/tcp/4040"}, "0.0.0.0:0"},
+		{[]string{"/ip4/0.0.0.0/udp/4040/quic-v1"}, "0.0.0.0:0"},
+		{[]string{"not a multiaddr"}, "0.0.0.0:0"},
+	} {
+		if got := defaultBulkListen(c.listen); got != c.want {
+			t.Errorf("defaultBulkListen(%q) = %q, want %q", c.listen, got, c.want)
+		}
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/spf13/cobra"
 
 	"github.com/omst-project/omst/pkg/blob"
@@ -116,6 +118,9 @@ func daemonCmd(g *globals) *cobra.Command {
 				if _, _, err := net.SplitHostPort(bulkListen); err != nil {
 					return usageError{fmt.Errorf("--bulk-listen %q: want HOST:PORT (port 0: any) or off: %v", bulkListen, err)}
 				}
+				if !cmd.Flags().Changed("bulk-listen") {
+					bulkListen = defaultBulkListen(listen)
+				}
 				cfg.BulkListen = bulkListen
 			}
 			if cacheSize != "" {
@@ -192,7 +197,7 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.BoolVar(&noSiblings, "no-sibling-exchange", false, "as a relay, send every chunk to every child itself instead of sending children of one site to each other\n"+
 		"(by default this node's port carries about one copy of each chunk per site; turn off for comparison)")
 	f.StringVar(&bulkListen, "bulk-listen", "0.0.0.0:0", "TCP address of the bulk listener: members fetch chunks over plain TCP connections opened with one-time\n"+
-		"tickets granted over libp2p (port 0: any; off: none, peers use libp2p streams)")
+		"tickets granted over libp2p (port 0: any; off: none, peers use libp2p streams; by default the IP of every --listen if they share one)")
 	f.IntVar(&bulkConns, "bulk-conns", transfer.DefaultBulkConns, "bulk connections opened to a peer this node fetches from (0: libp2p streams only)")
 	f.BoolVar(&trustedLAN, "trusted-lan", false, "the site's LAN is trusted: bulk bytes between two such nodes of the same --site go in plain text\n"+
 		"(otherwise AES-256-GCM; across sites always encrypted)")
@@ -633,4 +638,30 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// defaultBulkListen is the bulk listener's address when --bulk-listen is
+// not given: any port on the one IP address every TCP --listen address
+// names (127.0.0.1 for a daemon that listens on loopback only), else any
+// port on every IPv4 interface, as libp2p's default listens.
+func defaultBulkListen(listen []string) string {
+	ip := ""
+	for _, l := range listen {
+		a, err := ma.NewMultiaddr(l)
+		if err != nil {
+			return "0.0.0.0:0" // the daemon refuses it with a clearer error
+		}
+		if _, err := a.ValueForProtocol(ma.P_TCP); err != nil {
+			continue // QUIC: UDP
+		}
+		nip, err := manet.ToIP(a)
+		if err != nil || nip.IsUnspecified() || (ip != "" && ip != nip.String()) {
+			return "0.0.0.0:0"
+		}
+		ip = nip.String()
+	}
+	if ip == "" {
+		return "0.0.0.0:0"
+	}
+	return net.JoinHostPort(ip, "0")
 }
