@@ -8,7 +8,9 @@
 // chunk that comes in pieces (1.3.0: OUTBOARD, then PIECEs) is verified
 // here, the outboard whole and each piece as it arrives, and each piece is
 // published at once to the caller's piece.Partial (RequestChunk), so that
-// the caller can pass it on before the chunk is complete.
+// the caller can pass it on before the chunk is complete. With a bulk
+// Dialer (Config.Bulk) the streams to a peer are bulk connections (package
+// bulk) where the peer grants them, libp2p streams where it does not.
 //
 // Invariants: a reply is accepted only for a tag outstanding on its stream
 // (or one whose caller left, whose reply is read and dropped), and only

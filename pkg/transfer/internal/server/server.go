@@ -8,7 +8,9 @@
 // (Upstream: a pull-through from this node's sources, never from the
 // asker); with sibling exchange, a relay's decisions for its children's
 // requests (serve, redirect to a sibling, decline a hedge, refuse a stream)
-// come from exchange.ServeState, which it feeds what happens.
+// come from exchange.ServeState, which it feeds what happens. A bulk
+// connection (package bulk) is served as a 1.3.0 stream of its ticket's
+// peer (Serve).
 //
 // Invariants: the decision state is stepped under one mutex, with no
 // other lock, clock read or Grouper call under it; a redirect names only a
