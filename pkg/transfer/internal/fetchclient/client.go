@@ -65,14 +65,31 @@ type Config struct {
 	// BulkConns to a peer, in place of its libp2p fetch streams. A peer
 	// that grants none (an older one, or one without a bulk listener), or
 	// whose bulk connection cannot be opened, is asked over libp2p
-	// streams, and bulk connections to it are tried again BulkRetry later.
+	// streams, and bulk connections to it are tried again later
+	// (BulkRetryAfter).
 	Bulk      *bulk.Dialer
 	BulkConns int
 }
 
-// BulkRetry is how long after a failed bulk connection to a peer the
-// client uses only libp2p streams to it.
-const BulkRetry = time.Minute
+// BulkRetry and MaxBulkRetry bound how long after a failed bulk
+// connection to a peer the client uses only libp2p streams to it.
+const (
+	BulkRetry    = time.Minute
+	MaxBulkRetry = time.Hour
+)
+
+// BulkRetryAfter is how long the client waits before it tries a bulk
+// connection to a peer again after fails failures in a row (fails >= 1):
+// BulkRetry, doubled with each further failure, at most MaxBulkRetry; so
+// that a peer behind a firewall that drops the bulk port costs a dial
+// timeout a few times an hour, not every minute.
+func BulkRetryAfter(fails int) time.Duration {
+	d := BulkRetry
+	for i := 1; i < fails && d < MaxBulkRetry; i++ {
+		d *= 2
+	}
+	return min(d, MaxBulkRetry)
+}
 
 // ErrClosed is the error of a request made after Close.
 var ErrClosed = errors.New("transfer engine closed")
@@ -116,6 +133,7 @@ type fetchPeer struct {
 	// bulkAfter: no bulk connection is tried before this time (one
 	// failed).
 	bulkAfter time.Time
+	bulkFails int // failed bulk connections in a row
 }
 
 // fetchStream is one stream of tagged requests: requests are written as
@@ -218,6 +236,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 	if useBulk {
 		bc, err := c.cfg.Bulk.Open(ctx, fp.id)
 		if err == nil {
+			fp.bulkFails = 0
 			c.cfg.Stats.BulkOpened.Add(1)
 			fs := &fetchStream{fp: fp, s: bc, bulk: true, bw: bufio.NewWriterSize(bc, 4096), v130: true,
 				pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}}
@@ -231,7 +250,8 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 		// An older peer, none configured there, or a dial that failed:
 		// libp2p streams, as before.
 		c.cfg.Stats.BulkFallbacks.Add(1)
-		fp.bulkAfter = time.Now().Add(BulkRetry)
+		fp.bulkFails++
+		fp.bulkAfter = time.Now().Add(BulkRetryAfter(fp.bulkFails))
 		if !errors.Is(err, bulk.ErrUnavailable) {
 			c.cfg.NotePeerError(fp.id, "bulk connection", err)
 		}

@@ -210,3 +210,13 @@ func TestLengthLieDoesNotCorruptReply(t *testing.T) {
 		t.Fatalf("the true reply after the lie: err %v, verified %v, %d bytes (want %d, the chunk's)", err, verified, len(got), len(data))
 	}
 }
+
+// TestBulkRetryAfter: a minute after the first failed bulk connection,
+// doubled with each further one, at most an hour.
+func TestBulkRetryAfter(t *testing.T) {
+	for fails, want := range map[int]time.Duration{1: time.Minute, 2: 2 * time.Minute, 3: 4 * time.Minute, 6: 32 * time.Minute, 7: time.Hour, 100: time.Hour} {
+		if got := BulkRetryAfter(fails); got != want {
+			t.Errorf("BulkRetryAfter(%d) = %v, want %v", fails, got, want)
+		}
+	}
+}
