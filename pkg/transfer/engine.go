@@ -126,7 +126,8 @@ type Config struct {
 	// MaxUploadStreams bounds the fetch streams this node serves at once
 	// to peers that are neither its children nor its parents (on a worker:
 	// its siblings); more are refused (reset), and a sibling refused so
-	// asks the relay instead. 0 means no bound.
+	// asks the relay instead. A bulk connection counts as a stream (a
+	// sibling opens up to Bulk.Conns of them). 0 means no bound.
 	MaxUploadStreams int
 	// PeerReplyBytes bounds the reply bytes this node holds for one peer
 	// at once, over all its fetch streams (server.go; default
