@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -64,4 +68,137 @@ func BenchmarkReadChunkInto(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkGetToFile measures the store's side of a get into a new file
+// (256 MiB in 1 MiB chunks per op, arriving verified in memory as from a
+// fetch), the old way against the sink (issue 26 item 1), and the cache
+// hit into a new file the old way (read, hash, write) against
+// CopyChunksTo (hash through a mapping, copy_file_range). Besides the time
+// it reports the process's CPU seconds per GiB (cpu-s/GiB). Run with
+// -benchtime 5x; the variants alternate op by op within one b.Loop so
+// that they see the same machine.
+func BenchmarkGetToFile(b *testing.B) {
+	const size = 256 << 20
+	const cs = blob.DefaultChunkSize
+	dir := b.TempDir()
+	s := openStore(b, filepath.Join(dir, "store"), 4<<30)
+	s.verified = newMemo[blob.Hash, []byte](0) // reads come from the files, as for a blob past the memo
+	data := randBytes(size, 41)
+	round := 0
+	blobOf := func() (*blob.Manifest, [][]byte) {
+		round++
+		for off := 0; off < size; off += cs {
+			data[off], data[off+1] = byte(round), byte(round>>8) // new chunks each round
+		}
+		m := &blob.Manifest{Size: size, ChunkSize: cs}
+		var chunks [][]byte
+		for off := 0; off < size; off += cs {
+			chunks = append(chunks, data[off:off+cs])
+			m.Chunks = append(m.Chunks, blob.HashChunk(data[off:off+cs]))
+		}
+		if _, err := s.PutManifest(m); err != nil {
+			b.Fatal(err)
+		}
+		return m, chunks
+	}
+	dropAll := func() {
+		s.mu.Lock()
+		for _, e := range s.chunks {
+			s.removeLocked(e)
+		}
+		s.mu.Unlock()
+	}
+	newDst := func() *os.File {
+		path := filepath.Join(dir, "dst")
+		os.Remove(path)
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	type variant struct {
+		name string
+		run  func(m *blob.Manifest, chunks [][]byte, f *os.File) error
+		hit  bool // the chunks are stored (as chunk files) before the get
+	}
+	variants := []variant{
+		{"cold-chunkfile+write", func(m *blob.Manifest, chunks [][]byte, f *os.File) error {
+			for i, c := range chunks {
+				if err := s.PutVerifiedChunk(m.Chunks[i], c); err != nil {
+					return err
+				}
+				if _, err := f.WriteAt(c, int64(m.ChunkOffset(i))); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, false},
+		{"cold-sink", func(m *blob.Manifest, chunks [][]byte, f *os.File) error {
+			sk, err := s.LinkSink(f, m.CID(), m)
+			if err != nil {
+				return err
+			}
+			for i, c := range chunks {
+				if err := s.PutVerifiedChunk(m.Chunks[i], c); err != nil {
+					return err
+				}
+			}
+			return sk.Commit()
+		}, false},
+		{"hit-read+write", func(m *blob.Manifest, _ [][]byte, f *os.File) error {
+			for i, h := range m.Chunks {
+				c, err := s.ReadChunk(h)
+				if err != nil {
+					return err
+				}
+				if _, err := f.WriteAt(c, int64(m.ChunkOffset(i))); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, true},
+		{"hit-copy", func(m *blob.Manifest, _ [][]byte, f *os.File) error {
+			return s.CopyChunksTo(m, f, nil, nil)
+		}, true},
+	}
+	took := make([]time.Duration, len(variants))
+	cpu := make([]time.Duration, len(variants))
+	for b.Loop() {
+		for k, v := range variants {
+			b.StopTimer()
+			dropAll()
+			m, chunks := blobOf()
+			if v.hit {
+				for i, c := range chunks {
+					if err := s.PutVerifiedChunk(m.Chunks[i], c); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			s.verified = newMemo[blob.Hash, []byte](0)
+			f := newDst()
+			b.StartTimer()
+			c0, t0 := cpuTime(), time.Now()
+			if err := v.run(m, chunks, f); err != nil {
+				b.Fatalf("%s: %v", v.name, err)
+			}
+			took[k] += time.Since(t0)
+			cpu[k] += cpuTime() - c0
+			f.Close()
+		}
+	}
+	gib := float64(b.N) * size / (1 << 30)
+	for k, v := range variants {
+		b.ReportMetric(float64(b.N)*size/took[k].Seconds()/1e6, v.name+"-MB/s")
+		b.ReportMetric(cpu[k].Seconds()/gib, v.name+"-cpu-s/GiB")
+	}
+}
+
+// cpuTime is the process's user and system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -75,6 +75,17 @@ func (s *Store) storeChunk(h blob.Hash, data []byte, orphan bool) (*chunkEntry, 
 		s.mu.Unlock()
 		return nil, 0, err
 	}
+	if !orphan {
+		if e, ok, err := s.storeInSinkLocked(h, data); ok {
+			defer s.mu.Unlock()
+			if err != nil || e == nil {
+				return nil, 0, err
+			}
+			e.lastUse = time.Now().UnixNano()
+			s.addEntryLocked(e, false)
+			return e, e.lastUse, nil
+		}
+	}
 	s.reserved += n
 	s.mu.Unlock()
 
@@ -107,19 +118,24 @@ func (s *Store) storeChunk(h blob.Hash, data []byte, orphan bool) (*chunkEntry, 
 		return nil, 0, noSpace(fmt.Errorf("rename into place: %w", err))
 	}
 	e := &chunkEntry{hash: h, size: n, lastUse: time.Now().UnixNano()}
-	s.chunks[h] = e
-	s.used += n
+	s.addEntryLocked(e, orphan)
+	return e, e.lastUse, nil
+}
+
+// addEntryLocked enters a new chunk whose bytes are in place; s.mu is held.
+func (s *Store) addEntryLocked(e *chunkEntry, orphan bool) {
+	s.chunks[e.hash] = e
+	s.used += e.size
 	if orphan {
 		e.orphan = true
-		s.orphanBytes += n
+		s.orphanBytes += e.size
 	}
-	if s.pinCount[h] > 0 {
-		s.pinnedBytes += n
+	if s.pinCount[e.hash] > 0 {
+		s.pinnedBytes += e.size
 	} else {
 		e.elem = s.lru.PushFront(e)
 	}
-	s.markDirtyLocked(h)
-	return e, e.lastUse, nil
+	s.markDirtyLocked(e.hash)
 }
 
 // adoptLocked clears e's orphan mark (a stored manifest lists it) and
@@ -312,39 +328,62 @@ func (s *Store) RecheckChunk(h blob.Hash) (damaged bool, err error) {
 	return false, nil
 }
 
-// OpenChunk opens the chunk's file for reading (e.g. to serve it with
-// sendfile) and returns it with the chunk's length. The caller closes the
+// OpenChunk opens the chunk's file for reading, positioned at the chunk's
+// first byte, and returns it with the chunk's length. The caller closes the
 // file; it stays readable even if the chunk is evicted meanwhile. Errors and
 // use marking are as for ReadChunk.
 func (s *Store) OpenChunk(h blob.Hash) (*os.File, int64, error) {
+	f, off, size, err := s.OpenChunkAt(h)
+	if err != nil {
+		return nil, 0, err
+	}
+	if off != 0 {
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			f.Close()
+			return nil, 0, fmt.Errorf("open chunk %s: %w", h, err)
+		}
+	}
+	return f, size, nil
+}
+
+// OpenChunkAt is OpenChunk for a caller that reads at offsets (sendfile,
+// a mapping, a descriptor passed on): the chunk's bytes are size bytes at
+// off in the file, which is a chunk file (off 0) or a blob file (the
+// destination of a get shared with the store, holding the whole blob).
+func (s *Store) OpenChunkAt(h blob.Hash) (f *os.File, off, size int64, err error) {
 	s.mu.Lock()
 	e, ok := s.chunks[h]
+	var path string
 	if ok {
 		s.touchLocked(e)
+		path, off = s.chunkPath(h), 0
+		if e.bf != nil {
+			path, off = e.bf.path, e.off
+		}
 	}
 	s.mu.Unlock()
 	if !ok {
-		return nil, 0, fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
+		return nil, 0, 0, fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
 	}
-	f, err := os.Open(s.chunkPath(h))
+	f, err = os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			s.dropEntry(e, "file missing")
-			return nil, 0, fmt.Errorf("chunk %s: file missing: %w", h, blob.ErrNotFound)
+			return nil, 0, 0, fmt.Errorf("chunk %s: file missing: %w", h, blob.ErrNotFound)
 		}
-		return nil, 0, fmt.Errorf("open chunk %s: %w", h, err)
+		return nil, 0, 0, fmt.Errorf("open chunk %s: %w", h, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, fmt.Errorf("stat chunk %s: %w", h, err)
+		return nil, 0, 0, fmt.Errorf("stat chunk %s: %w", h, err)
 	}
-	if st.Size() != e.size {
+	if (e.bf == nil && st.Size() != e.size) || st.Size() < off+e.size {
 		f.Close()
-		s.dropEntry(e, fmt.Sprintf("file has %d bytes, index says %d", st.Size(), e.size))
-		return nil, 0, fmt.Errorf("chunk %s: file has the wrong size: %w", h, blob.ErrNotFound)
+		s.dropEntry(e, fmt.Sprintf("file has %d bytes, index says %d at %d", st.Size(), e.size, off))
+		return nil, 0, 0, fmt.Errorf("chunk %s: file has the wrong size: %w", h, blob.ErrNotFound)
 	}
-	return f, e.size, nil
+	return f, off, e.size, nil
 }
 
 // readFailed turns a failed read of an opened chunk file into an error.
@@ -389,7 +428,9 @@ func (s *Store) dropEntry(e *chunkEntry, why string) {
 
 // removeLocked deletes a chunk's file and entry and fixes the accounting.
 func (s *Store) removeLocked(e *chunkEntry) {
-	if err := os.Remove(s.chunkPath(e.hash)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if e.bf != nil {
+		s.unrefBlobLocked(e.bf)
+	} else if err := os.Remove(s.chunkPath(e.hash)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("remove chunk file", "chunk", e.hash.String(), "err", err)
 	}
 	delete(s.chunks, e.hash)

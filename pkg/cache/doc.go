@@ -3,12 +3,29 @@
 // Layout of a store directory:
 //
 //	DIR/chunks/ab/<hex hash>     chunk bytes, one file per chunk, named by its BLAKE3-256 hash
-//	DIR/tmp/                     chunk files being written (renamed into chunks/ when complete)
+//	DIR/blobs/<cid>.<n>          blob files: a get's destination file, linked here, holding
+//	                             the chunks it fetched at their offsets (see below)
+//	DIR/tmp/                     chunk files being written (renamed into chunks/ when complete),
+//	                             and blob-* links of gets in progress (moved into blobs/)
 //	DIR/index/                   BadgerDB: name records and their history, manifests,
 //	                             chunk sizes and last use, pins
 //
 // Chunk bytes live in plain files (they wrote twice as fast as Badger values
 // and free their space on unlink); Badger holds only small index values.
+//
+// A get into a file writes each fetched byte once (LinkSink): the
+// destination, a regular file of the store's user on the store's
+// filesystem, is hardlinked into DIR/tmp, and while the sink is open the
+// chunks of its blob that the store is given (the fetch's verified
+// chunks) are written into it at their offsets instead of into chunk
+// files; the store serves them from there. Chunks the store held already
+// are copied in (CopyChunkTo: verified through a read-only mapping, then
+// copy_file_range, which shares extents where the filesystem can and
+// copies in the kernel where it cannot). Commit moves the link to
+// DIR/blobs; Abort, or a crash (DIR/tmp is cleared at Open), removes it
+// with every entry located in the file. A destination the store cannot
+// share (another filesystem, owner or kind) is written by the caller and
+// the store keeps chunk files as before.
 //
 // Invariants:
 //   - A chunk file exists only under its content hash, complete: writes go to
@@ -41,6 +58,18 @@
 //     whose bytes do not match, or that is cut short or gone, is dropped
 //     with its entry and counted in Usage.DamagedChunks; it is never
 //     handed out.
+//   - A chunk entry is located in a chunk file or in one blob file at its
+//     offset; a blob file stays linked while an entry is located in it
+//     (its disk space returns when the last one is evicted, and the
+//     destination's owner keeps the file whatever the store does: the
+//     store only ever unlinks its own link). The bytes there are the
+//     owner's to change: reads verify them as any read from disk does, and
+//     the files handed out by GET_FD (which clients map, and which must
+//     never change) are chunk files, a chunk moved out of a blob file
+//     first (PromoteChunk). Entries in a blob file not committed stay out
+//     of the index, so a crash mid-get leaves no entry without its file;
+//     at Open a committed blob file locates every chunk of its blob's
+//     stored manifest that has no chunk file.
 //   - A chunk that no stored manifest lists is an orphan (what an ingest cut
 //     by a crash leaves): never pinned, counted in Usage.OrphanedBytes and
 //     evicted before any other chunk; a manifest that lists it adopts it.

@@ -101,6 +101,7 @@ type Store struct {
 	dir      string
 	chunkDir string
 	tmpDir   string
+	blobDir  string
 	db       *badger.DB
 	log      *slog.Logger
 
@@ -123,6 +124,7 @@ type Store struct {
 	capBytes    int64
 	dirty       map[blob.Hash]struct{} // chunk entries whose index record is stale
 	closed      bool
+	sinks       map[blob.Hash]*Sink // the open sink that receives each chunk (blobfile.go)
 
 	// evictions and evictedBytes (under mu) count chunks evicted to make room
 	// (Usage.Evictions, Usage.EvictedBytes).
@@ -153,6 +155,10 @@ type chunkEntry struct {
 	lastUse int64         // unix nanoseconds
 	elem    *list.Element // in Store.lru; nil while pinned or held
 	orphan  bool          // no stored manifest lists it (see Usage.OrphanedBytes)
+	// bf, off: the chunk's bytes are at off in a blob file (a get's
+	// destination shared with the store) instead of in a chunk file.
+	bf  *blobFile
+	off int64
 }
 
 // pinnedBlob is the in-memory state of one pinned blob.
@@ -201,6 +207,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dir:       dir,
 		chunkDir:  filepath.Join(dir, "chunks"),
 		tmpDir:    filepath.Join(dir, "tmp"),
+		blobDir:   filepath.Join(dir, "blobs"),
 		log:       log,
 		chunks:    make(map[blob.Hash]*chunkEntry),
 		verified:  newMemo[blob.Hash, []byte](verifiedMemoBytes(opts.VerifiedMemoBytes)),
@@ -214,7 +221,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		flushKick: make(chan struct{}, 1),
 		flushDone: make(chan struct{}),
 	}
-	for _, d := range []string{dir, s.chunkDir, s.tmpDir} {
+	for _, d := range []string{dir, s.chunkDir, s.tmpDir, s.blobDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("open store: create %s: %w", d, err)
 		}
@@ -378,6 +385,11 @@ func (s *Store) load() error {
 	if err != nil {
 		return fmt.Errorf("scan chunk files: %w", err)
 	}
+	inBlobs, err := s.loadBlobFiles(seen)
+	if err != nil {
+		return fmt.Errorf("scan blob files: %w", err)
+	}
+	adopted += inBlobs
 	dropped := 0
 	for h := range s.chunks {
 		if !seen[h] {
@@ -607,15 +619,26 @@ func (s *Store) flush() error {
 		return nil
 	}
 	ups := make([]chunkUpdate, 0, len(s.dirty))
+	var held []blob.Hash // in a blob file not committed yet (blobfile.go)
 	for h := range s.dirty {
 		u := chunkUpdate{h: h}
 		if e, ok := s.chunks[h]; ok {
+			if e.bf != nil && !e.bf.committed {
+				held = append(held, h)
+				continue
+			}
 			u.val = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(e.size)), uint64(e.lastUse))
 		}
 		ups = append(ups, u)
 	}
 	clear(s.dirty)
+	for _, h := range held {
+		s.dirty[h] = struct{}{}
+	}
 	s.mu.Unlock()
+	if len(ups) == 0 {
+		return nil
+	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, u := range ups {

@@ -1,0 +1,542 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/ipfs/go-cid"
+	"golang.org/x/sys/unix"
+
+	"github.com/omst-project/omst/pkg/blob"
+)
+
+// blobFile is a file that holds a whole blob's bytes at their offsets: the
+// destination of a get into a file, linked into DIR/blobs (see Sink). Chunk
+// entries located in it point at it; it is unlinked from the store when
+// the last of them goes.
+type blobFile struct {
+	path string // DIR/tmp/blob-* while its sink is open, DIR/blobs/<cid>.<n> after
+	refs int    // chunk entries located in it, plus one while its sink is open
+	// committed: in DIR/blobs. Entries in a file not committed stay out
+	// of the index (a crash removes the file: they must not be found
+	// missing at the next Open).
+	committed bool
+}
+
+// ErrNoSink is returned by Store.LinkSink for a file the store cannot share
+// (another filesystem, another owner, not a regular file): the caller
+// writes the file itself and the store keeps its own copy.
+var ErrNoSink = errors.New("the store cannot share this file")
+
+// Sink is a get into a file shared with the store: the file is linked into
+// the store (a hardlink: one inode, no second copy of the bytes), the
+// chunks of the blob that the store is given while the sink is open
+// (PutVerifiedChunk, PutChunk) are written into it at their offsets instead
+// of into chunk files, and the store serves them from there. Chunks the
+// store already held are copied in by Fill. Commit keeps the file in the
+// store; Abort (or a crash: DIR/tmp is cleared at Open) removes the link
+// and every entry located in it.
+type Sink struct {
+	s     *Store
+	id    cid.Cid
+	m     *blob.Manifest
+	bf    *blobFile
+	f     *os.File            // the store's own read-write descriptor of the file
+	where map[blob.Hash][]int // chunk indexes of each hash the sink is open for
+	mu    sync.Mutex          // guards wrote, err
+	wrote []bool              // chunk i's bytes are in the file
+	err   error               // the first failed write into the file
+	ended bool                // under s.mu: committed or aborted
+}
+
+// LinkSink links f, a regular file open for writing that is to receive the
+// blob id (manifest m), into the store and opens a Sink on it. It fails
+// with an error wrapping ErrNoSink when f cannot be shared: not a regular
+// file, owned by another user than the store's, or on another filesystem
+// (link(2) refuses across filesystems). Only one sink at a time receives a
+// given chunk; a chunk already stored, or claimed by another open sink, is
+// left to Fill.
+func (s *Store) LinkSink(f *os.File, id cid.Cid, m *blob.Manifest) (*Sink, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("link sink: stat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%w: not a regular file", ErrNoSink)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%w: owned by uid %d, the store by uid %d", ErrNoSink, st.Uid, os.Geteuid())
+	}
+	var dirSt unix.Stat_t
+	if err := unix.Stat(s.tmpDir, &dirSt); err != nil {
+		return nil, fmt.Errorf("link sink: stat %s: %w", s.tmpDir, err)
+	}
+	if dirSt.Dev != st.Dev {
+		return nil, fmt.Errorf("%w: on another filesystem than the store", ErrNoSink)
+	}
+	tmp, err := os.CreateTemp(s.tmpDir, "blob-*")
+	if err != nil {
+		return nil, noSpace(fmt.Errorf("link sink: %w", err))
+	}
+	path := tmp.Name()
+	tmp.Close()
+	os.Remove(path)
+	// linkat through /proc: AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH.
+	if err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW); err != nil {
+		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("%w: link: %w", ErrNoSink, err)
+		}
+		return nil, noSpace(fmt.Errorf("link sink: %w", err))
+	}
+	wf, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("link sink: open %s: %w", path, err)
+	}
+	sk := &Sink{s: s, id: id, m: m, bf: &blobFile{path: path, refs: 1}, f: wf,
+		where: map[blob.Hash][]int{}, wrote: make([]bool, len(m.Chunks))}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sinks == nil {
+		s.sinks = map[blob.Hash]*Sink{}
+	}
+	for i, h := range m.Chunks {
+		if _, held := s.chunks[h]; held {
+			continue
+		}
+		if other := s.sinks[h]; other != nil && other != sk {
+			continue
+		}
+		s.sinks[h] = sk
+		sk.where[h] = append(sk.where[h], i)
+	}
+	return sk, nil
+}
+
+// File returns the store's read-write descriptor of the sink's file.
+func (sk *Sink) File() *os.File { return sk.f }
+
+// Written reports whether chunk i's bytes are in the file.
+func (sk *Sink) Written(i int) bool {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	return sk.wrote[i]
+}
+
+// Err returns the first failed write into the file (wrapping
+// blob.ErrNoSpace for a full disk), or nil.
+func (sk *Sink) Err() error {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	return sk.err
+}
+
+// write puts chunk h's verified bytes at every offset of the blob that
+// holds it and reports whether it did; false when the sink is not open for
+// h. A failed write is kept (Err) and returned.
+func (sk *Sink) write(h blob.Hash, data []byte) (int64, error) {
+	idx := sk.where[h] // fixed at LinkSink
+	for _, i := range idx {
+		if _, err := sk.f.WriteAt(data, int64(sk.m.ChunkOffset(i))); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) { // the path is the store's link, not the caller's name
+				err = pe.Err
+			}
+			err = noSpace(fmt.Errorf("write chunk %d: %w", i, err))
+			sk.mu.Lock()
+			if sk.err == nil {
+				sk.err = err
+			}
+			sk.mu.Unlock()
+			return 0, err
+		}
+	}
+	sk.mu.Lock()
+	for _, i := range idx {
+		sk.wrote[i] = true
+	}
+	sk.mu.Unlock()
+	return int64(sk.m.ChunkOffset(idx[0])), nil
+}
+
+// storeInSinkLocked stores chunk h (verified data) in the open sink that
+// claims it, if any, and returns its new entry; s.mu is held on entry and
+// on return (released during the write). ok is false when no sink claims h.
+func (s *Store) storeInSinkLocked(h blob.Hash, data []byte) (e *chunkEntry, ok bool, err error) {
+	sk := s.sinks[h]
+	if sk == nil {
+		return nil, false, nil
+	}
+	n := int64(len(data))
+	s.reserved += n
+	s.mu.Unlock()
+	off, werr := sk.write(h, data)
+	s.mu.Lock()
+	s.reserved -= n
+	if werr != nil {
+		return nil, true, werr
+	}
+	if cur, held := s.chunks[h]; held || sk.ended {
+		if held {
+			s.touchLocked(cur)
+			s.adoptLocked(cur)
+		}
+		return nil, true, nil
+	}
+	sk.bf.refs++
+	return &chunkEntry{hash: h, size: n, bf: sk.bf, off: off}, true, nil
+}
+
+// Fill copies into the file every chunk of the blob it does not hold yet
+// from the store, verified first (a chunk file, or another blob's file,
+// is hashed where it lies, through a read-only mapping), with
+// copy_file_range, so that the bytes do not pass through user space where
+// the filesystem allows; a few chunks at a time. A chunk the store lacks
+// fails Fill with an error wrapping blob.ErrNotFound and naming it; a
+// damaged one is dropped and fails it with blob.ErrCorrupt (fetch it and
+// call Fill again).
+func (sk *Sink) Fill() error {
+	if err := sk.Err(); err != nil {
+		return err
+	}
+	return sk.s.CopyChunksTo(sk.m, sk.f, func(i int) bool {
+		sk.mu.Lock()
+		defer sk.mu.Unlock()
+		return sk.wrote[i]
+	}, func(i int) {
+		sk.mu.Lock()
+		sk.wrote[i] = true
+		sk.mu.Unlock()
+	})
+}
+
+// CopyChunksTo copies the chunks of m into dst at their offsets with
+// CopyChunkTo, as many at a time as there are CPUs, skipping those skip
+// reports (nil: none) and calling done (if not nil) with each copied. The
+// first failure (naming its chunk) ends it.
+func (s *Store) CopyChunksTo(m *blob.Manifest, dst *os.File, skip func(i int) bool, done func(i int)) error {
+	workers := max(1, runtime.GOMAXPROCS(0))
+	next := make(chan int)
+	errc := make(chan error, workers)
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := s.CopyChunkTo(m.Chunks[i], dst, int64(m.ChunkOffset(i)), int64(m.ChunkLen(i))); err != nil {
+					errc <- fmt.Errorf("chunk %d: %w", i, err)
+					stopOnce.Do(func() { close(stop) })
+					return
+				}
+				if done != nil {
+					done(i)
+				}
+			}
+		}()
+	}
+feed:
+	for i := range m.Chunks {
+		if skip != nil && skip(i) {
+			continue
+		}
+		select {
+		case next <- i:
+		case <-stop:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// Commit ends the sink with the whole blob in the file: it is cut to the
+// blob's size, moved to DIR/blobs (where Open finds it again after a
+// restart), and stays there while any chunk entry is located in it.
+func (sk *Sink) Commit() error {
+	if err := sk.Fill(); err != nil {
+		sk.Abort()
+		return err
+	}
+	if err := sk.f.Truncate(int64(sk.m.Size)); err != nil {
+		sk.Abort()
+		return noSpace(fmt.Errorf("cut the destination to %d bytes: %w", sk.m.Size, err))
+	}
+	s := sk.s
+	if s.sync {
+		if err := sk.f.Sync(); err != nil {
+			sk.Abort()
+			return noSpace(fmt.Errorf("sync the destination: %w", err))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sk.ended {
+		return fmt.Errorf("sink of %s: already ended", sk.id)
+	}
+	sk.endLocked()
+	final, err := s.newBlobPath(sk.id)
+	if err == nil {
+		err = os.Rename(sk.bf.path, final)
+	}
+	if err != nil {
+		s.dropSinkEntriesLocked(sk)
+		return fmt.Errorf("keep the destination in the store: %w", err)
+	}
+	sk.bf.path, sk.bf.committed = final, true
+	s.unrefBlobLocked(sk.bf)
+	return nil
+}
+
+// Abort ends the sink without keeping the file: the link in the store and
+// every chunk entry located in the file go (the file itself is the
+// caller's). Aborting an ended sink does nothing.
+func (sk *Sink) Abort() {
+	s := sk.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sk.ended {
+		return
+	}
+	sk.endLocked()
+	s.dropSinkEntriesLocked(sk)
+}
+
+// endLocked closes the sink for new chunks; s.mu is held.
+func (sk *Sink) endLocked() {
+	sk.ended = true
+	for h := range sk.where {
+		if sk.s.sinks[h] == sk {
+			delete(sk.s.sinks, h)
+		}
+	}
+	sk.f.Close()
+}
+
+// dropSinkEntriesLocked removes the entries located in sk's file and the
+// sink's own reference (which unlinks it); s.mu is held.
+func (s *Store) dropSinkEntriesLocked(sk *Sink) {
+	for h := range sk.where {
+		if e := s.chunks[h]; e != nil && e.bf == sk.bf {
+			s.removeLocked(e)
+		}
+	}
+	s.unrefBlobLocked(sk.bf)
+}
+
+// unrefBlobLocked drops a reference to bf and unlinks it from the store
+// with the last; s.mu is held.
+func (s *Store) unrefBlobLocked(bf *blobFile) {
+	bf.refs--
+	if bf.refs > 0 {
+		return
+	}
+	if err := os.Remove(bf.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("remove blob file", "path", bf.path, "err", err)
+	}
+}
+
+// newBlobPath returns an unused path DIR/blobs/<cid>.<n>.
+func (s *Store) newBlobPath(id cid.Cid) (string, error) {
+	for n := 0; n < 1000; n++ {
+		p := filepath.Join(s.blobDir, id.String()+"."+strconv.Itoa(n))
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("blob files of %s: too many", id)
+}
+
+// parseBlobName parses a DIR/blobs file name, <cid>.<n>.
+func parseBlobName(name string) (cid.Cid, bool) {
+	base, n, ok := strings.Cut(name, ".")
+	if !ok {
+		return cid.Undef, false
+	}
+	if _, err := strconv.Atoi(n); err != nil {
+		return cid.Undef, false
+	}
+	id, err := cid.Decode(base)
+	return id, err == nil
+}
+
+// loadBlobFiles locates chunk entries in the blob files of DIR/blobs (a
+// chunk with a chunk file stays there): each file is a committed get's
+// destination and holds its blob whole as of the commit (verification on
+// read catches any later change). seen gains the hashes located; files
+// that locate nothing, or whose blob has no stored manifest, are removed.
+func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, err error) {
+	ents, err := os.ReadDir(s.blobDir)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", s.blobDir, err)
+	}
+	for _, d := range ents {
+		path := filepath.Join(s.blobDir, d.Name())
+		id, ok := parseBlobName(d.Name())
+		var m *blob.Manifest
+		var info fs.FileInfo
+		if ok {
+			m, err = s.Manifest(id)
+			if err == nil {
+				info, err = os.Stat(path)
+			}
+			ok = err == nil && info.Mode().IsRegular() && info.Size() == int64(m.Size)
+		}
+		bf := &blobFile{path: path, committed: true}
+		if ok {
+			for i, h := range m.Chunks {
+				if seen[h] {
+					continue
+				}
+				seen[h] = true
+				size := int64(m.ChunkLen(i))
+				e := s.chunks[h]
+				if e == nil || e.size != size {
+					e = &chunkEntry{hash: h, size: size, lastUse: info.ModTime().UnixNano()}
+					s.chunks[h] = e
+					s.dirty[h] = struct{}{}
+					adopted++
+				}
+				e.bf, e.off = bf, int64(m.ChunkOffset(i))
+				bf.refs++
+			}
+		}
+		if bf.refs == 0 {
+			s.log.Warn("removing blob file that holds no chunk of the store", "path", path)
+			if err := os.Remove(path); err != nil {
+				return adopted, err
+			}
+		}
+	}
+	return adopted, nil
+}
+
+// CopyChunkTo copies the stored chunk h (length bytes) into dst at off,
+// verified first: from the memory of verified chunks with a write, else
+// hashed where it lies (a read-only mapping of its file) and copied with
+// copy_file_range (in the kernel; on a filesystem with shared extents
+// without a copy). It fails like ReadChunk (a chunk whose bytes do not
+// match is dropped, blob.ErrCorrupt; an absent one blob.ErrNotFound).
+func (s *Store) CopyChunkTo(h blob.Hash, dst *os.File, off, length int64) error {
+	if b, ok := s.verified.get(h); ok && int64(len(b)) == length && s.touch(h) {
+		if _, err := dst.WriteAt(b, off); err != nil {
+			return noSpace(fmt.Errorf("write chunk %s: %w", h, err))
+		}
+		return nil
+	}
+	f, foff, size, err := s.OpenChunkAt(h)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if size != length {
+		return fmt.Errorf("chunk %s has %d bytes, the manifest says %d: %w", h, size, length, blob.ErrCorrupt)
+	}
+	if err := s.verifyMapped(h, f, foff, size); err != nil {
+		return err
+	}
+	return copyRange(f, foff, dst, off, size)
+}
+
+// verifyMapped hashes size bytes of f at off through a read-only mapping
+// (no copy); a mismatch drops chunk h (blob.ErrCorrupt).
+func (s *Store) verifyMapped(h blob.Hash, f *os.File, off, size int64) error {
+	pg := int64(os.Getpagesize())
+	base := off &^ (pg - 1)
+	mem, err := syscall.Mmap(int(f.Fd()), base, int(off-base+size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	if err != nil {
+		return fmt.Errorf("map chunk %s: %w", h, err)
+	}
+	verr := h.Verify(mem[off-base:])
+	syscall.Munmap(mem)
+	if verr != nil {
+		return s.damagedRead(h, verr)
+	}
+	return nil
+}
+
+// copyRange copies n bytes of src at soff to dst at doff with
+// copy_file_range, falling back to a read and a write where the kernel
+// refuses it for these files.
+func copyRange(src *os.File, soff int64, dst *os.File, doff, n int64) error {
+	for n > 0 {
+		so, do := soff, doff
+		k, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, int(n), 0)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+				_, err = io.Copy(io.NewOffsetWriter(dst, doff), io.NewSectionReader(src, soff, n))
+				if err != nil {
+					return noSpace(fmt.Errorf("copy: %w", err))
+				}
+				return nil
+			}
+			return noSpace(fmt.Errorf("copy_file_range: %w", err))
+		}
+		if k == 0 {
+			return fmt.Errorf("copy_file_range: source ended %d bytes early: %w", n, blob.ErrNotFound)
+		}
+		soff += int64(k)
+		doff += int64(k)
+		n -= int64(k)
+	}
+	return nil
+}
+
+// PromoteChunk moves chunk h out of a blob file into a chunk file of its
+// own, from its verified bytes, so that its file never changes while it
+// exists (GET_FD hands the files to clients to map; a blob file is a
+// get's destination, which its owner may change). A chunk already in a
+// chunk file is left as it is. Errors are as for ReadChunk.
+func (s *Store) PromoteChunk(h blob.Hash) error {
+	s.mu.Lock()
+	e := s.chunks[h]
+	s.mu.Unlock()
+	if e == nil {
+		return fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
+	}
+	if e.bf == nil {
+		return nil
+	}
+	data, err := s.ReadChunk(h)
+	if err != nil {
+		return err
+	}
+	tmp, err := s.writeTemp(data)
+	if err != nil {
+		return fmt.Errorf("promote chunk %s: %w", h, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.chunks[h] != e || e.bf == nil { // dropped or promoted meanwhile
+		os.Remove(tmp)
+		return nil
+	}
+	path := s.chunkPath(h)
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return noSpace(fmt.Errorf("promote chunk %s: %w", h, err))
+	}
+	s.unrefBlobLocked(e.bf)
+	e.bf, e.off = nil, 0
+	return nil
+}
