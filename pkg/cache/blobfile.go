@@ -221,28 +221,51 @@ func (sk *Sink) Fill() error {
 
 // CopyChunksTo copies the chunks of m into dst at their offsets with
 // CopyChunkTo, as many at a time as there are CPUs, skipping those skip
-// reports (nil: none) and calling done (if not nil) with each copied. The
-// first failure (naming its chunk) ends it.
+// reports (nil: none) and calling done (if not nil) with each copied. A
+// chunk the store lacks or finds damaged (dropped) does not stop it: it
+// copies every other chunk and then returns the first such error (naming
+// its chunk and how many failed so), so that one fetch can bring them
+// all. Any other failure (a full disk) ends it at once.
 func (s *Store) CopyChunksTo(m *blob.Manifest, dst *os.File, skip func(i int) bool, done func(i int)) error {
 	workers := max(1, runtime.GOMAXPROCS(0))
 	next := make(chan int)
-	errc := make(chan error, workers)
 	stop := make(chan struct{})
-	var stopOnce sync.Once
-	var wg sync.WaitGroup
+	var (
+		mu       sync.Mutex
+		fatal    error
+		missing  error
+		nMissing int
+		stopOnce sync.Once
+		wg       sync.WaitGroup
+	)
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				if err := s.CopyChunkTo(m.Chunks[i], dst, int64(m.ChunkOffset(i)), int64(m.ChunkLen(i))); err != nil {
-					errc <- fmt.Errorf("chunk %d: %w", i, err)
-					stopOnce.Do(func() { close(stop) })
-					return
+				err := s.CopyChunkTo(m.Chunks[i], dst, int64(m.ChunkOffset(i)), int64(m.ChunkLen(i)))
+				if err == nil {
+					if done != nil {
+						done(i)
+					}
+					continue
 				}
-				if done != nil {
-					done(i)
+				err = fmt.Errorf("chunk %d: %w", i, err)
+				mu.Lock()
+				if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
+					nMissing++
+					if missing == nil {
+						missing = err
+					}
+					mu.Unlock()
+					continue
 				}
+				if fatal == nil {
+					fatal = err
+				}
+				mu.Unlock()
+				stopOnce.Do(func() { close(stop) })
+				return
 			}
 		}()
 	}
@@ -259,12 +282,13 @@ feed:
 	}
 	close(next)
 	wg.Wait()
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
+	switch {
+	case fatal != nil:
+		return fatal
+	case nMissing > 1:
+		return fmt.Errorf("%w (and %d more chunks missing or damaged)", missing, nMissing-1)
 	}
+	return missing
 }
 
 // Commit ends the sink with the whole blob in the file: it is cut to the

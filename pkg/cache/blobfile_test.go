@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -307,5 +309,40 @@ func TestSinkCutByCrash(t *testing.T) {
 	}
 	if n := nlink(t, f.Name()); n != 1 {
 		t.Fatalf("destination has %d links, want 1", n)
+	}
+}
+
+// TestCopyChunksToGoesOn: chunks missing or damaged do not stop the copy
+// of the others; the error names the first and counts the rest.
+func TestCopyChunksToGoesOn(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, filepath.Join(dir, "store"), 64<<20)
+	const cs = 64 << 10
+	data := randBytes(6*cs, 12)
+	m, chunks := sinkBlob(t, s, data, cs)
+	for i, c := range chunks {
+		if i != 1 {
+			if err := s.PutChunk(m.Chunks[i], c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.verified = newMemo[blob.Hash, []byte](0)
+	if err := os.WriteFile(s.chunkPath(m.Chunks[4]), chunks[3], 0o644); err != nil { // damaged
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var copied []int
+	var mu sync.Mutex
+	err = s.CopyChunksTo(m, f, nil, func(i int) { mu.Lock(); copied = append(copied, i); mu.Unlock() })
+	if !errors.Is(err, blob.ErrNotFound) && !errors.Is(err, blob.ErrCorrupt) || !strings.Contains(err.Error(), "1 more") {
+		t.Fatalf("CopyChunksTo: %v, want a missing chunk and 1 more", err)
+	}
+	if len(copied) != 4 {
+		t.Fatalf("copied %v, want the 4 intact chunks", copied)
 	}
 }
