@@ -128,8 +128,13 @@ func (n *Node) verifiedChunk(ctx context.Context, rec blob.Record, h blob.Hash, 
 }
 
 // openVerified opens the chunk file and verifies it through a read-only
-// mapping (no copy).
+// mapping (no copy). A chunk held in a blob file (a get's destination
+// shared with the store, which its owner may change) is first moved into a
+// chunk file of its own: the files GET_FD hands out never change.
 func (n *Node) openVerified(h blob.Hash, length int64) (*os.File, error) {
+	if err := n.store.PromoteChunk(h); err != nil {
+		return nil, err
+	}
 	f, size, err := n.store.OpenChunk(h)
 	if err != nil {
 		return nil, err
@@ -137,6 +142,10 @@ func (n *Node) openVerified(h blob.Hash, length int64) (*os.File, error) {
 	if size != length {
 		f.Close()
 		return nil, fmt.Errorf("chunk file has %d bytes, the manifest says %d: %w", size, length, blob.ErrCorrupt)
+	}
+	if off, _ := f.Seek(0, io.SeekCurrent); off != 0 {
+		f.Close()
+		return nil, fmt.Errorf("chunk %s: not in a file of its own after its promotion", h)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {

@@ -214,6 +214,9 @@ var errReplyWrite = errors.New("reply could not be written")
 // order, each write bounded by the IO timeout. started, if not nil, is
 // called with the blob's info before the first byte is written.
 func (sc *conn) writeBlob(ctx context.Context, name string, cf *callerFile, started func(Info) error) (Info, error) {
+	if fb, ok := sc.s.b.(FileBackend); ok && cf.regular && !cf.append {
+		return sc.writeBlobFile(ctx, fb, name, cf, started)
+	}
 	info, rc, err := sc.s.b.Open(ctx, name)
 	if err != nil {
 		return Info{}, err
@@ -263,6 +266,26 @@ func (sc *conn) writeBlob(ctx context.Context, name string, cf *callerFile, star
 	}
 	info.Local = true
 	return info, nil
+}
+
+// writeBlobFile is writeBlob through the backend's GetToFile.
+func (sc *conn) writeBlobFile(ctx context.Context, fb FileBackend, name string, cf *callerFile, started func(Info) error) (Info, error) {
+	var replyErr error
+	cb := func(info Info) error {
+		if started == nil {
+			return nil
+		}
+		replyErr = started(info)
+		return replyErr
+	}
+	info, err := fb.GetToFile(ctx, name, cf.f, cb)
+	switch {
+	case replyErr != nil:
+		return info, fmt.Errorf("%w: %w", errReplyWrite, replyErr)
+	case err != nil && ctx.Err() != nil:
+		return info, fmt.Errorf("get %q: %w", name, context.Cause(ctx))
+	}
+	return info, err
 }
 
 // fileWriter counts what is written against the blob's size and keeps the

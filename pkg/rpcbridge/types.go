@@ -197,6 +197,17 @@ type Backend interface {
 	Providers(ctx context.Context, name string) (Providers, error)
 }
 
+// FileBackend is a Backend that writes a blob into a regular file itself
+// (GET_TO_FD, GET_FILE), e.g. to share the file with its store instead of
+// writing the bytes twice. GetToFile calls started (if not nil) with the
+// blob's info before the first byte is written, and returns nil when f
+// holds exactly the blob's verified bytes (from offset 0, cut to Info.Size);
+// an error from started is returned as it is. The server uses it for a
+// regular file not opened O_APPEND, and Open for anything else.
+type FileBackend interface {
+	GetToFile(ctx context.Context, name string, f *os.File, started func(Info) error) (Info, error)
+}
+
 // Providers is the answer to PROVIDERS.
 type Providers struct {
 	ID        string     `json:"id"` // the blob ID

@@ -1,0 +1,174 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/cache"
+	"github.com/omst-project/omst/pkg/rpcbridge"
+)
+
+// GetToFile serves a get into a regular file f (GET_TO_FD, GET_FILE; see
+// rpcbridge.FileBackend): it resolves name once, calls started with the
+// blob's info before the first byte is written, and returns when f holds
+// exactly the blob's verified bytes (written from offset 0, cut to the
+// blob's size). Each byte is written once where the store can share f (a
+// file of the store's user on its filesystem, cache.Store.LinkSink): the
+// chunks fetched are verified on arrival and written into f at their
+// offsets, and f is linked into the store as their copy; the chunks the
+// store held already are copied in with copy_file_range (no pass through
+// user space), verified first. Where it cannot, a cache hit is copied the
+// same way, and a fetch writes each chunk into f as it reads it, as Open
+// would. On an error f's contents are unspecified (the caller discards
+// it) and nothing of it stays in the store.
+func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started func(rpcbridge.Info) error) (rpcbridge.Info, error) {
+	start := time.Now()
+	rec, m, err := n.resolve(ctx, name, true)
+	n.debugResolved(name, rec, m, start, err) // getlog.go
+	if err != nil {
+		n.metrics.getFailed(err)
+		return rpcbridge.Info{}, err
+	}
+	info := n.info(rec, m)
+	if started != nil {
+		if err := started(info); err != nil {
+			return info, err
+		}
+	}
+	how, err := n.getToFile(ctx, rec, m, f)
+	if err != nil {
+		n.metrics.getFailed(err)
+		return info, fmt.Errorf("get %q: %w", name, err)
+	}
+	took := time.Since(start)
+	n.metrics.getDone(took)
+	if n.debugOn() {
+		n.debugGetDone(name, rec.ID, int64(rec.Size), took, how+"; "+n.getSources(rec.ID))
+	}
+	n.provideWhenHeld(rec.ID)
+	info.Local = true
+	return info, nil
+}
+
+// getToFile writes the blob into f and says how (for the debug log).
+func (n *Node) getToFile(ctx context.Context, rec blob.Record, m *blob.Manifest, f *os.File) (string, error) {
+	sk, err := n.store.LinkSink(f, rec.ID, m)
+	if err == nil {
+		return "shared with the store", n.fillSink(ctx, rec, sk)
+	}
+	if !errors.Is(err, cache.ErrNoSink) {
+		return "", err
+	}
+	n.log.Debug("get: destination not shared with the store", "name", rec.Name, "why", err)
+	if n.store.HasBlob(rec.ID) {
+		err := n.store.CopyChunksTo(m, f, nil, nil)
+		if err == nil {
+			return "copied from the store", truncate(f, m.Size)
+		}
+		if !errors.Is(err, blob.ErrNotFound) && !errors.Is(err, blob.ErrCorrupt) {
+			return "", fmt.Errorf("write to the destination: %w", err)
+		}
+		// A chunk left meanwhile: fetch what is missing as below.
+	}
+	rc, err := n.engine.OpenManifest(ctx, rec, m)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	w := &countWriter{w: io.NewOffsetWriter(f, 0), limit: int64(m.Size)}
+	var rerr error
+	if wt, ok := rc.(io.WriterTo); ok {
+		_, rerr = wt.WriteTo(w)
+	} else {
+		_, rerr = io.Copy(w, rc)
+	}
+	switch {
+	case errors.Is(rerr, errTooLong):
+		return "", fmt.Errorf("blob yields more than its %d bytes: %w", m.Size, blob.ErrCorrupt)
+	case w.err != nil:
+		return "", fmt.Errorf("write to the destination: %w", noSpace(w.err))
+	case rerr != nil:
+		return "", rerr
+	case uint64(w.n) != m.Size:
+		return "", fmt.Errorf("blob yields %d bytes, not %d: %w", w.n, m.Size, blob.ErrCorrupt)
+	}
+	return "written from the fetch", truncate(f, m.Size)
+}
+
+// fillSink fetches the chunks the store lacks into the sink, copies in the
+// rest and commits it; a chunk that left the store or turned out damaged
+// meanwhile is fetched again, once. On an error the sink is aborted.
+func (n *Node) fillSink(ctx context.Context, rec blob.Record, sk *cache.Sink) error {
+	for attempt := 0; ; attempt++ {
+		if err := n.engine.Fetch(ctx, rec); err != nil {
+			sk.Abort()
+			if serr := sk.Err(); serr != nil { // the fetch failed for the write
+				return fmt.Errorf("write to the destination: %w", serr)
+			}
+			return err
+		}
+		err := sk.Fill()
+		if err == nil {
+			break
+		}
+		if attempt > 0 || !(errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt)) || sk.Err() != nil {
+			sk.Abort()
+			if serr := sk.Err(); serr != nil {
+				err = serr
+			}
+			return fmt.Errorf("write to the destination: %w", err)
+		}
+		n.log.Info("get: a chunk left the store during the get, fetching it again", "name", rec.Name, "err", err)
+	}
+	if err := sk.Commit(); err != nil {
+		return fmt.Errorf("write to the destination: %w", err)
+	}
+	return nil
+}
+
+// truncate cuts f to size.
+func truncate(f *os.File, size uint64) error {
+	if err := f.Truncate(int64(size)); err != nil {
+		return fmt.Errorf("cut the destination to %d bytes: %w", size, noSpace(err))
+	}
+	return nil
+}
+
+// noSpace marks a full disk's (or quota's) error with blob.ErrNoSpace.
+func noSpace(err error) error {
+	if errors.Is(err, blob.ErrNoSpace) || !(errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", blob.ErrNoSpace, err)
+}
+
+var errTooLong = errors.New("more bytes than the blob's size")
+
+// countWriter counts what is written, refuses more than limit bytes and
+// keeps the write error apart from the reader's.
+type countWriter struct {
+	w     io.Writer
+	n     int64
+	limit int64
+	err   error
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	if c.n+int64(len(p)) > c.limit {
+		return 0, errTooLong
+	}
+	k, err := c.w.Write(p)
+	c.n += int64(k)
+	if err != nil {
+		c.err = err
+	}
+	return k, err
+}
+
+var _ rpcbridge.FileBackend = (*Node)(nil)
