@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/cache"
@@ -41,7 +44,15 @@ func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started f
 			return info, err
 		}
 	}
+	var from func() string
+	if n.debugOn() {
+		from = n.watchSources(rec.ID)
+	}
 	how, err := n.getToFile(ctx, rec, m, f)
+	sources := ""
+	if from != nil {
+		sources = from()
+	}
 	if err != nil {
 		n.metrics.getFailed(err)
 		return info, fmt.Errorf("get %q: %w", name, err)
@@ -49,11 +60,72 @@ func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started f
 	took := time.Since(start)
 	n.metrics.getDone(took)
 	if n.debugOn() {
-		n.debugGetDone(name, rec.ID, int64(rec.Size), took, how+"; "+n.getSources(rec.ID))
+		n.log.Debug("get: into a file", "name", name, "how", how)
+		n.debugGetDone(name, rec.ID, int64(rec.Size), took, sources)
 	}
 	n.provideWhenHeld(rec.ID)
 	info.Local = true
 	return info, nil
+}
+
+// sourceWatch hands the sources of a completed fetch to the gets into
+// files waiting for them (the engine forgets a fetch as it completes).
+type sourceWatch struct {
+	mu      sync.Mutex
+	waiting map[cid.Cid][]chan string
+}
+
+// fetchComplete is the engine's OnComplete: it notes the fetch's sources
+// for the gets watching id, then announces id.
+func (n *Node) fetchComplete(id cid.Cid) {
+	w := &n.fetchedFrom
+	w.mu.Lock()
+	chs := w.waiting[id]
+	delete(w.waiting, id)
+	w.mu.Unlock()
+	if len(chs) > 0 {
+		from := n.getSources(id)
+		for _, ch := range chs {
+			ch <- from
+		}
+	}
+	n.provide(id)
+}
+
+// watchSources starts watching the fetch of id for the debug log; the
+// function returned stops and returns the peers the bytes came from, or
+// "this node's store" when no fetch of id completed meanwhile.
+func (n *Node) watchSources(id cid.Cid) func() string {
+	w := &n.fetchedFrom
+	ch := make(chan string, 1)
+	w.mu.Lock()
+	if w.waiting == nil {
+		w.waiting = map[cid.Cid][]chan string{}
+	}
+	w.waiting[id] = append(w.waiting[id], ch)
+	w.mu.Unlock()
+	return func() string {
+		w.mu.Lock()
+		chs := w.waiting[id]
+		for k, c := range chs {
+			if c == ch {
+				chs = append(chs[:k], chs[k+1:]...)
+				break
+			}
+		}
+		if len(chs) == 0 {
+			delete(w.waiting, id)
+		} else {
+			w.waiting[id] = chs
+		}
+		w.mu.Unlock()
+		select {
+		case from := <-ch:
+			return from
+		default:
+			return "this node's store"
+		}
+	}
 }
 
 // getToFile writes the blob into f and says how (for the debug log).

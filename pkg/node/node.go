@@ -146,6 +146,9 @@ type Node struct {
 	cancel    context.CancelFunc
 	served    chan error
 	once      sync.Once
+	// fetchedFrom: gets into files that wait for the sources of their
+	// fetch, for the debug log (getfile.go)
+	fetchedFrom sourceWatch
 }
 
 var _ rpcbridge.Backend = (*Node)(nil)
@@ -345,7 +348,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		Sources:          n.tree,
 		Finder:           finder,
 		OthersFromStore:  n.tree.Gateway,
-		OnComplete:       n.provide,
+		OnComplete:       n.fetchComplete,
 		Mode:             relayMode(cfg.StoreForward),
 		Window:           cfg.Window,
 		SiblingExchange:  !cfg.NoSiblingExchange,
