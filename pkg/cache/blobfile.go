@@ -76,6 +76,11 @@ func (s *Store) LinkSink(f *os.File, id cid.Cid, m *blob.Manifest) (*Sink, error
 	if int(st.Uid) != os.Geteuid() {
 		return nil, fmt.Errorf("%w: owned by uid %d, the store by uid %d", ErrNoSink, st.Uid, os.Geteuid())
 	}
+	if st.Mode&0o022 != 0 {
+		// Another user could change the bytes between their verification
+		// and a copy from the file to another get.
+		return nil, fmt.Errorf("%w: writable by group or others (mode %#o)", ErrNoSink, st.Mode&0o7777)
+	}
 	var dirSt unix.Stat_t
 	if err := unix.Stat(s.tmpDir, &dirSt); err != nil {
 		return nil, fmt.Errorf("link sink: stat %s: %w", s.tmpDir, err)
@@ -405,7 +410,8 @@ func parseBlobName(name string) (cid.Cid, bool) {
 // chunk with a chunk file stays there): each file is a committed get's
 // destination and holds its blob whole as of the commit (verification on
 // read catches any later change). seen gains the hashes located; files
-// that locate nothing, or whose blob has no stored manifest, are removed.
+// that locate nothing, whose blob has no stored manifest, or whose size is
+// not the blob's (changed since) are removed (the store's link only).
 func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, err error) {
 	ents, err := os.ReadDir(s.blobDir)
 	if err != nil {

@@ -213,8 +213,9 @@ func TestSinkDamagedDestination(t *testing.T) {
 	}
 }
 
-// TestLinkSinkRefuses: a file the store cannot share is refused with
-// ErrNoSink, and the store is unchanged.
+// TestLinkSinkRefuses: a file the store cannot share (a pipe; a file
+// another user could write) is refused with ErrNoSink, and the store is
+// unchanged.
 func TestLinkSinkRefuses(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, filepath.Join(dir, "store"), 64<<20)
@@ -228,8 +229,19 @@ func TestLinkSinkRefuses(t *testing.T) {
 	if _, err := s.LinkSink(w, m.CID(), m); !errors.Is(err, ErrNoSink) {
 		t.Fatalf("LinkSink(pipe): %v, want ErrNoSink", err)
 	}
-	if len(s.sinks) != 0 {
-		t.Fatal("a refused sink claimed chunks")
+	f, err := os.Create(filepath.Join(dir, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Chmod(0o664); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LinkSink(f, m.CID(), m); !errors.Is(err, ErrNoSink) {
+		t.Fatalf("LinkSink(group-writable file): %v, want ErrNoSink", err)
+	}
+	if len(s.sinks) != 0 || nlink(t, f.Name()) != 1 {
+		t.Fatal("a refused sink claimed chunks or linked the file")
 	}
 }
 

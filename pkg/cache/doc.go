@@ -14,18 +14,18 @@
 // and free their space on unlink); Badger holds only small index values.
 //
 // A get into a file writes each fetched byte once (LinkSink): the
-// destination, a regular file of the store's user on the store's
-// filesystem, is hardlinked into DIR/tmp, and while the sink is open the
-// chunks of its blob that the store is given (the fetch's verified
-// chunks) are written into it at their offsets instead of into chunk
-// files; the store serves them from there. Chunks the store held already
-// are copied in (CopyChunkTo: verified through a read-only mapping, then
-// copy_file_range, which shares extents where the filesystem can and
-// copies in the kernel where it cannot). Commit moves the link to
-// DIR/blobs; Abort, or a crash (DIR/tmp is cleared at Open), removes it
-// with every entry located in the file. A destination the store cannot
-// share (another filesystem, owner or kind) is written by the caller and
-// the store keeps chunk files as before.
+// destination, a regular file of the store's user (not writable by group
+// or others) on the store's filesystem, is hardlinked into DIR/tmp, and
+// while the sink is open the chunks of its blob that the store is given
+// (the fetch's verified chunks) are written into it at their offsets
+// instead of into chunk files; the store serves them from there. Chunks
+// the store held already are copied in (CopyChunkTo: verified through a
+// read-only mapping, then copy_file_range, which shares extents where the
+// filesystem can and copies in the kernel where it cannot). Commit moves
+// the link to DIR/blobs; Abort, or a crash (DIR/tmp is cleared at Open),
+// removes it with every entry located in the file. A destination the
+// store cannot share (another filesystem, owner or kind) is written by
+// the caller and the store keeps chunk files as before.
 //
 // Invariants:
 //   - A chunk file exists only under its content hash, complete: writes go to

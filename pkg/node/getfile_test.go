@@ -361,3 +361,33 @@ func TestGetToFileKilledDaemon(t *testing.T) {
 		t.Fatal("the file differs from the blob")
 	}
 }
+
+// TestGetToFileRepeatsAndEmpty: a blob whose chunks repeat (one hash at
+// several offsets) and an empty blob arrive whole in files shared with
+// the cache, cold and as cache hits.
+func TestGetToFileRepeatsAndEmpty(t *testing.T) {
+	dir := t.TempDir()
+	root := startNode(t, filepath.Join(dir, "root"), "", "")
+	childHome := filepath.Join(dir, "child")
+	startNode(t, childHome, root.Addrs()[0], "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	blobs := map[string][]byte{"once/zeros": make([]byte, 1<<20+3), "once/empty": {}}
+	for name, data := range blobs {
+		if _, err := root.Put(ctx, name, bytes.NewReader(data), rpcbridge.PutOptions{ChunkSize: 256 << 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := dialNode(t, childHome)
+	for _, round := range []string{"cold", "hit"} {
+		for name, data := range blobs {
+			out := filepath.Join(dir, strings.ReplaceAll(name, "/", "_")+"."+round)
+			if _, err := c.GetFile(ctx, name, out); err != nil {
+				t.Fatalf("%s get of %s: %v", round, name, err)
+			}
+			if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%s get of %s: %d bytes, want %d (%v)", round, name, len(got), len(data), err)
+			}
+		}
+	}
+}
