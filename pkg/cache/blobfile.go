@@ -61,8 +61,8 @@ type Sink struct {
 // LinkSink links f, a regular file open for writing that is to receive the
 // blob id (manifest m), into the store and opens a Sink on it. It fails
 // with an error wrapping ErrNoSink when f cannot be shared: not a regular
-// file, owned by another user than the store's, or on another filesystem
-// (link(2) refuses across filesystems). Only one sink at a time receives a
+// file, owned by another user than the store's, writable by group or
+// others, or on another filesystem (link(2) refuses across filesystems). Only one sink at a time receives a
 // given chunk; a chunk already stored, or claimed by another open sink, is
 // left to Fill.
 func (s *Store) LinkSink(f *os.File, id cid.Cid, m *blob.Manifest) (*Sink, error) {
@@ -146,8 +146,8 @@ func (sk *Sink) Err() error {
 }
 
 // write puts chunk h's verified bytes at every offset of the blob that
-// holds it and reports whether it did; false when the sink is not open for
-// h. A failed write is kept (Err) and returned.
+// holds it (the sink claims h) and returns the first offset. A failed
+// write is kept (Err) and returned.
 func (sk *Sink) write(h blob.Hash, data []byte) (int64, error) {
 	idx := sk.where[h] // fixed at LinkSink
 	for _, i := range idx {

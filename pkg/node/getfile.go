@@ -17,19 +17,20 @@ import (
 	"github.com/omst-project/omst/pkg/rpcbridge"
 )
 
-// GetToFile serves a get into a regular file f (GET_TO_FD, GET_FILE; see
-// rpcbridge.FileBackend): it resolves name once, calls started with the
-// blob's info before the first byte is written, and returns when f holds
-// exactly the blob's verified bytes (written from offset 0, cut to the
-// blob's size). Each byte is written once where the store can share f (a
-// file of the store's user on its filesystem, cache.Store.LinkSink): the
-// chunks fetched are verified on arrival and written into f at their
-// offsets, and f is linked into the store as their copy; the chunks the
-// store held already are copied in with copy_file_range (no pass through
-// user space), verified first. Where it cannot, a cache hit is copied the
-// same way, and a fetch writes each chunk into f as it reads it, as Open
-// would. On an error f's contents are unspecified (the caller discards
-// it) and nothing of it stays in the store.
+// GetToFile serves a get into a regular file f not opened O_APPEND
+// (GET_TO_FD, GET_FILE; see rpcbridge.FileBackend): it resolves name
+// once, calls started with the blob's info before the first byte is
+// written, and returns when f holds exactly the blob's verified bytes
+// (written from offset 0, cut to the blob's size). Each byte is written
+// once where the store can share f (a file of the store's user on its
+// filesystem, cache.Store.LinkSink): the chunks fetched are verified on
+// arrival and written into f at their offsets, and f is linked into the
+// store as their copy; the chunks the store held already are copied in
+// with copy_file_range (no pass through user space), verified first.
+// Where it cannot, a cache hit is copied the same way, and a fetch writes
+// each chunk into f as it reads it, as Open would. On an error f's
+// contents are unspecified (the caller discards it) and nothing of it
+// stays in the store.
 func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started func(rpcbridge.Info) error) (rpcbridge.Info, error) {
 	start := time.Now()
 	rec, m, err := n.resolve(ctx, name, true)
