@@ -176,15 +176,20 @@ func (n *Node) getToFile(ctx context.Context, rec blob.Record, m *blob.Manifest,
 
 // fillSink fetches the chunks the store lacks into the sink, copies in the
 // rest and commits it; a chunk that left the store or turned out damaged
-// meanwhile is fetched again, once. On an error the sink is aborted.
+// meanwhile is fetched again, once. A fetch that ends with chunks the store
+// could not keep (blob.ErrNoSpace: a blob larger than the room in the
+// cache) is no failure here: the sink wrote them into the file all the
+// same. On an error the sink is aborted.
 func (n *Node) fillSink(ctx context.Context, rec blob.Record, sk *cache.Sink) error {
 	for attempt := 0; ; attempt++ {
-		if err := n.engine.Fetch(ctx, rec); err != nil {
+		ferr := n.engine.Fetch(ctx, rec)
+		if serr := sk.Err(); serr != nil { // a write into the destination failed
 			sk.Abort()
-			if serr := sk.Err(); serr != nil { // the fetch failed for the write
-				return fmt.Errorf("write to the destination: %w", serr)
-			}
-			return err
+			return fmt.Errorf("write to the destination: %w", serr)
+		}
+		if ferr != nil && !errors.Is(ferr, blob.ErrNoSpace) {
+			sk.Abort()
+			return ferr
 		}
 		err := sk.Fill()
 		if err == nil {
@@ -194,10 +199,12 @@ func (n *Node) fillSink(ctx context.Context, rec blob.Record, sk *cache.Sink) er
 			sk.Abort()
 			if serr := sk.Err(); serr != nil {
 				err = serr
+			} else if ferr != nil {
+				return ferr
 			}
 			return fmt.Errorf("write to the destination: %w", err)
 		}
-		n.log.Info("get: a chunk left the store during the get, fetching it again", "name", rec.Name, "err", err)
+		n.log.Info("get: chunks missing from the store and the destination, fetching them again", "name", rec.Name, "err", err)
 	}
 	if err := sk.Commit(); err != nil {
 		return fmt.Errorf("write to the destination: %w", err)

@@ -391,3 +391,36 @@ func TestGetToFileRepeatsAndEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestGetToFileOverCap: a blob larger than the child's cache cap arrives
+// whole in a file shared with the cache (before the sink, the streamed get
+// did; with the sink, the fetch found chunks the cache had evicted and
+// failed the get); the cache keeps what fits.
+func TestGetToFileOverCap(t *testing.T) {
+	dir := t.TempDir()
+	root := startNode(t, filepath.Join(dir, "root"), "", "")
+	childHome := filepath.Join(dir, "child")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	child, err := Start(ctx, Config{Home: childHome, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Parent: root.Addrs()[0], Site: "a", CacheSize: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer child.Close()
+	data := make([]byte, 6<<20+9)
+	rand.Read(data)
+	if _, err := root.Put(ctx, "once/over", bytes.NewReader(data), rpcbridge.PutOptions{ChunkSize: 256 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	c := dialNode(t, childHome)
+	out := filepath.Join(dir, "over")
+	if _, err := c.GetFile(ctx, "once/over", out); err != nil {
+		t.Fatalf("get of 6 MiB into a file through a 2 MiB cache: %v", err)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, data) {
+		t.Fatal("the file differs from the blob")
+	}
+	if u := child.store.Usage(); u.UsedBytes > 2<<20 {
+		t.Fatalf("cache holds %d bytes over its 2 MiB cap", u.UsedBytes)
+	}
+}
