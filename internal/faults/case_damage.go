@@ -3,9 +3,10 @@ package faults
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/omst-project/omst/pkg/blob"
 )
 
 // MemoFlushBytes is pushed through the nodes to evict the chunks a
@@ -77,14 +78,18 @@ func caseChunkDamage(e *Env) error {
 		hashes := ChunkHashes(data, 1<<20)
 		n := 1 + e.Rng.IntN(min(3, len(hashes)))
 		var did []string
+		blobFile := "" // the blob file holding the blob at target, once found
 		for _, ci := range e.Rng.Perm(len(hashes))[:n] {
 			kind := DamageKinds[e.Rng.IntN(len(DamageKinds))]
-			path := ChunkPath(target.Home, hashes[ci])
 			e.Step("damage %d: %s chunk %d of %q at %s", it+1, kind, ci, name, target.Name)
-			if err := waitFile(path, 5*time.Second); err != nil {
+			path, off, size, err := waitChunk(target.Home, hashes, data, 1<<20, ci, blobFile, 5*time.Second)
+			if err != nil {
 				return fmt.Errorf("chunk %d of %q at %s: %w (the store layout of pkg/cache changed?)", ci, name, target.Name, err)
 			}
-			desc, err := Damage(path, kind, e.Fork())
+			if off > 0 || strings.Contains(path, "/blobs/") {
+				blobFile = path
+			}
+			desc, err := DamageRange(path, off, size, kind, e.Fork())
 			if errors.Is(err, ErrEmpty) {
 				continue
 			}
@@ -193,12 +198,13 @@ func errText(rd Read) string {
 
 // waitFile waits until path exists (a relay stores a chunk just after
 // handing it on).
-func waitFile(path string, within time.Duration) error {
+// waitChunk is FindChunk, waiting up to within for the chunk to be stored.
+func waitChunk(home string, hs []blob.Hash, data []byte, chunkSize, ci int, known string, within time.Duration) (string, int64, int64, error) {
 	deadline := time.Now().Add(within)
 	for {
-		_, err := os.Stat(path)
+		path, off, n, err := FindChunk(home, hs, data, chunkSize, ci, known)
 		if err == nil || time.Now().After(deadline) {
-			return err
+			return path, off, n, err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -3,11 +3,14 @@ package faults
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -17,6 +20,7 @@ import (
 const (
 	storeDir = "cache"
 	chunkDir = "chunks"
+	blobDir  = "blobs"
 	indexDir = "index"
 )
 
@@ -25,6 +29,88 @@ const (
 func ChunkPath(home string, h blob.Hash) string {
 	x := h.String()
 	return filepath.Join(home, storeDir, chunkDir, x[:2], x)
+}
+
+// FindChunk returns where chunk ci of data (cut at chunkSize, hashes hs)
+// is stored in the daemon with this home: its chunk file (off 0, the whole
+// file), or else a blob file (HOME/cache/blobs/*: a get's destination the
+// store shares) holding data's bytes at the chunk's offset: known, if not
+// "" (the blob file found for another chunk of data, perhaps damaged
+// since), else one whose bytes there are the chunk's. It fails with an
+// error wrapping fs.ErrNotExist when neither holds it.
+func FindChunk(home string, hs []blob.Hash, data []byte, chunkSize, ci int, known string) (path string, off, n int64, err error) {
+	path = ChunkPath(home, hs[ci])
+	if st, err := os.Stat(path); err == nil {
+		return path, 0, st.Size(), nil
+	}
+	off = int64(ci) * int64(chunkSize)
+	want := data[off:min(off+int64(chunkSize), int64(len(data)))]
+	if known != "" {
+		return known, off, int64(len(want)), nil
+	}
+	files, _ := Files(filepath.Join(home, storeDir, blobDir))
+	for _, f := range files {
+		if st, err := os.Stat(f); err != nil || st.Size() != int64(len(data)) {
+			continue
+		}
+		b := make([]byte, len(want))
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		_, err = fh.ReadAt(b, off)
+		fh.Close()
+		if err == nil && string(b) == string(want) {
+			return f, off, int64(len(want)), nil
+		}
+	}
+	return "", 0, 0, fmt.Errorf("chunk %d (%s): no chunk file and no blob file holds it: %w", ci, hs[ci], fs.ErrNotExist)
+}
+
+// DamageRange is Damage confined to the n bytes at off of the file at
+// path (a chunk in a blob file): bits flipped in the range, the file cut
+// inside it, or the range punched out (zeros: the file holds other
+// chunks). A range an earlier cut removed is ErrEmpty. For a chunk file
+// (off 0, n its size) it is Damage.
+func DamageRange(path string, off, n int64, k DamageKind, rng *rand.Rand) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if off == 0 && n == st.Size() {
+		return Damage(path, k, rng)
+	}
+	n = min(n, st.Size()-off)
+	if n <= 0 {
+		return "", fmt.Errorf("blob file %s cut at %d, before the chunk at %d: %w", path, st.Size(), off, ErrEmpty)
+	}
+	switch k {
+	case Delete:
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return "", err
+		}
+		err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("punch %d bytes at %d out of %s: %w", n, off, path, err)
+		}
+		return fmt.Sprintf("punched the chunk out of blob file %s (%d bytes at %d: zeros)", path, n, off), nil
+	case Truncate:
+		to := off + rng.Int64N(n)
+		if err := os.Truncate(path, to); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("truncated blob file %s from %d to %d bytes (the chunk at %d)", path, st.Size(), to, off), nil
+	case Flip:
+		k := 1 + rng.IntN(4)
+		offs, err := flipBitsIn(path, off, n, k, rng)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("flipped %d bit(s) of blob file %s (the chunk at %d, %d bytes) at offsets %v", k, path, off, n, offs), nil
+	}
+	return "", fmt.Errorf("unknown damage kind %d", k)
 }
 
 // IndexDir is the BadgerDB index of the daemon with this home.
@@ -98,6 +184,11 @@ func Damage(path string, k DamageKind, rng *rand.Rand) (string, error) {
 // FlipBits flips one random bit in each of n random bytes (distinct
 // offsets below size) of the file, in place, and returns the offsets.
 func FlipBits(path string, size int64, n int, rng *rand.Rand) ([]int64, error) {
+	return flipBitsIn(path, 0, size, n, rng)
+}
+
+// flipBitsIn is FlipBits in the size bytes at base.
+func flipBitsIn(path string, base, size int64, n int, rng *rand.Rand) ([]int64, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -106,7 +197,7 @@ func FlipBits(path string, size int64, n int, rng *rand.Rand) ([]int64, error) {
 	seen := map[int64]bool{}
 	var offs []int64
 	for len(offs) < n && int64(len(offs)) < size {
-		off := rng.Int64N(size)
+		off := base + rng.Int64N(size)
 		if seen[off] {
 			continue
 		}
