@@ -7,11 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/ipfs/go-cid"
 	"golang.org/x/sys/unix"
@@ -202,10 +200,9 @@ func (s *Store) storeInSinkLocked(h blob.Hash, data []byte) (e *chunkEntry, ok b
 }
 
 // Fill copies into the file every chunk of the blob it does not hold yet
-// from the store, verified first (a chunk file, or another blob's file,
-// is hashed where it lies, through a read-only mapping), with
-// copy_file_range, so that the bytes do not pass through user space where
-// the filesystem allows; a few chunks at a time. A chunk the store lacks
+// from the store (a chunk file, or another blob's file), verified first,
+// with copy_file_range, so that the bytes are not written from user space
+// (CopyChunksTo). A chunk the store lacks
 // fails Fill with an error wrapping blob.ErrNotFound and naming it; a
 // damaged one is dropped and fails it with blob.ErrCorrupt (fetch it and
 // call Fill again).
@@ -225,72 +222,36 @@ func (sk *Sink) Fill() error {
 }
 
 // CopyChunksTo copies the chunks of m into dst at their offsets with
-// CopyChunkTo, as many at a time as there are CPUs, skipping those skip
-// reports (nil: none) and calling done (if not nil) with each copied. A
-// chunk the store lacks or finds damaged (dropped) does not stop it: it
-// copies every other chunk and then returns the first such error (naming
-// its chunk and how many failed so), so that one fetch can bring them
-// all. Any other failure (a full disk) ends it at once.
+// CopyChunkTo, in order, skipping those skip reports (nil: none) and
+// calling done (if not nil) with each copied. (One at a time: on 2 CPUs,
+// copies in parallel cost more CPU per byte and were no faster,
+// BenchmarkGetToFile.) A chunk the store lacks or finds damaged (dropped)
+// does not stop it: it copies every other chunk and then returns the first
+// such error (naming its chunk and how many failed so), so that one fetch
+// can bring them all. Any other failure (a full disk) ends it at once.
 func (s *Store) CopyChunksTo(m *blob.Manifest, dst *os.File, skip func(i int) bool, done func(i int)) error {
-	workers := max(1, runtime.GOMAXPROCS(0))
-	next := make(chan int)
-	stop := make(chan struct{})
-	var (
-		mu       sync.Mutex
-		fatal    error
-		missing  error
-		nMissing int
-		stopOnce sync.Once
-		wg       sync.WaitGroup
-	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				err := s.CopyChunkTo(m.Chunks[i], dst, int64(m.ChunkOffset(i)), int64(m.ChunkLen(i)))
-				if err == nil {
-					if done != nil {
-						done(i)
-					}
-					continue
-				}
-				err = fmt.Errorf("chunk %d: %w", i, err)
-				mu.Lock()
-				if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
-					nMissing++
-					if missing == nil {
-						missing = err
-					}
-					mu.Unlock()
-					continue
-				}
-				if fatal == nil {
-					fatal = err
-				}
-				mu.Unlock()
-				stopOnce.Do(func() { close(stop) })
-				return
-			}
-		}()
-	}
-feed:
-	for i := range m.Chunks {
+	var missing error
+	nMissing := 0
+	for i, h := range m.Chunks {
 		if skip != nil && skip(i) {
 			continue
 		}
-		select {
-		case next <- i:
-		case <-stop:
-			break feed
+		err := s.CopyChunkTo(h, dst, int64(m.ChunkOffset(i)), int64(m.ChunkLen(i)))
+		switch {
+		case err == nil:
+			if done != nil {
+				done(i)
+			}
+		case errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt):
+			nMissing++
+			if missing == nil {
+				missing = fmt.Errorf("chunk %d: %w", i, err)
+			}
+		default:
+			return fmt.Errorf("chunk %d: %w", i, err)
 		}
 	}
-	close(next)
-	wg.Wait()
-	switch {
-	case fatal != nil:
-		return fatal
-	case nMissing > 1:
+	if nMissing > 1 {
 		return fmt.Errorf("%w (and %d more chunks missing or damaged)", missing, nMissing-1)
 	}
 	return missing
@@ -460,7 +421,8 @@ func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, err error) 
 
 // CopyChunkTo copies the stored chunk h (length bytes) into dst at off,
 // verified first: from the memory of verified chunks with a write, else
-// hashed where it lies (a read-only mapping of its file) and copied with
+// read and hashed (into a pooled buffer; a mapping cost more CPU, page
+// tables and their shootdowns) and copied from its file with
 // copy_file_range (in the kernel; on a filesystem with shared extents
 // without a copy). It fails like ReadChunk (a chunk whose bytes do not
 // match is dropped, blob.ErrCorrupt; an absent one blob.ErrNotFound).
@@ -479,28 +441,22 @@ func (s *Store) CopyChunkTo(h blob.Hash, dst *os.File, off, length int64) error 
 	if size != length {
 		return fmt.Errorf("chunk %s has %d bytes, the manifest says %d: %w", h, size, length, blob.ErrCorrupt)
 	}
-	if err := s.verifyMapped(h, f, foff, size); err != nil {
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	if int64(cap(*bp)) < size {
+		*bp = make([]byte, size)
+	}
+	buf := (*bp)[:size]
+	if _, err := f.ReadAt(buf, foff); err != nil {
+		return s.readFailed(h, err)
+	}
+	if err := s.checkRead(h, buf); err != nil {
 		return err
 	}
 	return copyRange(f, foff, dst, off, size)
 }
 
-// verifyMapped hashes size bytes of f at off through a read-only mapping
-// (no copy); a mismatch drops chunk h (blob.ErrCorrupt).
-func (s *Store) verifyMapped(h blob.Hash, f *os.File, off, size int64) error {
-	pg := int64(os.Getpagesize())
-	base := off &^ (pg - 1)
-	mem, err := syscall.Mmap(int(f.Fd()), base, int(off-base+size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
-	if err != nil {
-		return fmt.Errorf("map chunk %s: %w", h, err)
-	}
-	verr := h.Verify(mem[off-base:])
-	syscall.Munmap(mem)
-	if verr != nil {
-		return s.damagedRead(h, verr)
-	}
-	return nil
-}
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, blob.DefaultChunkSize); return &b }}
 
 // copyRange copies n bytes of src at soff to dst at doff with
 // copy_file_range, falling back to a read and a write where the kernel

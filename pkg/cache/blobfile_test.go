@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ipfs/go-cid"
+
 	"github.com/omst-project/omst/pkg/blob"
 )
 
@@ -357,4 +359,31 @@ func TestCopyChunksToGoesOn(t *testing.T) {
 	if len(copied) != 4 {
 		t.Fatalf("copied %v, want the 4 intact chunks", copied)
 	}
+}
+
+// FuzzParseBlobName: the names Open reads from DIR/blobs parse without a
+// panic, and a name that parses is a CID and a number that print back to
+// the name's parts.
+func FuzzParseBlobName(f *testing.F) {
+	for _, s := range []string{
+		"bafkr4icrji3kqiljvxxdnakihxstknt5iqjejuhv4pyb4figi7lvl7xwq4.0",
+		"bafkr4icrji3kqiljvxxdnakihxstknt5iqjejuhv4pyb4figi7lvl7xwq4.17",
+		"bafkr4icrji3kqiljvxxdnakihxstknt5iqjejuhv4pyb4figi7lvl7xwq4",
+		"blob-123", ".0", "x.y", "", "bafy.-1",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		id, ok := parseBlobName(name)
+		if !ok {
+			return
+		}
+		base, _, _ := strings.Cut(name, ".")
+		if !id.Defined() {
+			t.Fatalf("%q parsed to an undefined CID", name)
+		}
+		if _, err := cid.Decode(base); err != nil {
+			t.Fatalf("%q parsed although its CID part does not decode: %v", name, err)
+		}
+	})
 }

@@ -19,9 +19,9 @@
 // while the sink is open the chunks of its blob that the store is given
 // (the fetch's verified chunks) are written into it at their offsets
 // instead of into chunk files; the store serves them from there. Chunks
-// the store held already are copied in (CopyChunkTo: verified through a
-// read-only mapping, then copy_file_range, which shares extents where the
-// filesystem can and copies in the kernel where it cannot). Commit moves
+// the store held already are copied in (CopyChunkTo: read and verified,
+// then copy_file_range, which shares extents where the filesystem can and
+// copies in the kernel where it cannot). Commit moves
 // the link to DIR/blobs; Abort, or a crash (DIR/tmp is cleared at Open),
 // removes it with every entry located in the file. A destination the
 // store cannot share (another filesystem, owner or kind) is written by
