@@ -342,6 +342,11 @@ func TestRefused(t *testing.T) {
 	if n := srv.served.Load(); n != 1 {
 		t.Errorf("%d connections served, want 1 (the first of the replayed ticket)", n)
 	}
+	// A refusal is counted after its answer is written: the client may
+	// read the last one first.
+	for deadline := time.Now().Add(5 * time.Second); srv.l.Stats.Refused.Load() < 7 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if n := srv.l.Stats.Refused.Load(); n != 7 {
 		t.Errorf("%d refused, want 7", n)
 	}
