@@ -77,6 +77,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.base.SiblingTimeout, "sibling-timeout", sim.DefaultSiblingTimeout, "bound on a request to a sibling")
 	fs.IntVar(&o.base.Fanout, "fanout", 0, "siblings one holder is sent per chunk (0: the Distributor's default, 2)")
 	fs.BoolVar(&o.base.ConstantTimers, "constant-timers", false, "workers hedge on the constant timers, not the rates they measure")
+	fs.BoolVar(&o.base.NoBudgets, "no-budgets", false, "the workers' hedges and give-ups are not budgeted (as before the budgets)")
 	fs.Int64Var(&o.base.HedgeBacklog, "hedge-backlog", 0, "bytes a head may have to write to its workers for it to serve a hedge (0: the default, one chunk; -1: no bound)")
 	fs.StringVar(&push, "push", "4MiB", `bytes the root pushes after the FOUND ("0": none)`)
 	fs.DurationVar(&o.base.StartJitter, "start-jitter", 2*time.Millisecond, "workers start uniformly within this")
@@ -217,6 +218,7 @@ type runOut struct {
 	HedgesNotHere  int64     `json:"hedges_not_here"`
 	Timeouts       int64     `json:"sibling_timeouts"`
 	Directs        int64     `json:"directs"`
+	Deferred       int64     `json:"deferred,omitempty"`
 	MaxDepth       int       `json:"max_depth"`
 	MeanDepth      float64   `json:"mean_depth"`
 	Events         int64     `json:"events"`
@@ -287,7 +289,7 @@ func runRow(rep *report, o options, b int64, w int, p int64, stderr io.Writer) e
 		r.Runs = append(r.Runs, runOut{Seed: cfg.Seed, First: res.First, Median: res.Median, Last: res.Last, Ratio: res.Ratio(), Unfinished: res.Unfinished, SiteLast: res.SiteLast, FirstRatio: res.First / res.Limit,
 			HeadCopies: res.HeadCopies, HeadCopiesMax: res.HeadCopiesMax, SiteIn: res.SiteIn, SiblingCopies: res.SiblingCopies,
 			Redirects: res.Redirects, Hedges: res.Hedges, HedgesDeclined: res.HedgesDeclined, HedgesBusy: res.HedgesBusy, HedgesServed: res.HedgesServed, FirstServed: res.FirstHedgeServed, HedgesNotHere: res.HedgesNotHere,
-			Timeouts: res.SiblingTimeouts, Directs: res.Directs, MaxDepth: res.MaxDepth, MeanDepth: res.MeanDepth, Events: res.Events})
+			Timeouts: res.SiblingTimeouts, Directs: res.Directs, Deferred: res.Deferred, MaxDepth: res.MaxDepth, MeanDepth: res.MeanDepth, Events: res.Events})
 		fmt.Fprintf(stderr, "omst-sim: %s, %d × %d, piece %s, seed %d: last %.2f s (%.2f × limit), head %.2f copies, %.1f s wall\n",
 			pieceName(b), cfg.Sites, w, r.PieceName, cfg.Seed, res.Last, res.Ratio(), res.HeadCopies, time.Since(t0).Seconds())
 	}
@@ -346,7 +348,7 @@ func medianRun(rs []runOut) runOut {
 		Redirects: medI(func(r runOut) int64 { return r.Redirects }), Hedges: medI(func(r runOut) int64 { return r.Hedges }),
 		HedgesDeclined: medI(func(r runOut) int64 { return r.HedgesDeclined }), HedgesBusy: medI(func(r runOut) int64 { return r.HedgesBusy }), HedgesServed: medI(func(r runOut) int64 { return r.HedgesServed }), FirstServed: med(func(r runOut) float64 { return r.FirstServed }),
 		HedgesNotHere: medI(func(r runOut) int64 { return r.HedgesNotHere }), Timeouts: medI(func(r runOut) int64 { return r.Timeouts }),
-		Directs: medI(func(r runOut) int64 { return r.Directs }), Events: medI(func(r runOut) int64 { return r.Events }),
+		Directs: medI(func(r runOut) int64 { return r.Directs }), Deferred: medI(func(r runOut) int64 { return r.Deferred }), Events: medI(func(r runOut) int64 { return r.Events }),
 		MaxDepth: int(med(func(r runOut) float64 { return float64(r.MaxDepth) })), MeanDepth: med(func(r runOut) float64 { return r.MeanDepth }),
 	}
 }

@@ -106,6 +106,18 @@ type Status struct {
 	// HedgesDeclined counts children's hedges this relay declined: it had
 	// sent the chunk into the site moments before, so the sibling has it.
 	HedgesDeclined uint64 `json:"hedges_declined"`
+	// HedgesBusy counts, of HedgesDeclined, the hedges declined because
+	// the relay's port had other replies to write or its budget of second
+	// copies was spent; HedgesServed the hedges it answered with the
+	// chunk; HedgesDeferred the hedges this node did not send for its own
+	// hedge budget. Directs counts the plain GET_DIRECTs this node sent
+	// after giving up on a sibling, DirectsServed those of its children
+	// this relay answered with the chunk.
+	HedgesBusy     uint64 `json:"hedges_busy,omitempty"`
+	HedgesServed   uint64 `json:"hedges_served,omitempty"`
+	HedgesDeferred uint64 `json:"hedges_deferred,omitempty"`
+	Directs        uint64 `json:"directs,omitempty"`
+	DirectsServed  uint64 `json:"directs_served,omitempty"`
 	// BytesPassedOn counts chunk bytes this node sent on in verified pieces
 	// while it was still receiving the chunk (fetch 1.3.0's cut-through).
 	BytesPassedOn uint64 `json:"bytes_passed_on"`

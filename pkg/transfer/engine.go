@@ -400,8 +400,18 @@ type Status struct {
 	// of the relay too.
 	Hedges uint64
 	// HedgesDeclined counts children's hedges this relay declined because
-	// it had sent the chunk into the site less than its hedge grace before.
-	HedgesDeclined uint64
+	// it had sent the chunk into the site less than its hedge grace before,
+	// or (HedgesBusy, counted in both) because its port had other replies
+	// to write or its budget of second copies was spent; HedgesServed
+	// those it answered with the chunk: second copies into the site.
+	HedgesDeclined, HedgesBusy, HedgesServed uint64
+	// HedgesDeferred counts hedges this node did not send when they were
+	// due because its own hedge budget was spent (exchange.HedgeBudget).
+	HedgesDeferred uint64
+	// Directs counts the plain GET_DIRECTs this node sent after giving up
+	// on a sibling; DirectsServed those of its children this relay
+	// answered with the chunk.
+	Directs, DirectsServed uint64
 	// BytesPassedOn counts the chunk bytes this node sent in verified
 	// pieces (fetch 1.3.0) while it was itself still receiving the chunk:
 	// what cut-through below the chunk saved a store-and-forward hop.
@@ -460,6 +470,11 @@ func (e *Engine) Status() Status {
 		UploadsRefused:  e.stats.UploadsRefused.Load(),
 		Hedges:          e.stats.Hedges.Load(),
 		HedgesDeclined:  e.stats.HedgesDeclined.Load(),
+		HedgesBusy:      e.stats.HedgesBusy.Load(),
+		HedgesServed:    e.stats.HedgesServed.Load(),
+		HedgesDeferred:  e.stats.HedgesDeferred.Load(),
+		Directs:         e.stats.Directs.Load(),
+		DirectsServed:   e.stats.DirectsServed.Load(),
 		BytesPassedOn:   e.stats.BytesPassedOn.Load(),
 		PushSent:        e.stats.PushSent.Load(),
 		PushReceived:    e.stats.PushReceived.Load(),

@@ -104,4 +104,14 @@ func TestHedgeDeclinedWhileRelayBusy(t *testing.T) {
 	if st, body := reply(bb); st != fetchwire.StatusOK || !bytes.Equal(body, data[2*chunk:3*chunk]) {
 		t.Fatalf("a hedge once the relay's port is idle: status %d, %d bytes; want chunk 2", st, len(body))
 	}
+	// The counters tell the two apart (Status.HedgesBusy, HedgesServed),
+	// and count a plain GET_DIRECT served (DirectsServed).
+	ask(sb, fetchwire.Request{Type: fetchwire.MsgGetDirect, Tag: 3, Index: 3})
+	if st, body := reply(bb); st != fetchwire.StatusOK || !bytes.Equal(body, data[3*chunk:4*chunk]) {
+		t.Fatalf("a GET_DIRECT: status %d, %d bytes; want chunk 3", st, len(body))
+	}
+	if st := relay.eng.Status(); st.HedgesDeclined != 1 || st.HedgesBusy != 1 || st.HedgesServed != 1 || st.DirectsServed != 1 {
+		t.Fatalf("hedges declined %d (busy %d), served %d; GET_DIRECTs served %d; want 1 (1), 1; 1",
+			st.HedgesDeclined, st.HedgesBusy, st.HedgesServed, st.DirectsServed)
+	}
 }

@@ -78,7 +78,7 @@ func TestSiblingKilledMidBroadcast(t *testing.T) {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	var failures uint64
+	var failures, directs uint64
 	for i, w := range ws {
 		if i == victim {
 			continue
@@ -87,10 +87,16 @@ func TestSiblingKilledMidBroadcast(t *testing.T) {
 			t.Fatalf("worker %d got wrong bytes", i)
 		}
 		failures += w.eng.Status().SiblingFailures
+		directs += w.eng.Status().Directs
 	}
-	t.Logf("broadcast took %v with a sibling gone from 400ms on; %d sibling failures", took, failures)
+	t.Logf("broadcast took %v with a sibling gone from 400ms on; %d sibling failures, %d GET_DIRECTs", took, failures, directs)
 	if failures == 0 {
 		t.Fatal("no request went to the dead sibling: the test proves nothing")
+	}
+	// Each failure is replaced by a plain GET_DIRECT to the relay, once
+	// per redirect (Status.Directs), whatever the hedge budget.
+	if directs != failures {
+		t.Fatalf("%d GET_DIRECTs for %d sibling failures, want as many", directs, failures)
 	}
 	if took > 8*time.Second {
 		t.Fatalf("broadcast took %v: a dead sibling stalled it", took)

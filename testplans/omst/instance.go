@@ -526,11 +526,19 @@ func (in *instance) counters(rec *record) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if cpu, err := procCPUSeconds(in.d.cmd.Process.Pid); err == nil {
+		rec.CPUSeconds = cpu
+	}
 	if st, err := in.d.client.Status(ctx); err == nil {
 		rec.BytesServed, rec.BytesFetched, rec.PeerErrors = st.BytesServed, st.BytesFetched, st.PeerErrors
 		rec.BytesIn, rec.BytesOut, rec.RedirectsSent, rec.SiblingFailures = st.BytesIn, st.BytesOut, st.RedirectsSent, st.SiblingFailures
 		rec.RedirectsTaken, rec.Hedges, rec.HedgesDeclined = st.RedirectsTaken, st.Hedges, st.HedgesDeclined
 		rec.PushSent, rec.PushReceived = st.PushSent, st.PushReceived
+		rec.HedgesBusy, rec.HedgesServed, rec.HedgesDeferred = st.HedgesBusy, st.HedgesServed, st.HedgesDeferred
+		rec.Directs, rec.DirectsServed = st.Directs, st.DirectsServed
+		if rec.Role == roleWorker && rec.OK && rec.Case == "broadcast" {
+			rec.DuplicateBytes = duplicateBytes(st.BytesIn, rec.Bytes)
+		}
 		if in.cfg.grid && st.Membership != nil {
 			in.grid = gridStatusOf(st.Membership)
 		}

@@ -46,6 +46,24 @@ type record struct {
 	SiblingFailures uint64            `json:"sibling_failures,omitempty"`
 	Hedges          uint64            `json:"hedges,omitempty"`
 	HedgesDeclined  uint64            `json:"hedges_declined,omitempty"`
+	// What the hedging cost (daemons of 1.2.1 and before report none of
+	// these but hedges and hedges_declined): hedges a relay declined for
+	// its port's backlog or its budget (of hedges_declined), served with
+	// the chunk; hedges a worker held back for its budget; plain
+	// GET_DIRECTs a worker sent after giving up on a sibling and those a
+	// relay served.
+	HedgesBusy     uint64 `json:"hedges_busy,omitempty"`
+	HedgesServed   uint64 `json:"hedges_served,omitempty"`
+	HedgesDeferred uint64 `json:"hedges_deferred,omitempty"`
+	Directs        uint64 `json:"directs,omitempty"`
+	DirectsServed  uint64 `json:"directs_served,omitempty"`
+	// DuplicateBytes (a worker that verified the blob) is the verified
+	// chunk bytes it received beyond one copy of the blob: copies that
+	// lost a race (a hedge, a GET_DIRECT and the sibling's reply all
+	// delivered). CPUSeconds is the user and system time its daemon had
+	// used when the counters were read (from /proc; 0 where unreadable).
+	DuplicateBytes uint64  `json:"duplicate_bytes,omitempty"`
+	CPUSeconds     float64 `json:"cpu_seconds,omitempty"`
 	// Chunk bytes pushed with lookups' answers across sites (names 1.2.0).
 	PushSent     uint64 `json:"push_sent,omitempty"`
 	PushReceived uint64 `json:"push_received,omitempty"`
@@ -117,6 +135,9 @@ type summary struct {
 	// headers, TLS and everything else (only under the namespace harness).
 	SiteInWire  []float64 `json:"site_in_wire_blobs,omitempty"`
 	SiteOutWire []float64 `json:"site_out_wire_blobs,omitempty"`
+	// Waste is, per site, what its hedging and its GET_DIRECTs cost
+	// (siteWaste), with the CPU seconds of its daemons.
+	Waste []siteWaste `json:"waste,omitempty"`
 	// dht case: the topology, whether the daemons ran the DHT, what the
 	// root served while the results were read (bytes, and as a share of
 	// the bytes the workers read).
@@ -227,6 +248,7 @@ func (in *instance) collect(ctx context.Context, own record) error {
 	}
 	s.HeadToChildren, s.SiteIn = siteBytes(in.cfg, all, s.Bytes)
 	s.SiteInWire, s.SiteOutWire = siteWire(in.cfg, all, s.Bytes)
+	s.Waste = wasteBySite(in.cfg, all, s.Bytes)
 	s.Notes = append(s.Notes, caseNotes(in, all)...)
 	if in.cfg.grid {
 		s.Notes = append(s.Notes, gridNote(all))
@@ -283,6 +305,88 @@ func siteBytes(cfg *config, all []record, size int64) (headOut, in []float64) {
 		}
 	}
 	return headOut, in
+}
+
+// siteWaste is what one site's hedging and GET_DIRECTs cost: the hedges
+// its workers sent and held back, what its head did with them, the plain
+// GET_DIRECTs, the verified bytes its workers received beyond one copy
+// each (in blobs), and the CPU seconds its daemons used (head and workers:
+// mean and most of one).
+type siteWaste struct {
+	Site            int     `json:"site"`
+	Hedges          uint64  `json:"hedges"`
+	HedgesDeferred  uint64  `json:"hedges_deferred"`
+	HedgesDeclined  uint64  `json:"hedges_declined"`
+	HedgesBusy      uint64  `json:"hedges_busy"`
+	HedgesServed    uint64  `json:"hedges_served"`
+	Directs         uint64  `json:"directs"`
+	DirectsServed   uint64  `json:"directs_served"`
+	SiblingFailures uint64  `json:"sibling_failures"`
+	DuplicateBlobs  float64 `json:"duplicate_blobs"`
+	MaxDuplicate    float64 `json:"max_duplicate_blobs"` // of one worker
+	CPUMean         float64 `json:"cpu_seconds_mean"`
+	CPUMax          float64 `json:"cpu_seconds_max"`
+}
+
+// duplicateBytes is what a worker that verified a blob of size bytes
+// received beyond one copy of it, by its daemon's counters of verified
+// chunk bytes in (bytesIn, by kind of source).
+func duplicateBytes(bytesIn map[string]uint64, size int64) uint64 {
+	var n uint64
+	for _, v := range bytesIn {
+		n += v
+	}
+	if size <= 0 || n <= uint64(size) {
+		return 0
+	}
+	return n - uint64(size)
+}
+
+// wasteBySite sums the records' hedging counters per site (nil when no
+// blob was measured).
+func wasteBySite(cfg *config, all []record, size int64) []siteWaste {
+	if size <= 0 || cfg.sites <= 0 {
+		return nil
+	}
+	w := make([]siteWaste, cfg.sites)
+	daemons := make([]int, cfg.sites)
+	for i := range w {
+		w[i].Site = i
+	}
+	for _, r := range all {
+		if r.Site < 0 || r.Site >= cfg.sites {
+			continue
+		}
+		sw := &w[r.Site]
+		switch r.Role {
+		case roleHead:
+			sw.HedgesDeclined += r.HedgesDeclined
+			sw.HedgesBusy += r.HedgesBusy
+			sw.HedgesServed += r.HedgesServed
+			sw.DirectsServed += r.DirectsServed
+		case roleWorker:
+			sw.Hedges += r.Hedges
+			sw.HedgesDeferred += r.HedgesDeferred
+			sw.Directs += r.Directs
+			sw.SiblingFailures += r.SiblingFailures
+			d := float64(r.DuplicateBytes) / float64(size)
+			sw.DuplicateBlobs += d
+			sw.MaxDuplicate = max(sw.MaxDuplicate, d)
+		default:
+			continue
+		}
+		if r.CPUSeconds > 0 {
+			sw.CPUMean += r.CPUSeconds
+			sw.CPUMax = max(sw.CPUMax, r.CPUSeconds)
+			daemons[r.Site]++
+		}
+	}
+	for i := range w {
+		if daemons[i] > 0 {
+			w[i].CPUMean /= float64(daemons[i])
+		}
+	}
+	return w
 }
 
 // siteWire returns, per site, the bytes its head's WAN interface received

@@ -73,6 +73,9 @@ type Config struct {
 	// for it to serve a hedge past its grace (exchange.ServeConfig; 0:
 	// exchange.DefaultHedgeBacklog; < 0: no bound, as before the bound).
 	HedgeBacklog int64
+	// NoBudgets: the workers' hedges and give-ups are not budgeted
+	// (exchange.Budget), as before the budgets.
+	NoBudgets bool
 	// ConstantTimers: the workers' Hedgers run the constant timers (no
 	// peerrate table fed), as the simulator did before it fed them the
 	// rates each worker measures as the engine does.
@@ -204,8 +207,9 @@ type Result struct {
 	// the heads declined (for the grace or the backlog), of those for the
 	// backlog (HedgesBusy), the heads served, and found not there yet;
 	// sibling requests given up at SiblingTimeout; plain GET_DIRECTs after
-	// a sibling failed.
-	Redirects, Hedges, HedgesDeclined, HedgesBusy, HedgesServed, HedgesNotHere, SiblingTimeouts, Directs int64
+	// a sibling failed; hedges and give-ups the workers held back for
+	// their budgets (Deferred).
+	Redirects, Hedges, HedgesDeclined, HedgesBusy, HedgesServed, HedgesNotHere, SiblingTimeouts, Directs, Deferred int64
 	// FirstHedgeServed is when a head first served a hedge (the first
 	// copy beyond one into a site; 0: none did).
 	FirstHedgeServed float64
@@ -277,6 +281,7 @@ func Run(cfg Config) (Result, error) {
 		res.HedgesNotHere += sr.hedgesNotHere
 		res.SiblingTimeouts += sr.timeouts
 		res.Directs += sr.directs
+		res.Deferred += sr.deferred
 		res.Events += sr.events
 		res.Truncated += sr.truncated
 		res.MaxDepth = max(res.MaxDepth, int(sr.maxDepth))
@@ -299,3 +304,4 @@ func Run(cfg Config) (Result, error) {
 func (c *Config) distribution() exchange.DistributorConfig {
 	return exchange.DistributorConfig{Direct: c.Direct, Fanout: c.Fanout}
 }
+

@@ -82,6 +82,7 @@ type siteResult struct {
 	redirects, hedges            int64
 	hedgesDeclined, hedgesServed int64
 	hedgesBusy                   int64 // declined for the backlog
+	deferred                     int64 // hedges and give-ups held back for the workers' budgets
 	hedgesNotHere, timeouts      int64
 	directs, events, truncated   int64
 	// depth: hops from the head of each worker's copy of each chunk as
@@ -305,6 +306,9 @@ func newSite(cfg *Config, index int) (*site, error) {
 			n.rates = peerrate.New()
 		}
 		n.hedger = exchange.NewHedger(cfg.SiblingTimeout, n.rates)
+		if cfg.NoBudgets {
+			n.hedger.SetBudget(exchange.Budget{})
+		}
 		s.workers = append(s.workers, n)
 	}
 	s.remaining = cfg.Workers
@@ -657,7 +661,10 @@ func (n *node) ready(p *reply) {
 	p.ev.h = p
 	q := p.req
 	if p.status == stOK && q.kind != reqPush {
-		n.serve.Step(s.wallNow(), exchange.ServeEvent{Kind: exchange.ServeSent, Ask: exchange.Ask{Blob: s.blob, Index: uint32(q.chunk)}})
+		// A connected child's hedge or plain GET_DIRECT is a second copy
+		// into the site (server.countSecond).
+		second := q.cli.parent == n && (q.kind == reqHedge || q.kind == reqDirect)
+		n.serve.Step(s.wallNow(), exchange.ServeEvent{Kind: exchange.ServeSent, Ask: exchange.Ask{Blob: s.blob, Index: uint32(q.chunk)}, Second: second})
 	}
 	l := &q.c.lanes[q.lane]
 	l.queue = append(l.queue, p)
@@ -794,6 +801,9 @@ func (cl *call) follow(sib *node) {
 func (cl *call) carryOut(act exchange.HedgeAction) {
 	n := cl.n
 	s := n.s
+	if act.Deferred || act.DirectDeferred {
+		s.deferred++
+	}
 	if act.GiveUp {
 		cl.reqs[exchange.ReqSibling].forget()
 		if act.TimedOut {

@@ -320,9 +320,13 @@ func (c *Chunks) measured(pend peerrate.Pending, q fetchwire.Request, n int, err
 // for the chunk too (a site fed over a WAN) and the wait goes on, with a
 // new hedge later. The first verified copy wins: a slow sibling costs a
 // little time, never a stall, and a site fed over a WAN pays no extra
-// copies for it. A sibling that fails (gone, NOT_FOUND, corrupt bytes, past
-// its give-up time, at most SiblingTimeout) is replaced by a plain
-// GET_DIRECT at once, which names it (the relay avoids it for the blob);
+// copies for it. Hedges, and give-ups for lateness short of
+// SiblingTimeout, are paced by the Hedger's budget (exchange.Budget: one
+// per HedgeShare chunks delivered), so that under a saturated CPU, every
+// sibling late, this node's second copies stay a share of its first. A
+// sibling that fails (gone, NOT_FOUND, corrupt bytes, past its give-up
+// time, at most SiblingTimeout) is replaced by a plain GET_DIRECT at once,
+// which names it (the relay avoids it for the blob);
 // so is, without being asked, one that answered none of the last few
 // requests (the Hedger's silentLimit). A hedge names the sibling as slow
 // when most requests to it needed one (the relay avoids it for a while).
@@ -382,6 +386,9 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 			c.cfg.Log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
 				"relay", c.cfg.Describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", cause)
 		}
+		if act.Deferred || act.DirectDeferred {
+			c.cfg.Stats.HedgesDeferred.Add(1) // held back for the hedge budget
+		}
 		if act.Hedge {
 			c.cfg.Stats.Hedges.Add(1)
 			dq := q
@@ -392,6 +399,7 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 			askRelay(exchange.ReqHedge, dq)
 		}
 		if act.Direct {
+			c.cfg.Stats.Directs.Add(1)
 			dq := q
 			dq.Failed = rd.Peer
 			askRelay(exchange.ReqDirect, dq)

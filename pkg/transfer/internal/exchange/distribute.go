@@ -367,13 +367,16 @@ func (d *Distributor) NoteSlow(now time.Time, id cid.Cid, index uint32, p peer.I
 const HedgeGrace = 4 * time.Second
 
 // NoteSent records that the relay has chunk index of blob id to send to a
-// child now (the first time counts).
-func (d *Distributor) NoteSent(now time.Time, id cid.Cid, index uint32) {
+// child now (the first time counts) and reports whether it was the first:
+// the chunk's first copy into the site.
+func (d *Distributor) NoteSent(now time.Time, id cid.Cid, index uint32) bool {
 	if b := d.blobs[id]; b != nil {
 		if c := b.chunks[index]; c != nil && c.sent.IsZero() {
 			c.sent = now
+			return true
 		}
 	}
+	return false
 }
 
 // HedgeWait reports how much longer asker's hedge for chunk index of blob

@@ -120,6 +120,8 @@ type siblingStat struct {
 	asked, hedged int
 	silent        int
 	skipUntil     time.Time
+	lastAnswer    time.Time     // when it last answered a request of this node (data or an error)
+	avg           time.Duration // moving average of its chunk times at this node (as Hedger.avg)
 }
 
 // Hedger is one node's hedging policy: what it learned from the redirects
@@ -133,15 +135,35 @@ type Hedger struct {
 	rates   *peerrate.Table // what this node measured of its peers; nil: nothing
 	avg     time.Duration   // moving average of a sibling chunk's time; 0 before the first
 	stats   map[peer.ID]*siblingStat
+	budget  Budget // hedges: earned by the chunks delivered (budget.go)
+	giveUps Budget // give-ups for lateness (plain GET_DIRECTs), earned the same, kept apart
 }
 
 // NewHedger returns a policy that gives a sibling request at most timeout
 // (> 0) and reads its timers from rates (nil, or nothing measured yet:
 // the prior constants). The caller feeds rates with its requests and
 // serialises calls to both.
+//
+// Its hedges, and apart from them its give-ups for lateness, are budgeted
+// (NewBudget(HedgeShare, HedgeBurst) each) while the sibling is working
+// (it answered lately: paced): a hedge due when its
+// budget is spent is not sent (HedgeAction.Deferred) but due again a hedge
+// delay later, and a give-up for lateness short of the sibling timeout
+// waits another give-up interval (DirectDeferred); every copy delivered
+// earns each HedgeShare. The budgets are apart so that hedges, many and
+// mostly declined, do not spend what a stuck sibling's first give-ups
+// need.
 func NewHedger(timeout time.Duration, rates *peerrate.Table) *Hedger {
-	return &Hedger{timeout: timeout, rates: rates, stats: map[peer.ID]*siblingStat{}}
+	return &Hedger{timeout: timeout, rates: rates, stats: map[peer.ID]*siblingStat{},
+		budget: NewBudget(HedgeShare, HedgeBurst), giveUps: NewBudget(HedgeShare, HedgeBurst)}
 }
+
+// SetBudget replaces the hedge budget and the give-up budget, each with a
+// copy of b (a zero Budget: neither is budgeted).
+func (h *Hedger) SetBudget(b Budget) { h.budget, h.giveUps = b, b }
+
+// Budget returns the hedge budget's tokens now, and the give-up budget's.
+func (h *Hedger) Budget() (hedges, giveUps float64) { return h.budget.Tokens(), h.giveUps.Tokens() }
 
 // SiblingFetch is one redirect being followed: made by Follow, changed
 // only by the Hedger's methods, owned by the one goroutine that follows
@@ -151,7 +173,10 @@ type SiblingFetch struct {
 	wait     time.Duration      // the hedge delay, set when followed
 	backoff  bool               // measured timers: the delay doubles after a declined hedge
 	start    time.Time          // the request to the sibling was sent
-	giveUpAt time.Time          // start + the sibling timeout
+	giveUpAt time.Time          // start + the give-up (Timers), later while the budget is spent
+	giveUpIn time.Duration      // the give-up (Timers): how much later a paced give-up is due again
+	budgeted bool               // measured timers: hedges and give-ups may be paced by the budgets (paced)
+	hardAt   time.Time          // start + the sibling timeout: the give-up is not paced past it
 	hedgeAt  time.Time          // a hedge is due (zero: none armed)
 	open     [NumHedgeReqs]bool // requests that have not answered
 	direct   bool               // the relay was asked plainly (at most once)
@@ -170,6 +195,12 @@ type HedgeAction struct {
 	// Hedge asks the relay for the chunk if it holds it (ReqHedge); Slow
 	// names the sibling slow in it (most requests to it needed a hedge).
 	Hedge, Slow bool
+	// Deferred: a hedge was due but the budget is spent; none is sent, the
+	// next is due a hedge delay later. DirectDeferred: the sibling is past
+	// its give-up time but the budget is spent; it is waited for another
+	// give-up interval, at most until the sibling timeout. (To be
+	// counted; nothing to do.)
+	Deferred, DirectDeferred bool
 	// Direct asks the relay plainly, naming the sibling failed (ReqDirect).
 	Direct bool
 	// Deliver: the copy that just arrived wins; the redirect is done.
@@ -201,8 +232,10 @@ func (h *Hedger) Follow(now time.Time, p, relay peer.ID, size int) (*SiblingFetc
 		st.asked, st.hedged = st.asked/2, st.hedged/2
 	}
 	tm := h.Timers(p, relay, size)
-	f := &SiblingFetch{sibling: p, wait: tm.Hedge, backoff: tm.Measured, start: now, giveUpAt: now.Add(tm.GiveUp), hedgeAt: now.Add(tm.Hedge)}
+	f := &SiblingFetch{sibling: p, wait: tm.Hedge, backoff: tm.Measured, start: now, giveUpAt: now.Add(tm.GiveUp),
+		giveUpIn: tm.GiveUp, hardAt: now.Add(max(h.timeout, tm.GiveUp)), hedgeAt: now.Add(tm.Hedge), budgeted: tm.Measured}
 	if now.Before(st.skipUntil) {
+		h.giveUps.Spend() // a second copy that is not refused
 		act := f.giveUp()
 		act.Silent = true
 		return f, act
@@ -213,10 +246,32 @@ func (h *Hedger) Follow(now time.Time, p, relay peer.ID, size int) (*SiblingFetc
 
 // answered notes that sibling p answered a request (data or an error): it
 // is not silent.
-func (h *Hedger) answered(p peer.ID) {
+func (h *Hedger) answered(now time.Time, p peer.ID) {
 	if st := h.stats[p]; st != nil {
-		st.silent, st.skipUntil = 0, time.Time{}
+		st.silent, st.skipUntil, st.lastAnswer = 0, time.Time{}, now
 	}
+}
+
+// paced reports whether f's hedges and give-ups for lateness are paced by
+// the budgets at now: its timers were measured, and its sibling answered
+// this node within the sibling timeout and has left no request of this
+// node unanswered since (a request ended by the relay's copy or a give-up
+// counts: silentLimit), so it is working, only late as the whole site is
+// (a saturated CPU, a long chain), and a copy from the relay would be one
+// more load on the relay's port and CPU; and its chunks took this node
+// at most slowCap times as long as the siblings' on average (the moving
+// averages). A sibling that left a request unanswered, answered nothing
+// for that long (stuck, gone) or is far slower than the others is hedged
+// and given up on whatever the budgets: a copy from the relay is what
+// cures it. (The site's figures in the rates do not tell the two apart:
+// they hold the relay's, which are not a sibling's.)
+func (h *Hedger) paced(f *SiblingFetch, now time.Time) bool {
+	if !f.budgeted {
+		return false
+	}
+	st := h.stats[f.sibling]
+	return st != nil && st.silent == 0 && !st.lastAnswer.IsZero() && now.Sub(st.lastAnswer) <= h.timeout &&
+		st.avg <= slowCap*h.avg
 }
 
 // unanswered notes at now that a request to sibling p ended without its
@@ -239,9 +294,14 @@ func (h *Hedger) Arrived(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction
 	if f.done {
 		return HedgeAction{}
 	}
+	h.budget.Earn(1)
+	h.giveUps.Earn(1)
 	if r == ReqSibling {
 		h.noteTime(now.Sub(f.start))
-		h.answered(f.sibling)
+		if st := h.stats[f.sibling]; st != nil {
+			st.avg = movingAvg(st.avg, now.Sub(f.start))
+		}
+		h.answered(now, f.sibling)
 	} else if f.open[ReqSibling] {
 		h.unanswered(now, f.sibling)
 	}
@@ -269,7 +329,10 @@ func (h *Hedger) Failed(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction 
 	var act HedgeAction
 	switch r {
 	case ReqSibling:
-		h.answered(f.sibling)
+		h.answered(now, f.sibling)
+		if !f.direct {
+			h.giveUps.Spend() // the sibling failed: the relay is asked whatever the budget
+		}
 		act = f.giveUp()
 	case ReqHedge:
 		if f.open[ReqSibling] {
@@ -287,30 +350,60 @@ func (h *Hedger) Failed(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction 
 	return act
 }
 
-// Tick applies the clock reaching now: a sibling request past the timeout
-// is given up on (and the relay asked plainly); else, when a hedge is due,
+// Tick applies the clock reaching now: a sibling request past its give-up
+// time is given up on (and the relay asked plainly) if the budget has a
+// token or the sibling timeout has passed (else DirectDeferred: it is
+// waited for another give-up interval); else, when a hedge is due,
 // the relay is asked if it holds the chunk, naming the sibling slow when
-// most requests to it needed a hedge. One hedge at a time, none once the
-// relay was asked plainly.
+// most requests to it needed a hedge, if the hedge budget has a token
+// (else the hedge is Deferred a hedge delay). One hedge at a time, none
+// once the relay was asked plainly.
 func (h *Hedger) Tick(f *SiblingFetch, now time.Time) HedgeAction {
 	if f.done {
 		return HedgeAction{}
 	}
 	var act HedgeAction
-	switch {
-	case f.open[ReqSibling] && !now.Before(f.giveUpAt):
-		f.open[ReqSibling] = false
-		act = f.giveUp()
-		act.TimedOut = true
-		h.unanswered(now, f.sibling)
-	case !f.hedgeAt.IsZero() && !now.Before(f.hedgeAt):
-		f.hedgeAt = time.Time{}
-		f.open[ReqHedge] = true
-		act.Hedge = true
-		act.Slow = h.hedged(f.sibling)
+	if f.open[ReqSibling] && !now.Before(f.giveUpAt) {
+		if now.Before(f.hardAt) && h.paced(f, now) && !h.giveUps.Take() {
+			// Paced like a hedge (budget.go): the sibling is late, not
+			// failed; it is waited for another give-up interval, at
+			// most until the sibling timeout, when it is given up on
+			// whatever the budget.
+			f.giveUpAt = minTime(now.Add(f.giveUpIn), f.hardAt)
+			act.DirectDeferred = true
+		} else {
+			if h.paced(f, now) {
+				h.giveUps.Spend() // owed: the relay is asked whatever the budget
+			}
+			f.open[ReqSibling] = false
+			act = f.giveUp()
+			act.TimedOut = true
+			h.unanswered(now, f.sibling)
+			act.Wake = f.wake()
+			return act
+		}
+	}
+	if !f.hedgeAt.IsZero() && !now.Before(f.hedgeAt) {
+		if !h.paced(f, now) || h.budget.Take() {
+			f.hedgeAt = time.Time{}
+			f.open[ReqHedge] = true
+			act.Hedge = true
+			act.Slow = h.hedged(f.sibling)
+		} else {
+			// Spent: second copies stay a share of the first (budget.go).
+			f.hedgeAt = now.Add(f.wait)
+			act.Deferred = true
+		}
 	}
 	act.Wake = f.wake()
 	return act
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // giveUp ends the wait for the sibling (no longer open): the relay is asked
@@ -415,10 +508,13 @@ func (h *Hedger) delay() time.Duration {
 
 // noteTime folds a sibling chunk's time into the moving average (weight
 // 1/5; the first time is taken whole).
-func (h *Hedger) noteTime(d time.Duration) {
-	if h.avg == 0 {
-		h.avg = d
-		return
+func (h *Hedger) noteTime(d time.Duration) { h.avg = movingAvg(h.avg, d) }
+
+// movingAvg folds d into the moving average avg (weight 1/5; the first
+// time, avg 0, is taken whole).
+func movingAvg(avg, d time.Duration) time.Duration {
+	if avg == 0 {
+		return d
 	}
-	h.avg += (d - h.avg) / 5
+	return avg + (d-avg)/5
 }

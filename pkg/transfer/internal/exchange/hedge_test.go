@@ -21,7 +21,10 @@ import (
 // output must equal the "> " line that follows it. Times are offsets from
 // the script's epoch. Commands:
 //
-//	new timeout=D            a fresh policy (Config.SiblingTimeout D) and rates
+//	new timeout=D [budget=S/B|off]
+//	                         a fresh policy (Config.SiblingTimeout D) and rates;
+//	                         its hedge budget earns S per copy delivered and
+//	                         holds B (default HedgeShare/HedgeBurst)
 //	follow F P at=T [size=N] [relay=R]
 //	                         follow redirect F to sibling P for a chunk of N
 //	                         bytes (its request sent at T, after Follow), made
@@ -30,6 +33,7 @@ import (
 //	failed F REQ at=T        REQ failed (NOT_FOUND, a declined hedge, an error)
 //	tick F at=T              the clock reads T
 //	policy                   the moving average, the prior hedge delay, the counts
+//	budget                   the hedge and give-up budgets' tokens
 //
 // and, for the rates the timers come from (peerrate.Table, as the
 // redirect follower feeds it with every request it makes):
@@ -159,6 +163,9 @@ func runHedgeScript(t *testing.T, path string) {
 			}
 			rates = peerrate.New()
 			h = NewHedger(d, rates)
+			if v, ok := args["budget"]; ok { // budget=SHARE/BURST, or off
+				h.SetBudget(parseBudget(v, fail))
+			}
 			fetches = map[string]*SiblingFetch{}
 			requests = map[string]peerrate.Pending{}
 			got = "hedge after " + h.delay().String()
@@ -232,6 +239,9 @@ func runHedgeScript(t *testing.T, path string) {
 			got = formatHedgeAction(h.Tick(fetch(), at()), epoch)
 		case "policy":
 			got = formatHedger(h)
+		case "budget":
+			hb, gb := h.Budget()
+			got = fmt.Sprintf("hedges %.2f, give-ups %.2f", hb, gb)
 		default:
 			fail("unknown command %q", cmd)
 		}
@@ -243,6 +253,20 @@ func runHedgeScript(t *testing.T, path string) {
 	if pending {
 		t.Fatalf("%s: the last command has no expected output", path)
 	}
+}
+
+// parseBudget reads a budget "SHARE/BURST", or "off" (none).
+func parseBudget(v string, fail func(string, ...any)) Budget {
+	if v == "off" {
+		return Budget{}
+	}
+	a, b, ok := strings.Cut(v, "/")
+	share, err1 := strconv.ParseFloat(a, 64)
+	burst, err2 := strconv.ParseFloat(b, 64)
+	if !ok || err1 != nil || err2 != nil || share <= 0 || burst < 1 {
+		fail("budget %q: want SHARE/BURST (share > 0, burst >= 1) or off", v)
+	}
+	return NewBudget(share, burst)
 }
 
 // parseSize reads a size in bytes, KiB or MiB.
@@ -288,6 +312,12 @@ func formatHedgeAction(a HedgeAction, epoch time.Time) string {
 			s += " (silent)"
 		}
 		parts = append(parts, s)
+	}
+	if a.Deferred {
+		parts = append(parts, "hedge deferred (budget spent)")
+	}
+	if a.DirectDeferred {
+		parts = append(parts, "give-up deferred (budget spent)")
 	}
 	if a.Hedge {
 		s := "hedge"
@@ -346,6 +376,7 @@ func formatHedger(h *Hedger) string {
 // requests, all forgotten past maxStatPeers siblings.
 func TestHedgerStatsBounded(t *testing.T) {
 	h := NewHedger(10*time.Second, nil) // transfer.DefaultSiblingTimeout
+	h.SetBudget(Budget{})               // every request hedged, none delivered
 	now := time.Now()
 	for i := range statWindow - 1 {
 		f, _ := h.Follow(now, "s1", "h", 0)

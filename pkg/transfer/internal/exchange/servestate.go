@@ -38,6 +38,17 @@ type ServeConfig struct {
 	// way to its children (ServeEvent.Backlog) for it to serve a hedge
 	// past its grace (default DefaultHedgeBacklog; < 0: no bound).
 	HedgeBacklog int64
+	// CopyShare > 0 budgets the second copies (hedges served, plain
+	// GET_DIRECTs) the server sends into its site: CopyShare per chunk it
+	// sent there first (Budget), at most CopyBurst (0: the package's
+	// CopyBurst) kept. A hedge is declined (Busy) while the budget is
+	// spent; a GET_DIRECT, which is not refused, spends it whatever is
+	// there. Off by default (0): measured, a relay's second copies in a
+	// hedge storm were GET_DIRECTs, which it cannot refuse without a BUSY
+	// reply in the protocol, not hedges (docs/benchmarks.md, "Hedge
+	// storms"), and a budget of hedges starves a site whose one slow
+	// sibling holds every chunk (TestSlowSiblingHedged).
+	CopyShare, CopyBurst float64
 }
 
 // DefaultHedgeBacklog is ServeConfig.HedgeBacklog's default: one chunk
@@ -72,7 +83,10 @@ const (
 	// (to Target) or ActDecline (a hedge, for Wait more). Asks also tick.
 	ServeAsk
 	// ServeSent: chunk Ask.Index of Ask.Blob is on its way from here to
-	// its asker (the first time counts for the hedge grace). ActNone.
+	// its asker (the first time counts for the hedge grace, and earns the
+	// copy budget its share); Second: it answers a connected child's hedge
+	// or plain GET_DIRECT, a second copy into the site (it spends the
+	// copy budget). ActNone.
 	ServeSent
 	// ServeTargetGone: the Target of the redirect decided for Ask (Peer)
 	// is no connected child any more: it is forgotten as ServePeerLeft
@@ -109,6 +123,8 @@ type ServeEvent struct {
 	// of a hedge): past its grace, a hedge is served only while
 	// Backlog.Bytes is at most ServeConfig.HedgeBacklog.
 	Backlog Backlog
+	// Second (ServeSent): the chunk sent is a second copy into the site.
+	Second bool
 }
 
 // ServeAction is what the server does.
@@ -136,7 +152,8 @@ type ServeDecision struct {
 	Action ServeAction
 	Target peer.ID       // ActRedirect: the sibling to send the asker to
 	Wait   time.Duration // ActDecline: how much longer hedges for the chunk are declined
-	Busy   bool          // ActDecline: declined for the backlog to the children, not the grace
+	Busy   bool          // ActDecline: declined for the backlog to the children (or Budget), not the grace
+	Budget bool          // ActDecline (with Busy): declined for the copy budget
 }
 
 func (d ServeDecision) String() string {
@@ -148,6 +165,9 @@ func (d ServeDecision) String() string {
 	case ActRedirect:
 		return "redirect " + string(d.Target)
 	case ActDecline:
+		if d.Budget {
+			return "decline budget"
+		}
 		if d.Busy {
 			return "decline busy"
 		}
@@ -166,6 +186,7 @@ type ServeState struct {
 	maxOther  int          // MaxUploadStreams
 	other     int          // fetch streams served to peers of KindOther
 	backlog   int64        // HedgeBacklog (< 0: no bound)
+	copies    Budget       // second copies into the site (CopyShare)
 	lastSweep time.Time
 }
 
@@ -180,6 +201,13 @@ func NewServeState(cfg ServeConfig) *ServeState {
 	}
 	if cfg.SiblingExchange {
 		s.dist = NewDistributor(cfg.Distribution)
+	}
+	share, burst := cfg.CopyShare, cfg.CopyBurst
+	if burst <= 0 {
+		burst = CopyBurst
+	}
+	if share > 0 {
+		s.copies = NewBudget(share, burst)
 	}
 	return s
 }
@@ -202,8 +230,11 @@ func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 	case ServeAsk:
 		return s.ask(now, ev.Ask, ev.Pace, ev.Backlog)
 	case ServeSent:
-		if s.dist != nil {
-			s.dist.NoteSent(now, ev.Ask.Blob, ev.Ask.Index)
+		if s.dist != nil && s.dist.NoteSent(now, ev.Ask.Blob, ev.Ask.Index) {
+			s.copies.Earn(1) // a first copy into the site
+		}
+		if ev.Second {
+			s.copies.Spend()
 		}
 	case ServeTargetGone:
 		if s.dist == nil {
@@ -243,6 +274,13 @@ func (s *ServeState) ask(now time.Time, a Ask, pace Pace, bl Backlog) ServeDecis
 		// hedges again later.
 		if bl.Known && s.backlog >= 0 && bl.Bytes > s.backlog {
 			return ServeDecision{Action: ActDecline, Busy: true}
+		}
+		// And only while the copy budget has a token: second copies
+		// stay a share of the first however late the siblings are
+		// (budget.go); the token is spent when the copy is sent
+		// (ServeSent with Second).
+		if a.Grouped && !s.copies.Has() {
+			return ServeDecision{Action: ActDecline, Busy: true, Budget: true}
 		}
 		if a.Grouped && a.Slow != "" {
 			s.dist.NoteSlow(now, a.Blob, a.Index, a.Slow, pace)

@@ -25,8 +25,10 @@ import (
 // theirs (w1). Commands:
 //
 //	new [direct=N fanout=N max-failures=N idle=D] [streams=N] [no-exchange]
-//	    [hedge-backlog=N]             a fresh state (MaxUploadStreams N,
-//	                                  HedgeBacklog N bytes)
+//	    [hedge-backlog=N] [copy-share=F copy-burst=F]
+//	                                  a fresh state (MaxUploadStreams N,
+//	                                  HedgeBacklog N bytes, CopyShare F,
+//	                                  CopyBurst F)
 //	open P rel=R                      P (parent, child, sibling, other) opens a fetch stream
 //	close P rel=R                     a stream of P that was served ends
 //	ask P blob=B chunk=I [group=G] [direct] [hedge] [failed=Q] [slow=Q] [at=D]
@@ -39,14 +41,18 @@ import (
 //	                                  its children (ServeEvent.Backlog)
 //	gone Q P blob=B chunk=I group=G [direct] [at=D]
 //	                                  Q, the target decided for P's ask, is gone
-//	sent blob=B chunk=I [at=D]        the chunk is on its way from here
+//	sent blob=B chunk=I [second] [at=D]
+//	                                  the chunk is on its way from here;
+//	                                  second: a hedge's or GET_DIRECT's copy
+//	budget                            the copy budget's tokens
 //	left P                            P's tree session ended
 //	tick [at=D]                       time passed
 //	holders blob=B chunk=I            what the distribution knows of a chunk
 //	depths blob=B chunk=I             each holder's hops from the relay
 //
 // A decision prints as "serve", "redirect Q", "decline D" (hedges declined
-// for D more), "decline busy" (for the backlog), "refuse", or "ok" for
+// for D more), "decline busy" (for the backlog), "decline budget" (for the
+// copy budget), "refuse", or "ok" for
 // events that ask nothing.
 func TestServeScripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/serve/*.txt")
@@ -127,8 +133,14 @@ func runServeScript(t *testing.T, path string) {
 				},
 				MaxUploadStreams: a.int(t, where, "streams", 0),
 				HedgeBacklog:     int64(a.int(t, where, "hedge-backlog", 0)),
+				CopyShare:        a.float(t, where, "copy-share"),
+				CopyBurst:        a.float(t, where, "copy-burst"),
 			})
 			got = "ok"
+			pending = true
+			continue
+		case "budget":
+			got = fmt.Sprintf("%.2f", s.copies.Tokens())
 			pending = true
 			continue
 		case "holders":
@@ -154,7 +166,7 @@ func runServeScript(t *testing.T, path string) {
 			a.pos = a.pos[1:]
 			ev = ServeEvent{Kind: ServeTargetGone, Peer: gone, Ask: ask()}
 		case "sent":
-			ev = ServeEvent{Kind: ServeSent, Ask: Ask{Blob: blobOf(a.kv["blob"]), Index: uint32(a.int(t, where, "chunk", 0))}}
+			ev = ServeEvent{Kind: ServeSent, Ask: Ask{Blob: blobOf(a.kv["blob"]), Index: uint32(a.int(t, where, "chunk", 0))}, Second: a.flags["second"]}
 		case "left":
 			ev = ServeEvent{Kind: ServePeerLeft, Peer: a.peer(t, where, 0)}
 		case "tick":
@@ -221,7 +233,7 @@ type serveArgs struct {
 	pos   []string
 }
 
-var serveFlags = map[string]bool{"direct": true, "hedge": true, "no-exchange": true}
+var serveFlags = map[string]bool{"direct": true, "hedge": true, "no-exchange": true, "second": true}
 
 func parseServeCmd(l string) (string, serveArgs) {
 	fields := strings.Fields(l)
@@ -255,6 +267,18 @@ func (a serveArgs) int(t *testing.T, where, k string, def int) int {
 		t.Fatalf("%s: argument %s: %v", where, k, err)
 	}
 	return n
+}
+
+func (a serveArgs) float(t *testing.T, where, k string) float64 {
+	v, ok := a.kv[k]
+	if !ok {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		t.Fatalf("%s: argument %s: %v", where, k, err)
+	}
+	return f
 }
 
 func (a serveArgs) dur(t *testing.T, where, k string) time.Duration {

@@ -556,7 +556,14 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 	d := srv.serveStep(ev)
 	if d.Action == exchange.ActDecline {
 		srv.cfg.Stats.HedgesDeclined.Add(1)
+		if d.Budget {
+			srv.cfg.Stats.HedgesBusy.Add(1)
+			srv.reply(sl, nil, fmt.Errorf("chunk %d of %s: a hedge, and this relay's budget of second copies into its site is spent: %w",
+				q.Index, q.ID, blob.ErrNotFound))
+			return
+		}
 		if d.Busy {
+			srv.cfg.Stats.HedgesBusy.Add(1)
 			srv.reply(sl, nil, fmt.Errorf("chunk %d of %s: a hedge, and this relay has %d bytes to write to its site: %w",
 				q.Index, q.ID, srv.backlog.Load(), blob.ErrNotFound))
 			return
@@ -579,12 +586,13 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 		return
 	}
 	if data, ok := srv.readStore(q.Hash, pc); ok {
+		second := srv.countSecond(a)
 		if pc != nil {
 			pc.finish(q.Hash, data, nil)
 		} else {
 			sl.status, sl.body = fetchwire.StatusOK, data
 		}
-		srv.noteSent(q)
+		srv.noteSent(q, second)
 		return
 	}
 	if q.IfPresent {
@@ -609,13 +617,30 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 		data, err = srv.cfg.Upstream.Chunk(ctx, q, p)
 	}
 	if err == nil {
-		srv.noteSent(q)
+		srv.noteSent(q, srv.countSecond(a))
 	}
 	if pc != nil {
 		pc.finish(q.Hash, data, err)
 		return
 	}
 	srv.reply(sl, data, err)
+}
+
+// countSecond counts a served hedge or plain GET_DIRECT of a connected
+// child, a copy beyond the one the distribution sends into the site, and
+// reports whether a was one.
+func (srv *Server) countSecond(a exchange.Ask) bool {
+	switch {
+	case !a.Grouped:
+		return false
+	case a.Hedge:
+		srv.cfg.Stats.HedgesServed.Add(1)
+	case a.Direct:
+		srv.cfg.Stats.DirectsServed.Add(1)
+	default:
+		return false
+	}
+	return true
 }
 
 // storeOnlyFor reports whether p is served from the store only
@@ -633,9 +658,10 @@ func (srv *Server) serveStep(ev exchange.ServeEvent) exchange.ServeDecision {
 }
 
 // noteSent tells the decision state that chunk q is on its way to its
-// asker.
-func (srv *Server) noteSent(q fetchwire.Request) {
-	srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeSent, Ask: exchange.Ask{Blob: q.ID, Index: q.Index}})
+// asker; second: as a second copy into the site (a child's hedge or plain
+// GET_DIRECT), which spends the copy budget.
+func (srv *Server) noteSent(q fetchwire.Request, second bool) {
+	srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeSent, Ask: exchange.Ask{Blob: q.ID, Index: q.Index}, Second: second})
 }
 
 // askOf is request q from p as the decision state sees it: with p's group

@@ -29,7 +29,12 @@ type Counters struct {
 	BytesOut        [source.NumKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
 	UploadsRefused  atomic.Uint64
 	Hedges          atomic.Uint64 // sibling requests doubled by a GET_DIRECT
-	HedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace)
+	HedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace, backlog, budget)
+	HedgesBusy      atomic.Uint64 // of HedgesDeclined, those declined for the backlog or the budget
+	HedgesServed    atomic.Uint64 // hedges this relay answered with the chunk
+	HedgesDeferred  atomic.Uint64 // hedges this node did not send for its hedge budget
+	Directs         atomic.Uint64 // plain GET_DIRECTs this node sent after giving up on a sibling
+	DirectsServed   atomic.Uint64 // plain GET_DIRECTs this relay answered with the chunk
 	BytesPassedOn   atomic.Uint64 // chunk bytes sent in pieces before the whole chunk was here
 	PushSent        atomic.Uint64 // chunk bytes pushed after a FOUND
 	PushReceived    atomic.Uint64 // verified chunk bytes a parent pushed
