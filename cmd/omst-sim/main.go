@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,7 @@ type options struct {
 	runs    int
 	json    bool
 	out     string
+	cpuProf string // write a CPU profile of the whole run here
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -89,6 +91,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.base.MaxTime, "max-time", 0, "simulated time after which unfinished workers are counted as such (0: 100 × limit + 1h)")
 	fs.BoolVar(&o.json, "json", false, "write JSON to standard output instead of the table")
 	fs.StringVar(&o.out, "out", "", "also write the JSON to this file")
+	fs.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -240,6 +243,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "omst-sim: %v\n", err)
 		return 2
+	}
+	if o.cpuProf != "" {
+		f, err := os.Create(o.cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "omst-sim: cpu profile: %v\n", err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	rep := report{Command: "omst-sim " + strings.Join(args, " "), Date: time.Now().UTC().Format(time.RFC3339), Config: o.base}
 	for _, b := range o.blobs {

@@ -3,6 +3,8 @@ package peerrate
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -183,4 +185,58 @@ func TestBounded(t *testing.T) {
 		t.Fatal("a peer with a request outstanding was forgotten")
 	}
 	tb.Lost(busy)
+}
+
+// The site's figures read from the sorted cache (siteFigures) are the
+// medians of the other peers' figures computed afresh, whichever peer is
+// left out, as peers are measured, answer and are evicted.
+func TestSiteFiguresMatchMedians(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	tb := New()
+	now := time.Unix(0, 0)
+	naive := func(except peer.ID) est {
+		var srtt, rttvar, dev []time.Duration
+		var perByte []float64
+		for p, e := range tb.peers {
+			if p == except {
+				continue
+			}
+			if e.rtts > 0 {
+				srtt, rttvar = append(srtt, e.srtt), append(rttvar, e.rttvar)
+			}
+			if e.perByte > 0 {
+				perByte, dev = append(perByte, e.perByte), append(dev, e.dev)
+			}
+		}
+		return est{srtt: median(srtt), rttvar: median(rttvar), perByte: median(perByte), dev: median(dev), rtts: len(srtt), chunks: len(perByte)}
+	}
+	for i := range 1500 {
+		p := peer.ID(fmt.Sprint("p", rng.IntN(300))) // past maxPeers: evictions
+		now = now.Add(time.Duration(rng.IntN(1000)) * time.Microsecond)
+		r := tb.Sent(now, p)
+		d := time.Duration(rng.IntN(50)+1) * time.Millisecond
+		switch rng.IntN(3) {
+		case 0:
+			tb.Answered(now.Add(d), r)
+		case 1:
+			tb.Replied(now.Add(d), r, 1<<20)
+		default:
+			tb.Lost(r)
+		}
+		for _, q := range []peer.ID{p, peer.ID(fmt.Sprint("p", rng.IntN(300))), "nobody"} {
+			got, want := *tb.siteFigures(q), naive(q)
+			if got != want {
+				t.Fatalf("step %d, without %s: cached %+v, afresh %+v", i, q, got, want)
+			}
+		}
+	}
+}
+
+// median returns the lower median of v (zero for none); v is reordered.
+func median[T time.Duration | float64](v []T) T {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	return v[(len(v)-1)/2]
 }
