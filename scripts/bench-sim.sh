@@ -15,11 +15,12 @@
 #                whole chunks (today) and 64 KiB and 16 KiB pieces, for a
 #                64 MiB blob (RUNS seeds) and a 1 GiB one (1024 chunks;
 #                SCALE_RUNS seeds, stopped at 10 x S/B_wan)
-#   sched        the scheduler's cells (issue 25, item 2): 10 sites of 64 to
-#                1,000 workers, 64 MiB, whole chunks and 64 KiB and 16 KiB
-#                pieces (3 seeds), and 1 GiB at 1,000 workers in 16 KiB
-#                pieces (1 seed), into sim-sched-*.json; not in the default
-#                SECTIONS (sim-scale-*.json hold the same cells before it)
+#   sched        the scheduler's cells (issue 25, item 2; the Distributor's
+#                chains capped at 32 hops): 10 sites of 64 to 1,000
+#                workers, 64 MiB, 64 KiB and 16 KiB pieces and whole chunks
+#                (3 seeds), and 1 GiB at 1,000 workers in 16 KiB pieces (1
+#                seed), into sim-sched-*.json; not in the default SECTIONS
+#                (sim-scale-*.json hold the same cells before it)
 #
 # SECTIONS="calibration scale" selects; RUNS (default 5) and SCALE_RUNS
 # (default 3) the seeds per cell. Takes about 40 minutes on 2 cores, most
@@ -53,7 +54,8 @@ for section in $SECTIONS; do
 		sim sim-calibration-quarter-256k.json -sites 2 -workers 16 -blob 16MiB -chunk 256KiB -wan-rate 25mbit -lan-rate 50mbit -runs "$RUNS"
 		;;
 	sched)
-		sim sim-sched-64m.json -sites 10 -workers 64,256,1000 -blob 64MiB -piece chunk,64KiB,16KiB -runs 3
+		sim sim-sched-64m.json -sites 10 -workers 64,256,1000 -blob 64MiB -piece 64KiB,16KiB -runs 3
+		sim sim-sched-chunk-64m.json -sites 10 -workers 64,256,1000 -blob 64MiB -piece chunk -runs 3
 		sim sim-sched-1g.json -sites 10 -workers 1000 -blob 1GiB -piece 16KiB -runs 1 -max-time 859s
 		;;
 	scale)
@@ -66,10 +68,12 @@ for section in $SECTIONS; do
 		;;
 	esac
 done
-if [ -f "$OUT_DIR/sim-sched-64m.json" ] && [ -f "$OUT_DIR/sim-scale-64m.json" ]; then
-	# Before (chains: sim-scale-*) and after the scheduler (sim-sched-*).
-	python3 scripts/plot_sim.py --in "$OUT_DIR/sim-scale-64m.json" --label before --in "$OUT_DIR/sim-sched-64m.json" --label after \
-		--out docs/sim-scale.png
+if [ -f "$OUT_DIR/sim-sched-64m.json" ] && [ -f "$OUT_DIR/sim-sched-chunk-64m.json" ] && [ -f "$OUT_DIR/sim-scale-64m.json" ]; then
+	# Before (chains as long as the site: sim-scale-*) and the rule that
+	# landed (chains capped at 32 hops: sim-sched-*, pieces and whole chunks).
+	python3 scripts/plot_sim.py --in "$OUT_DIR/sim-scale-64m.json" --label "before: chains as long as the site (c62add1)" \
+		--in "$OUT_DIR/sim-sched-64m.json" --label "chains capped at 32 hops" \
+		--in "$OUT_DIR/sim-sched-chunk-64m.json" --label "chains capped at 32 hops" --out docs/sim-scale.png
 elif [ -f "$OUT_DIR/sim-scale-1g.json" ] && [ -f "$OUT_DIR/sim-scale-64m.json" ]; then
 	python3 scripts/plot_sim.py --in "$OUT_DIR/sim-scale-1g.json" --in "$OUT_DIR/sim-scale-64m.json" --out docs/sim-scale.png
 fi
