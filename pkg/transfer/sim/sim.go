@@ -304,4 +304,3 @@ func Run(cfg Config) (Result, error) {
 func (c *Config) distribution() exchange.DistributorConfig {
 	return exchange.DistributorConfig{Direct: c.Direct, Fanout: c.Fanout}
 }
-
