@@ -76,6 +76,42 @@ func TestBulkFetch(t *testing.T) {
 	}
 }
 
+// TestBulkIdleClosed: the bulk connections an asker opened are closed
+// once unused for BulkConfig.Idle, at both ends, and opened again (new
+// tickets) for the next fetch. (Before, they stayed open for good: a
+// relay's workers held 4 sockets each there, which the fault suite's
+// descriptor check found.)
+func TestBulkIdleClosed(t *testing.T) {
+	src := newBulkEngine(t, nil, bulkServe, 0)
+	data := randBlob(2<<20, 3)
+	rec := putBlob(t, src.mem, "x", data, 256<<10)
+	ask := bulkAsk
+	ask.Idle = 300 * time.Millisecond
+	dst := newBulkEngine(t, nil, ask, 0, src)
+	if got := readBlob(t, dst, rec); !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes")
+	}
+	if src.eng.Status().BulkServing == 0 {
+		t.Fatal("no bulk connection open after the fetch")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for src.eng.Status().BulkServing > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bulk connections still open 5 s after the fetch (idle 300 ms)", src.eng.Status().BulkServing)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	opened := dst.eng.Status().BulkOpened
+	data2 := randBlob(1<<20, 4)
+	rec2 := putBlob(t, src.mem, "y", data2, 256<<10)
+	if got := readBlob(t, dst, rec2); !bytes.Equal(got, data2) {
+		t.Fatal("wrong bytes after the idle close")
+	}
+	if st := dst.eng.Status(); st.BulkOpened == opened || st.BulkFallbacks != 0 {
+		t.Errorf("after the idle close: opened %d (before %d), fallbacks %d", st.BulkOpened, opened, st.BulkFallbacks)
+	}
+}
+
 // TestBulkFallback: a node without a bulk listener (as an older one) is
 // asked over libp2p streams.
 func TestBulkFallback(t *testing.T) {

@@ -170,6 +170,10 @@ type BulkConfig struct {
 	// connection).
 	TrustedLAN bool
 	Site       string
+	// Idle is how long a bulk connection this node opened may stay
+	// unused before it is closed (default 5 s): each holds a socket at
+	// both ends.
+	Idle time.Duration
 }
 
 // ChildLeft tells the engine that p is no longer a connected child (its
@@ -301,7 +305,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.client = fetchclient.New(fetchclient.Config{Host: cfg.Host, DialTimeout: cfg.DialTimeout, RequestTimeout: cfg.RequestTimeout,
 		StreamsPerPeer: cfg.StreamsPerPeer, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats,
-		Bulk: dialer, BulkConns: cfg.Bulk.Conns})
+		Bulk: dialer, BulkConns: cfg.Bulk.Conns, BulkIdle: cfg.Bulk.Idle})
 	e.chunks = coalesce.New(coalesce.Config{Client: e.client, Store: cfg.Store, Addrs: cfg.Host.Peerstore(), Ctx: e.ctx, Go: e.goTracked,
 		SiblingTimeout: cfg.SiblingTimeout, RequestTimeout: cfg.RequestTimeout, Describe: e.describe, NotePeerError: e.notePeerError,
 		Stats: e.stats, Log: e.log})
@@ -449,6 +453,9 @@ type Status struct {
 	// BulkAccepted the bulk connections it served, BulkRefused those it
 	// refused (no valid ticket, or a peer no longer a member).
 	BulkOpened, BulkFallbacks, BulkAccepted, BulkRefused uint64
+	// BulkServing is the bulk connections this node's listener holds
+	// open now (an asker closes one unused for BulkConfig.Idle).
+	BulkServing int
 }
 
 // BulkPort is the port of this node's bulk listener (0: none; set by
@@ -493,6 +500,7 @@ func (e *Engine) Status() Status {
 	}
 	if e.bulkL != nil {
 		st.BulkAccepted, st.BulkRefused = e.bulkL.Stats.Accepted.Load(), e.bulkL.Stats.Refused.Load()
+		st.BulkServing = e.bulkL.Open()
 	}
 	for k := range SourceKind(source.NumKinds) {
 		st.BytesIn[k.String()] = e.stats.BytesIn[k].Load()

@@ -138,6 +138,14 @@ func (bl *Listener) Close() error {
 	return err
 }
 
+// Open is the number of connections the listener holds open now (in
+// their handshake or served).
+func (bl *Listener) Open() int {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	return len(bl.conns)
+}
+
 func (bl *Listener) track(c net.Conn, add bool) bool {
 	bl.mu.Lock()
 	defer bl.mu.Unlock()

@@ -69,7 +69,16 @@ type Config struct {
 	// (BulkRetryAfter).
 	Bulk      *bulk.Dialer
 	BulkConns int
+	// BulkIdle is how long a bulk connection may stay unused before the
+	// client closes it (default DefaultBulkIdle): each holds a socket at
+	// both ends, and a relay's workers would otherwise keep BulkConns
+	// each open for good. A connection is opened again, with a new
+	// ticket, when it is needed.
+	BulkIdle time.Duration
 }
+
+// DefaultBulkIdle is Config.BulkIdle's default.
+const DefaultBulkIdle = 5 * time.Second
 
 // BulkRetry and MaxBulkRetry bound how long after a failed bulk
 // connection to a peer the client uses only libp2p streams to it.
@@ -103,17 +112,81 @@ type Client struct {
 	mu     sync.Mutex
 	peers  map[peer.ID]*fetchPeer
 	closed bool
+	stop   chan struct{} // closed by Close: ends the idle reaper
 }
 
-// New returns a Client for cfg (every field set).
+// New returns a Client for cfg (every field set but BulkIdle).
 func New(cfg Config) *Client {
-	return &Client{cfg: cfg, self: cfg.Host.ID(), peers: map[peer.ID]*fetchPeer{}}
+	if cfg.BulkIdle <= 0 {
+		cfg.BulkIdle = DefaultBulkIdle
+	}
+	c := &Client{cfg: cfg, self: cfg.Host.ID(), peers: map[peer.ID]*fetchPeer{}, stop: make(chan struct{})}
+	if cfg.Bulk != nil {
+		go c.reapIdle()
+	}
+	return c
+}
+
+// reapIdle closes, every half BulkIdle until Close, the bulk connections
+// unused for BulkIdle (idleSince).
+func (c *Client) reapIdle() {
+	t := time.NewTicker(c.cfg.BulkIdle / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case now := <-t.C:
+			c.mu.Lock()
+			peers := make([]*fetchPeer, 0, len(c.peers))
+			for _, fp := range c.peers {
+				peers = append(peers, fp)
+			}
+			c.mu.Unlock()
+			for _, fp := range peers {
+				for _, fs := range fp.idleBulk(now, c.cfg.BulkIdle) {
+					fs.fail(errIdle)
+				}
+			}
+		}
+	}
+}
+
+// errIdle ends a bulk connection the reaper closed; no request is
+// pending on it.
+var errIdle = errors.New("bulk connection idle")
+
+// idleBulk removes from fp and returns its bulk connections that have
+// had no request pending nor been handed out by stream for idle. A
+// connection handed out is not closed under its caller's request: stream
+// marks it used under fp.mu, which idleBulk holds.
+func (fp *fetchPeer) idleBulk(now time.Time, idle time.Duration) []*fetchStream {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	var out []*fetchStream
+	keep := fp.streams[:0]
+	for _, fs := range fp.streams {
+		fs.mu.Lock()
+		quiet := fs.bulk && fs.err == nil && len(fs.pending) == 0 && len(fs.late) == 0 && now.Sub(fs.used) >= idle
+		fs.mu.Unlock()
+		if quiet {
+			out = append(out, fs)
+		} else {
+			keep = append(keep, fs)
+		}
+	}
+	clear(fp.streams[len(keep):])
+	fp.streams = keep
+	return out
 }
 
 // Close ends every stream (their requests fail with ErrClosed) and makes
 // later requests fail with ErrClosed. Safe to call more than once.
 func (c *Client) Close() {
 	c.mu.Lock()
+	if !c.closed {
+		close(c.stop)
+	}
 	c.closed = true
 	peers := c.peers
 	c.peers = map[peer.ID]*fetchPeer{}
@@ -143,6 +216,9 @@ type fetchStream struct {
 	fp   *fetchPeer
 	s    conn
 	bulk bool // s is a bulk connection
+	// used: when the stream was last handed out, or a reply came
+	// (under mu; the reaper's idle clock).
+	used time.Time
 	wmu  sync.Mutex
 	bw   *bufio.Writer
 	buf  []byte
@@ -228,6 +304,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 		limit = max(c.cfg.BulkConns, 1)
 	}
 	if best != nil && (bestLoad == 0 || len(fp.streams) >= limit) {
+		best.touch()
 		return best, nil
 	}
 	if err := c.connect(ctx, fp.id); err != nil {
@@ -239,7 +316,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 			fp.bulkFails = 0
 			c.cfg.Stats.BulkOpened.Add(1)
 			fs := &fetchStream{fp: fp, s: bc, bulk: true, bw: bufio.NewWriterSize(bc, 4096), v130: true,
-				pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}}
+				pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}, used: time.Now()}
 			fp.streams = append(fp.streams, fs)
 			go fs.readReplies()
 			return fs, nil
@@ -256,6 +333,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 			c.cfg.NotePeerError(fp.id, "bulk connection", err)
 		}
 		if best != nil && (bestLoad == 0 || len(fp.streams) >= c.cfg.StreamsPerPeer) {
+			best.touch()
 			return best, nil
 		}
 	}
@@ -270,6 +348,13 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 	fp.streams = append(fp.streams, fs)
 	go fs.readReplies()
 	return fs, nil
+}
+
+// touch restarts fs's idle clock.
+func (fs *fetchStream) touch() {
+	fs.mu.Lock()
+	fs.used = time.Now()
+	fs.mu.Unlock()
 }
 
 func (fp *fetchPeer) remove(fs *fetchStream) {
@@ -432,6 +517,7 @@ func (fs *fetchStream) readReplies() {
 		} else if ok = fs.pending[tag] == pr; ok {
 			delete(fs.pending, tag)
 		}
+		fs.used = time.Now()
 		fs.mu.Unlock()
 		if status == fetchwire.StatusOK {
 			c.cfg.Stats.BytesFetched.Add(uint64(n))
