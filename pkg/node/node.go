@@ -468,10 +468,58 @@ func (n *Node) Put(ctx context.Context, name string, r io.Reader, opts rpcbridge
 	return n.published(ctx, rec)
 }
 
+// Store stores the bytes of r under name on this node (pinned) as Put
+// does, without announcing the name: PublishMany does (PUT_MANY,
+// rpcbridge.ManyPutter). The StoredPut is the name's blob.Record.
+func (n *Node) Store(ctx context.Context, name string, r io.Reader, opts rpcbridge.PutOptions) (rpcbridge.StoredPut, error) {
+	if err := n.adm.MayWrite(name); err != nil {
+		return nil, err
+	}
+	rec, err := n.store.IngestWith(ctx, name, r, n.chunkSize(opts), n.host.ID().String(), n.userPut(ctx, name))
+	if err != nil {
+		return nil, fmt.Errorf("put %q: %w", name, err)
+	}
+	return rec, nil
+}
+
+// PublishMany announces the records Store made up the tree together
+// (tree.AnnounceMany: a batch per hop instead of a round trip each) and
+// returns, once the parent answered for them all as Put does for one, each
+// put's Info or error in order.
+func (n *Node) PublishMany(ctx context.Context, puts []rpcbridge.StoredPut) ([]rpcbridge.Info, []error) {
+	infos := make([]rpcbridge.Info, len(puts))
+	errs := make([]error, len(puts))
+	recs := make([]blob.Record, 0, len(puts))
+	for i, p := range puts {
+		rec, ok := p.(blob.Record)
+		if !ok {
+			errs[i] = fmt.Errorf("publish: %T is not a put this node stored", p)
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	// As in Put: the puts have succeeded once stored here; names not
+	// announced now are re-announced on reconnect.
+	_ = n.tree.AnnounceMany(ctx, recs)
+	for i, p := range puts {
+		if errs[i] != nil {
+			continue
+		}
+		infos[i], errs[i] = n.putDone(p.(blob.Record))
+	}
+	return infos, errs
+}
+
 func (n *Node) published(ctx context.Context, rec blob.Record) (rpcbridge.Info, error) {
 	// The put has succeeded once the blob is stored here; a name that
 	// could not be announced now is re-announced on reconnect.
 	_ = n.tree.Announce(ctx, rec)
+	return n.putDone(rec)
+}
+
+// putDone tells the DHT of a put's record its tree announce has taken,
+// and returns its Info.
+func (n *Node) putDone(rec blob.Record) (rpcbridge.Info, error) {
 	n.publishName(rec)
 	n.provide(rec.ID)
 	m, err := n.store.Manifest(rec.ID)

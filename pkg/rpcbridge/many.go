@@ -93,6 +93,26 @@ type ManyBackend interface {
 	OpenMany(ctx context.Context, names []string, each func(i int, info Info, rc io.ReadCloser, err error)) error
 }
 
+// ManyPutter is an optional extension of Backend: one whose Put publishes
+// the name after storing it (the omst daemon announces it up its tree, a
+// round trip to the root) implements it, and PUT_MANY stores its items
+// with Store as they arrive and publishes them together with PublishMany,
+// in one announcement instead of one per item.
+type ManyPutter interface {
+	// Store stores the bytes of r under name with the rules of Put, but
+	// does not publish the name: the put is complete once PublishMany has
+	// taken its StoredPut.
+	Store(ctx context.Context, name string, r io.Reader, opts PutOptions) (StoredPut, error)
+	// PublishMany publishes stored puts together and returns, once each
+	// is published as Put's would be on its return, their Infos (or
+	// errors), in the order of puts.
+	PublishMany(ctx context.Context, puts []StoredPut) ([]Info, []error)
+}
+
+// StoredPut is a put a ManyPutter stored and has not yet published; only
+// the ManyPutter that made it knows what it holds.
+type StoredPut any
+
 // NameLister is an optional extension of Backend: the names under a
 // prefix, as List gives them, without the work List does for each
 // entry's Info (a node fetches missing manifests for their chunk sizes).

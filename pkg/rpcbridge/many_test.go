@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/omst-project/omst/pkg/blob"
@@ -577,5 +578,99 @@ func TestManyVectors(t *testing.T) {
 		if err != nil || typ != v.typ || fmt.Sprint(fs) != fmt.Sprint(v.fields) {
 			t.Errorf("%s: %v %v %v", v.name, typ, fs, err)
 		}
+	}
+}
+
+// publishingBackend is memBackend as a ManyPutter: Store keeps the bytes
+// aside, PublishMany makes them visible and counts its calls.
+type publishingBackend struct {
+	*memBackend
+	pmu       sync.Mutex
+	publishes int
+	published int
+}
+
+type pubPut struct {
+	name string
+	data []byte
+	opts PutOptions
+}
+
+func (b *publishingBackend) Put(ctx context.Context, name string, r io.Reader, opts PutOptions) (Info, error) {
+	return Info{}, fmt.Errorf("put %q: Put called on a ManyPutter in a PUT_MANY", name)
+}
+
+func (b *publishingBackend) Store(ctx context.Context, name string, r io.Reader, opts PutOptions) (StoredPut, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(name, "no/") {
+		return nil, fmt.Errorf("put %q: %w", name, blob.ErrForbidden)
+	}
+	return pubPut{name, data, opts}, nil
+}
+
+func (b *publishingBackend) PublishMany(ctx context.Context, puts []StoredPut) ([]Info, []error) {
+	b.pmu.Lock()
+	b.publishes++
+	b.published += len(puts)
+	b.pmu.Unlock()
+	infos := make([]Info, len(puts))
+	for i, p := range puts {
+		pp := p.(pubPut)
+		infos[i] = b.store(pp.name, pp.data, pp.opts)
+	}
+	return infos, make([]error, len(puts))
+}
+
+// TestPutManyPublishesTogether: with a ManyPutter backend (the node, which
+// announces names up its tree) PUT_MANY stores its items and publishes
+// them in a few PublishMany calls (256 at a time, the rest at the end, the
+// earlier ones before a name put again), never Put: 600 small items, a big
+// one, one refused and a name twice (the later bytes win) take at most 5
+// calls, every stored item answered with its Info after it was published.
+func TestPutManyPublishesTogether(t *testing.T) {
+	b := &publishingBackend{memBackend: newMem()}
+	ts := startServer(t, b, ServerOptions{})
+	c := dial(t, ts.path)
+	var items []PutItem
+	add := func(name string, data []byte) {
+		items = append(items, PutItem{Name: name, Size: uint64(len(data)), Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }})
+	}
+	for i := range 600 {
+		add(fmt.Sprintf("p/%03d", i), manyData(i, 500))
+		switch i {
+		case 100:
+			add("p/big", manyData(1, 300<<10))
+		case 200:
+			add("no/x", []byte("refused"))
+		case 300:
+			add("p/000", manyData(9999, 700))
+		}
+	}
+	entries, sum, err := c.PutMany(context.Background(), items, PutOptions{})
+	if err != nil || sum.OK != len(items)-1 || sum.Failed != 1 {
+		t.Fatalf("%+v %v", sum, err)
+	}
+	for _, e := range entries {
+		switch {
+		case e.Name == "no/x":
+			if !errors.Is(e.Err, blob.ErrForbidden) {
+				t.Fatalf("no/x: %v, want FORBIDDEN", e.Err)
+			}
+		case e.Err != nil || e.Info.Name != e.Name:
+			t.Fatalf("%s: %+v %v", e.Name, e.Info, e.Err)
+		}
+	}
+	if got, _ := b.lookup("p/000"); !bytes.Equal(got.data, manyData(9999, 700)) {
+		t.Fatal("p/000 is not the later item's bytes")
+	}
+	if got, _ := b.lookup("p/big"); !bytes.Equal(got.data, manyData(1, 300<<10)) {
+		t.Fatal("p/big wrong")
+	}
+	t.Logf("%d items published in %d calls", b.published, b.publishes)
+	if b.published != len(items)-1 || b.publishes > 5 {
+		t.Fatalf("%d items published in %d calls: want %d in at most 5", b.published, b.publishes, len(items)-1)
 	}
 }

@@ -24,6 +24,10 @@ const (
 	// entry is sent (so entries interleave by completion); a bigger one is
 	// streamed with the connection held.
 	manyBuffer = 256 << 10
+	// manyPublish: a ManyPutter's stored items are published in groups
+	// of this many as they accumulate (while later items are stored), the
+	// rest after the batch's end.
+	manyPublish = 256
 )
 
 // manyWriter serialises the entries of a GET_MANY reply on the connection
@@ -245,7 +249,10 @@ func (sc *conn) openParallel(ctx context.Context, names []string, each func(int,
 // putMany serves PUT_MANY: it reads the items, stores each once its bytes
 // are complete (small ones manyParallel at once), and answers after the
 // batch's end with an ENTRY (or ENTRY_ERROR) per item, in order, and the
-// SUMMARY.
+// SUMMARY. With a ManyPutter backend the items are stored as they come and
+// published together (manyPublish at a time while the batch goes on, the
+// rest at its end, and all stored so far before an item whose name the
+// batch already had), each entry answered after its item was published.
 func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 	cs, err := decodePutManyReq(body)
 	if err != nil {
@@ -258,6 +265,9 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, manyParallel)
 		seen    = map[string]bool{} // names put in this batch
+		mp, _   = sc.s.b.(ManyPutter)
+		pending []pendingPut // stored by mp, not yet published
+		pubWG   sync.WaitGroup
 	)
 	record := func(e ManyEntry) {
 		mu.Lock()
@@ -265,8 +275,70 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 		mu.Unlock()
 	}
 	opts := PutOptions{ChunkSize: int(cs)}
-	broken := func(err error) bool {
+	publish := func(ps []pendingPut) {
+		sps := make([]StoredPut, len(ps))
+		for i := range ps {
+			sps[i] = ps[i].sp
+		}
+		infos, errs := mp.PublishMany(ctx, sps)
+		for i, p := range ps {
+			e := ManyEntry{Index: p.index, Name: p.name}
+			if i < len(errs) && errs[i] != nil {
+				e.Err = errs[i]
+			} else if i < len(infos) {
+				e.Info = infos[i]
+			} else {
+				e.Err = fmt.Errorf("put %q: the backend published %d of %d items", p.name, len(infos), len(ps))
+			}
+			record(e)
+		}
+	}
+	// stored takes an item mp stored; a full group is published at once,
+	// while the batch goes on.
+	stored := func(index int, name string, sp StoredPut) {
+		mu.Lock()
+		pending = append(pending, pendingPut{index, name, sp})
+		var ps []pendingPut
+		if len(pending) >= manyPublish {
+			ps, pending = pending, nil
+		}
+		mu.Unlock()
+		if ps != nil {
+			pubWG.Add(1)
+			go func() {
+				defer pubWG.Done()
+				publish(ps)
+			}()
+		}
+	}
+	// settle waits for the items being stored and publishes every item
+	// stored so far.
+	settle := func() {
 		wg.Wait()
+		if mp == nil {
+			return
+		}
+		mu.Lock()
+		ps := pending
+		pending = nil
+		mu.Unlock()
+		if len(ps) > 0 {
+			publish(ps)
+		}
+		pubWG.Wait()
+	}
+	put := func(name string, r io.Reader) (Info, error) {
+		if mp == nil {
+			return sc.s.b.Put(ctx, name, r, opts)
+		}
+		sp, err := mp.Store(ctx, name, r, opts)
+		if err != nil {
+			return Info{}, err
+		}
+		return Info{}, errStored{sp}
+	}
+	broken := func(err error) bool {
+		settle() // the items completed before stand
 		switch {
 		case errors.Is(err, errMalformed):
 			return sc.badRequest(err)
@@ -322,7 +394,7 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 				}
 				if seen[name] {
 					// The same name again: its puts land in batch order.
-					wg.Wait()
+					settle()
 				}
 				seen[name] = true
 				sem <- struct{}{}
@@ -330,16 +402,28 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 				go func(index int, name string) {
 					defer wg.Done()
 					defer func() { <-sem }()
-					info, err := sc.s.b.Put(ctx, name, bytes.NewReader(buf), opts)
+					info, err := put(name, bytes.NewReader(buf))
+					if es, ok := err.(errStored); ok {
+						stored(index, name, es.sp)
+						return
+					}
 					record(ManyEntry{Index: index, Name: name, Info: info, Err: err})
 				}(index, name)
 				continue
 			}
 			var info Info
 			if perr == nil {
-				wg.Wait() // earlier items of the same name land first
+				if seen[name] {
+					settle() // earlier items of the same name land first
+				} else {
+					wg.Wait()
+				}
 				seen[name] = true
-				info, perr = sc.s.b.Put(ctx, name, ir, opts)
+				info, perr = put(name, ir)
+			}
+			var sp StoredPut
+			if es, ok := perr.(errStored); ok {
+				sp, perr = es.sp, nil
 			}
 			if ir.rem > 0 && ir.err == nil {
 				if derr := ir.drain(); derr != nil {
@@ -352,6 +436,10 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 			case ir.aborted:
 				perr = &Error{Code: CodeAborted, Message: fmt.Sprintf("put %q: aborted by the client", name)}
 			}
+			if sp != nil && perr == nil {
+				stored(index, name, sp)
+				continue
+			}
 			record(ManyEntry{Index: index, Name: name, Info: info, Err: perr})
 			continue
 		default:
@@ -359,7 +447,7 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 		}
 		break
 	}
-	wg.Wait()
+	settle()
 	if csErr != nil {
 		return sc.sendError(errorFor(csErr))
 	}
@@ -393,6 +481,19 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 	sc.fc.end(off)
 	return sc.fc.flush() == nil
 }
+
+// pendingPut is a PUT_MANY item a ManyPutter stored and has not published.
+type pendingPut struct {
+	index int
+	name  string
+	sp    StoredPut
+}
+
+// errStored carries a ManyPutter's StoredPut out of putMany's put, in
+// place of the Info a Put returns: the item is stored, to be published.
+type errStored struct{ sp StoredPut }
+
+func (errStored) Error() string { return "stored, not yet published" }
 
 func sortEntries(es []ManyEntry) {
 	// Insertion into index order: entries arrive nearly sorted.
