@@ -61,11 +61,13 @@ func (n *Node) OpenMany(ctx context.Context, names []string, each func(int, rpcb
 	return ctx.Err()
 }
 
-// ListNames returns the names under prefix that List would (this node's
-// own, those announced from below, those looked up), without List's
-// fetches of missing manifests (rpcbridge.NameLister, GET_MANY by prefix).
+// ListNames returns the names under prefix this node knows (its own,
+// those announced from below, those looked up) merged with those its
+// parent lists (tree.List: up to the root; a parent of names 1.2.0 or
+// older, or one not answering, adds none), without List's fetches of
+// missing manifests (rpcbridge.NameLister, GET_MANY by prefix).
 func (n *Node) ListNames(ctx context.Context, prefix string) ([]string, error) {
-	recs, err := n.store.List(prefix)
+	recs, err := n.tree.List(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}

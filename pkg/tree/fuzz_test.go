@@ -3,6 +3,7 @@ package tree
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -224,6 +225,48 @@ func FuzzDecodeBatchAck(f *testing.F) {
 		}
 		if !bytes.Equal(encodeBatchAck(res)[frameHeaderLen:], b) {
 			t.Fatal("BATCH_ACK not canonical")
+		}
+	})
+}
+
+func FuzzDecodeList(f *testing.F) {
+	f.Add(encodeList(listQuery{Prefix: "p/", After: "p/x", Limit: 7})[frameHeaderLen:])
+	f.Add(encodeList(listQuery{Limit: MaxListRecords})[frameHeaderLen:])
+	f.Add([]byte{0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q, err := decodeList(b)
+		if err != nil {
+			return
+		}
+		if q.Limit < 1 || q.Limit > MaxListRecords || blob.ValidatePrefix(q.Prefix) != nil ||
+			(q.After != "" && (blob.ValidateName(q.After) != nil || !strings.HasPrefix(q.After, q.Prefix))) {
+			t.Fatalf("accepted %+v", q)
+		}
+		if back := encodeList(q)[frameHeaderLen:]; !bytes.Equal(back, b) {
+			t.Fatalf("LIST %x decodes to %+v, which encodes to %x", b, q, back)
+		}
+	})
+}
+
+func FuzzDecodeListed(f *testing.F) {
+	f.Add(encodeListed([]blob.Record{sampleRecord()}, true)[frameHeaderLen:])
+	f.Add(encodeListed(nil, false)[frameHeaderLen:])
+	f.Add([]byte{1, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		recs, more, err := decodeListed(b)
+		if err != nil {
+			return
+		}
+		if len(recs) > MaxListRecords {
+			t.Fatalf("%d records accepted", len(recs))
+		}
+		for _, r := range recs {
+			if blob.ValidateName(r.Name) != nil {
+				t.Fatalf("bad record accepted: %+v", r)
+			}
+		}
+		if back := encodeListed(recs, more)[frameHeaderLen:]; !bytes.Equal(back, b) {
+			t.Fatalf("LISTED %x decodes to %d records, which encode to %x", b, len(recs), back)
 		}
 	})
 }

@@ -250,6 +250,8 @@ func (t *Tree) handleNames(s network.Stream) {
 		reply = t.serveRule(ctx, p, q.Rule)
 	case msgSyncRules:
 		reply = t.serveSyncRules(p, q)
+	case msgList:
+		reply = t.serveList(ctx, p, q.List)
 	}
 	if _, err := s.Write(reply); err != nil {
 		t.log.Debug("names reply", "peer", p, "err", err)

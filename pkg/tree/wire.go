@@ -22,7 +22,8 @@ import (
 // names 1.1.0: MANIFEST moved to the fetch protocol (pkg/transfer).
 // names 1.2.0: LOOKUP_GET, PUSH, CHUNK.
 // names 1.3.0: ANNOUNCE_BATCH, BATCH_ACK (many records in one message),
-// and the namespace rules' RULE, RULE_ACK, SYNC_RULES, RULES.
+// the namespace rules' RULE, RULE_ACK, SYNC_RULES, RULES, and LIST,
+// LISTED (the records under a prefix, a page at a time).
 // A node serves all three and asks with the newest; to a peer that speaks
 // only an older one it sends a LOOKUP_GET as a LOOKUP (1.1.0), a batch as
 // one ANNOUNCE per record, and no rules (namesVersionHas).
@@ -47,7 +48,7 @@ func namesVersionHas(proto protocol.ID, typ byte) bool {
 		return proto == ProtoNames || proto == ProtoNames12 || proto == ProtoNames11
 	case msgLookupGet:
 		return proto == ProtoNames || proto == ProtoNames12
-	case msgAnnounceBatch, msgRule, msgSyncRules:
+	case msgAnnounceBatch, msgRule, msgSyncRules, msgList:
 		return proto == ProtoNames
 	}
 	return false
@@ -85,6 +86,12 @@ const (
 	// maxEntryMsg bounds the message of one refused entry of a BATCH_ACK.
 	maxEntryMsg    = 256
 	maxBatchAckLen = 2 + MaxBatchRecords*(2+2+maxEntryMsg)
+
+	// MaxListRecords and MaxListBytes bound a LISTED page: its records,
+	// and its payload. A LIST asks for at most MaxListRecords.
+	MaxListRecords = 1024
+	MaxListBytes   = 1 << 20
+	maxListReq     = 2 + 2 + blob.MaxNameLen + 2 + blob.MaxNameLen
 )
 
 // Message types of /omst/tree/1.1.0 (1.0.0: without REFUSED).
@@ -120,6 +127,9 @@ const (
 	// its blob's manifest when small) in one message; the answer,
 	// BATCH_ACK, has an entry per record.
 	msgAnnounceBatch byte = 0x17
+	// msgList (1.3.0), child -> parent: a page of the records under a
+	// prefix, after a name; the answer is LISTED.
+	msgList byte = 0x18
 
 	msgFound    byte = 0x90
 	msgNotFound byte = 0x91
@@ -129,6 +139,7 @@ const (
 	msgRuleAck  byte = 0x96 // reached u32, unreached u32
 	msgRules    byte = 0x97 // next u32, rules
 	msgBatchAck byte = 0x98 // count u16, an entry per record of the ANNOUNCE_BATCH
+	msgListed   byte = 0x99 // more u8, count u16, the records (LIST's page)
 	msgError    byte = 0x9F
 )
 
@@ -168,6 +179,10 @@ func frameLimit(typ byte) int {
 		return MaxBatchBytes
 	case msgBatchAck:
 		return maxBatchAckLen
+	case msgList:
+		return maxListReq
+	case msgListed:
+		return MaxListBytes
 	case msgChunk:
 		return 4 + MaxPushBytes
 	case msgFound:
@@ -332,6 +347,121 @@ type namesRequest struct {
 	Rules []namespace.Rule
 	// Batch is an ANNOUNCE_BATCH's records.
 	Batch []batchEntry
+	// List is a LIST's page request.
+	List listQuery
+}
+
+// listQuery is a LIST: up to Limit (1 ..= MaxListRecords) records whose
+// names start with Prefix (blob.ValidatePrefix; "" for all) and sort
+// after After ("" for the first page; else a valid name under Prefix).
+type listQuery struct {
+	Prefix, After string
+	Limit         int
+}
+
+// encodeList encodes a LIST: limit u16, prefix and after (u16 length,
+// bytes each).
+func encodeList(q listQuery) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(q.Limit))
+	b = appendString16(b, q.Prefix)
+	return appendFrame(nil, msgList, appendString16(b, q.After))
+}
+
+// decodeList parses a LIST payload and checks its fields.
+func decodeList(b []byte) (listQuery, error) {
+	var q listQuery
+	if len(b) < 2 {
+		return q, malformed("LIST of %d bytes", len(b))
+	}
+	q.Limit = int(binary.BigEndian.Uint16(b))
+	if q.Limit < 1 || q.Limit > MaxListRecords {
+		return q, malformed("LIST of %d records (1 to %d)", q.Limit, MaxListRecords)
+	}
+	var err error
+	if q.Prefix, b, err = takeString16(b[2:], blob.MaxNameLen); err != nil {
+		return q, fmt.Errorf("LIST prefix: %w", err)
+	}
+	if q.After, b, err = takeString16(b, blob.MaxNameLen); err != nil {
+		return q, fmt.Errorf("LIST after: %w", err)
+	}
+	if len(b) != 0 {
+		return q, malformed("LIST: %d trailing bytes", len(b))
+	}
+	if err := blob.ValidatePrefix(q.Prefix); err != nil {
+		return q, fmt.Errorf("LIST: %w", err)
+	}
+	if q.After != "" {
+		if err := blob.ValidateName(q.After); err != nil {
+			return q, fmt.Errorf("LIST after: %w", err)
+		}
+		if !strings.HasPrefix(q.After, q.Prefix) {
+			return q, malformed("LIST after %q, not under its prefix %q", q.After, q.Prefix)
+		}
+	}
+	return q, nil
+}
+
+// listedSize is the LISTED payload's bytes before its records, and
+// listedEntry a record's bytes in it.
+const listedSize = 1 + 2
+
+func listedEntry(r blob.Record) int { return 2 + len(r.Encode()) }
+
+// encodeListed encodes a LISTED: more u8 (1: the prefix has records after
+// the last one here), count u16, then per record its length u16 and bytes.
+// The caller keeps the payload within MaxListBytes.
+func encodeListed(recs []blob.Record, more bool) []byte {
+	b := make([]byte, 0, 256)
+	if more {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(len(recs)))
+	for _, r := range recs {
+		rb := r.Encode()
+		b = binary.BigEndian.AppendUint16(b, uint16(len(rb)))
+		b = append(b, rb...)
+	}
+	return appendFrame(nil, msgListed, b)
+}
+
+// decodeListed parses a LISTED payload: at most MaxListRecords records,
+// each valid (blob.DecodeRecord). Whether they answer the LIST (under its
+// prefix, in order, after its name) is checkListPage's.
+func decodeListed(b []byte) ([]blob.Record, bool, error) {
+	if len(b) < listedSize {
+		return nil, false, malformed("LISTED of %d bytes", len(b))
+	}
+	if b[0] > 1 {
+		return nil, false, malformed("LISTED with more = %d", b[0])
+	}
+	more := b[0] == 1
+	n := int(binary.BigEndian.Uint16(b[1:]))
+	if n > MaxListRecords {
+		return nil, false, malformed("LISTED of %d records (at most %d)", n, MaxListRecords)
+	}
+	b = b[listedSize:]
+	recs := make([]blob.Record, 0, min(n, len(b)/2))
+	for i := range n {
+		if len(b) < 2 {
+			return nil, false, malformed("LISTED: record %d of %d cut short", i, n)
+		}
+		l := int(binary.BigEndian.Uint16(b))
+		if l > maxRecordBytes || len(b) < 2+l {
+			return nil, false, malformed("LISTED: record %d of %d bytes in %d", i, l, len(b)-2)
+		}
+		r, err := blob.DecodeRecord(b[2 : 2+l])
+		if err != nil {
+			return nil, false, fmt.Errorf("LISTED record %d: %w", i, err)
+		}
+		recs = append(recs, r)
+		b = b[2+l:]
+	}
+	if len(b) != 0 {
+		return nil, false, malformed("LISTED: %d trailing bytes", len(b))
+	}
+	return recs, more, nil
 }
 
 // batchEntry is one record of an ANNOUNCE_BATCH and, when small, the
@@ -496,6 +626,8 @@ func encodeNamesRequest(q namesRequest) []byte {
 		return appendFrame(nil, q.Type, appendRuleList(binary.BigEndian.AppendUint32(nil, q.From), q.Rules))
 	case msgAnnounceBatch:
 		return encodeAnnounceBatch(q.Batch)
+	case msgList:
+		return encodeList(q.List)
 	}
 	panic(fmt.Sprintf("encodeNamesRequest: type 0x%02x", q.Type))
 }
@@ -552,6 +684,12 @@ func decodeNamesRequest(typ byte, payload []byte) (namesRequest, error) {
 			return q, err
 		}
 		q.Batch = batch
+	case msgList:
+		l, err := decodeList(payload)
+		if err != nil {
+			return q, err
+		}
+		q.List = l
 	default:
 		return q, malformed("unknown names request 0x%02x", typ)
 	}
@@ -573,6 +711,10 @@ type namesReply struct {
 	Next               uint32
 	// Entries (BATCH_ACK): one per record of the ANNOUNCE_BATCH.
 	Entries []entryResult
+	// Listed and More (LISTED): the page's records, and whether the
+	// prefix has more after them.
+	Listed []blob.Record
+	More   bool
 }
 
 // Codes carried by a names ERROR, so that a cause keeps its meaning across
@@ -642,6 +784,12 @@ func decodeNamesReply(typ byte, payload []byte) (namesReply, error) {
 			return p, err
 		}
 		p.Entries = entries
+	case msgListed:
+		recs, more, err := decodeListed(payload)
+		if err != nil {
+			return p, err
+		}
+		p.Listed, p.More = recs, more
 	case msgError:
 		if len(payload) < 1 || len(payload) > 1+maxErrorMsg {
 			return p, malformed("error payload of %d bytes", len(payload))
