@@ -24,9 +24,9 @@ import (
 // many small inputs in all under sgin/, and the root waits until it lists
 // every result. After the start the root runs `omst get -r sgres -o DIR`
 // (one GET_MANY) and verifies every file; then the first worker of site
-// 0 fetches every input from the root by name in one GET_MANY (a worker's
-// daemon lists only the names it has seen: `get -r` by prefix is for the
-// root) and verifies them. The root's record is the gather, the worker's
+// 0 fetches every input from the root by prefix in one GET_MANY (its
+// daemon lists the names up the tree, names protocol LIST) and verifies
+// them. The root's record is the gather, the worker's
 // the inputs, each in seconds from its own start (not the start signal).
 type smallgatherCase struct{}
 
@@ -190,16 +190,13 @@ func sgGatherCLI(ctx context.Context, in *instance, rec *record) error {
 	return nil
 }
 
-// sgFetchInputs fetches every input by name in one GET_MANY and verifies it.
+// sgFetchInputs fetches every input by prefix in one GET_MANY and verifies
+// it.
 func sgFetchInputs(ctx context.Context, in *instance, rec *record) error {
 	total := sgTotal(in)
-	names := make([]string, total)
-	for k := range names {
-		names[k] = sgInputName(k)
-	}
 	t0 := time.Now()
 	bad := 0
-	sum, err := in.d.client.GetMany(ctx, rpcbridge.ManyRequest{Names: names}, func(e rpcbridge.ManyEntry, r io.Reader) error {
+	sum, err := in.d.client.GetMany(ctx, rpcbridge.ManyRequest{Prefix: sgInputs, ByPrefix: true}, func(e rpcbridge.ManyEntry, r io.Reader) error {
 		if e.Err != nil {
 			bad++
 			return nil
@@ -211,7 +208,7 @@ func sgFetchInputs(ctx context.Context, in *instance, rec *record) error {
 		return nil
 	})
 	rec.Seconds, rec.Bytes = time.Since(t0).Seconds(), int64(sum.Bytes)
-	rec.Note = fmt.Sprintf("seconds = one GET_MANY of %d inputs put at the root, at this worker", total)
+	rec.Note = fmt.Sprintf("seconds = one GET_MANY by prefix of %d inputs put at the root, at this worker", total)
 	if err != nil {
 		return err
 	}
