@@ -327,15 +327,15 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 		}
 		pubWG.Wait()
 	}
-	put := func(name string, r io.Reader) (Info, error) {
+	// put stores an item: with mp, stored to be published (sp not nil);
+	// else the Backend's Put, published when it returns.
+	put := func(name string, r io.Reader) (Info, StoredPut, error) {
 		if mp == nil {
-			return sc.s.b.Put(ctx, name, r, opts)
+			info, err := sc.s.b.Put(ctx, name, r, opts)
+			return info, nil, err
 		}
 		sp, err := mp.Store(ctx, name, r, opts)
-		if err != nil {
-			return Info{}, err
-		}
-		return Info{}, errStored{sp}
+		return Info{}, sp, err
 	}
 	broken := func(err error) bool {
 		settle() // the items completed before stand
@@ -402,9 +402,9 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 				go func(index int, name string) {
 					defer wg.Done()
 					defer func() { <-sem }()
-					info, err := put(name, bytes.NewReader(buf))
-					if es, ok := err.(errStored); ok {
-						stored(index, name, es.sp)
+					info, sp, err := put(name, bytes.NewReader(buf))
+					if err == nil && sp != nil {
+						stored(index, name, sp)
 						return
 					}
 					record(ManyEntry{Index: index, Name: name, Info: info, Err: err})
@@ -412,6 +412,7 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 				continue
 			}
 			var info Info
+			var sp StoredPut
 			if perr == nil {
 				if seen[name] {
 					settle() // earlier items of the same name land first
@@ -419,11 +420,7 @@ func (sc *conn) putMany(ctx context.Context, body []byte) bool {
 					wg.Wait()
 				}
 				seen[name] = true
-				info, perr = put(name, ir)
-			}
-			var sp StoredPut
-			if es, ok := perr.(errStored); ok {
-				sp, perr = es.sp, nil
+				info, sp, perr = put(name, ir)
 			}
 			if ir.rem > 0 && ir.err == nil {
 				if derr := ir.drain(); derr != nil {
@@ -488,12 +485,6 @@ type pendingPut struct {
 	name  string
 	sp    StoredPut
 }
-
-// errStored carries a ManyPutter's StoredPut out of putMany's put, in
-// place of the Info a Put returns: the item is stored, to be published.
-type errStored struct{ sp StoredPut }
-
-func (errStored) Error() string { return "stored, not yet published" }
 
 func sortEntries(es []ManyEntry) {
 	// Insertion into index order: entries arrive nearly sorted.

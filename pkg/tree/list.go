@@ -52,7 +52,7 @@ func (t *Tree) List(ctx context.Context, prefix string) ([]blob.Record, error) {
 	var remote []blob.Record
 	q := listQuery{Prefix: prefix, Limit: listPageRecords}
 	for {
-		page, more, err := t.listUp(ctx, q)
+		page, last, more, err := t.listUp(ctx, q)
 		if err != nil {
 			if errors.Is(err, errOldNames) {
 				t.log.Debug("list: the parent cannot list; local names only", "prefix", prefix, "err", err)
@@ -69,7 +69,7 @@ func (t *Tree) List(ctx context.Context, prefix string) ([]blob.Record, error) {
 		if len(remote) >= maxListTotal {
 			return nil, fmt.Errorf("list %q: %w: more than %d records", prefix, ErrListTooLong, maxListTotal)
 		}
-		q.After = page[len(page)-1].Name
+		q.After = last
 	}
 	return mergeRecords(local, t.keepListed(remote, local)), nil
 }
@@ -94,8 +94,9 @@ func (t *Tree) localList(prefix, after string) ([]blob.Record, error) {
 
 // listUp asks the current parent for the page q and, if it cannot be
 // reached, each fallback parent in turn. The page is checked
-// (checkListPage); records CheckRecord refuses are dropped.
-func (t *Tree) listUp(ctx context.Context, q listQuery) ([]blob.Record, bool, error) {
+// (checkListPage); records CheckRecord refuses are dropped. last is the
+// page's last name, refused or not (the next page's After).
+func (t *Tree) listUp(ctx context.Context, q listQuery) (page []blob.Record, last string, more bool, err error) {
 	var first error
 	for _, p := range t.parentIDs() {
 		rep, err := t.namesCall(ctx, p, namesRequest{Type: msgList, List: q})
@@ -109,19 +110,23 @@ func (t *Tree) listUp(ctx context.Context, q listQuery) ([]blob.Record, bool, er
 			break
 		}
 	}
-	return nil, false, first
+	return nil, "", false, first
 }
 
 // checkedPage checks p's reply to the LIST q.
-func (t *Tree) checkedPage(p peer.ID, q listQuery, rep namesReply) ([]blob.Record, bool, error) {
+func (t *Tree) checkedPage(p peer.ID, q listQuery, rep namesReply) ([]blob.Record, string, bool, error) {
 	if rep.Type != msgListed {
 		err := malformed("reply 0x%02x to LIST", rep.Type)
 		t.notePeerError(p, "list", err)
-		return nil, false, fmt.Errorf("%s: %w", t.Describe(p), err)
+		return nil, "", false, fmt.Errorf("%s: %w", t.Describe(p), err)
 	}
 	if err := checkListPage(q, rep.Listed, rep.More); err != nil {
 		t.notePeerError(p, "list", err)
-		return nil, false, fmt.Errorf("%s: %w", t.Describe(p), err)
+		return nil, "", false, fmt.Errorf("%s: %w", t.Describe(p), err)
+	}
+	last := q.After
+	if len(rep.Listed) > 0 {
+		last = rep.Listed[len(rep.Listed)-1].Name
 	}
 	out := rep.Listed[:0:0]
 	for _, r := range rep.Listed {
@@ -131,7 +136,7 @@ func (t *Tree) checkedPage(p peer.ID, q listQuery, rep namesReply) ([]blob.Recor
 		}
 		out = append(out, r)
 	}
-	return out, rep.More, nil
+	return out, last, rep.More, nil
 }
 
 // checkListPage reports whether recs, more answer the LIST q: at most its
@@ -206,15 +211,15 @@ func mergeRecords(a, b []blob.Record) []blob.Record {
 }
 
 // pageOf makes the LISTED page a relay answers: its local records (sorted,
-// after the LIST's name) merged with its parent's page (remote, more: the
+// after the LIST's name) merged with its parent's page (remote, those of
+// its records this node kept; last, the page's last name; remoteMore: the
 // parent has records after it), cut to limit records and MaxListBytes.
 // Local records past the parent's last name, when the parent has more,
 // wait for a later page (the parent's names between would be skipped
 // otherwise). more says the prefix has records after the page.
-func pageOf(local, remote []blob.Record, remoteMore bool, limit int) ([]blob.Record, bool) {
+func pageOf(local, remote []blob.Record, last string, remoteMore bool, limit int) ([]blob.Record, bool) {
 	more := remoteMore
-	if remoteMore && len(remote) > 0 {
-		last := remote[len(remote)-1].Name
+	if remoteMore {
 		cut, _ := slices.BinarySearchFunc(local, last, func(r blob.Record, n string) int { return strings.Compare(r.Name, n) })
 		for cut < len(local) && local[cut].Name == last {
 			cut++
@@ -240,18 +245,34 @@ func (t *Tree) serveList(ctx context.Context, p peer.ID, q listQuery) []byte {
 		return errorFrame(err)
 	}
 	var remote []blob.Record
+	var remoteLast string
 	var remoteMore bool
 	if len(t.parents) > 0 {
-		remote, remoteMore, err = t.listUp(ctx, q)
-		if err != nil {
-			t.log.Debug("list for a child: the parent did not answer; local names only", "child", p, "prefix", q.Prefix, "err", err)
+		// The parent's part gets half the request timeout, so that this
+		// node answers its own records in time when the parent is slow.
+		pctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout/2)
+		pq := q
+		for {
+			remote, remoteLast, remoteMore, err = t.listUp(pctx, pq)
+			if err != nil {
+				t.log.Debug("list for a child: the parent did not answer; local names only", "child", p, "prefix", q.Prefix, "err", err)
+				break
+			}
+			remote = t.keepListed(remote, local)
+			// A page of the parent's that leaves nothing here (its
+			// records all refused or withdrawn) would be an empty page
+			// with more to come: take the parent's next.
+			if !remoteMore || len(remote) > 0 || (len(local) > 0 && local[0].Name <= remoteLast) {
+				break
+			}
+			pq.After = remoteLast
 		}
-		remote = t.keepListed(remote, local)
+		cancel()
 	}
 	if !remoteMore && len(local) > q.Limit {
 		// Only what can be sent is merged: the rest is the next page's.
 		local = local[:q.Limit+1]
 	}
-	page, more := pageOf(local, remote, remoteMore, q.Limit)
+	page, more := pageOf(local, remote, remoteLast, remoteMore, q.Limit)
 	return encodeListed(page, more)
 }

@@ -130,7 +130,11 @@ func TestListPage(t *testing.T) {
 		{"local past the parent's page", []blob.Record{r("a", 1), r("b", 1), r("d", 1)}, []blob.Record{r("b", 2)}, true, 10, "a@1 b@2 ", true},
 		{"empty", nil, nil, false, 5, "", false},
 	} {
-		page, more := pageOf(c.local, c.remote, c.remoteMore, c.limit)
+		last := ""
+		if len(c.remote) > 0 {
+			last = c.remote[len(c.remote)-1].Name
+		}
+		page, more := pageOf(c.local, c.remote, last, c.remoteMore, c.limit)
 		if names(page) != c.want || more != c.more {
 			t.Errorf("%s: %q more %v, want %q more %v", c.name, names(page), more, c.want, c.more)
 		}
@@ -141,7 +145,7 @@ func TestListPage(t *testing.T) {
 	for i := range MaxListRecords {
 		many = append(many, r(fmt.Sprintf("p/%04d%s", i, long), 1))
 	}
-	page, more := pageOf(many, nil, false, MaxListRecords)
+	page, more := pageOf(many, nil, "", false, MaxListRecords)
 	size := listedSize
 	for _, x := range page {
 		size += listedEntry(x)
@@ -215,5 +219,51 @@ func TestListWire(t *testing.T) {
 	}
 	if !bytes.Equal(encodeListed(nil, false)[frameHeaderLen:], []byte{0, 0, 0}) {
 		t.Fatal("empty LISTED")
+	}
+}
+
+// TestListRelayRefusesAPage: a relay whose CheckRecord refuses a whole page
+// of its parent's records asks the parent for the next instead of
+// answering an empty page with more to come (malformed at the asker); an
+// asker that refuses a whole page goes on after it.
+func TestListRelayRefusesAPage(t *testing.T) {
+	defer func(n int) { listPageRecords = n }(listPageRecords)
+	listPageRecords = 3
+	root := newNode(t, nil, "", nil)
+	head := newNode(t, root, "a", nil, func(c *nodeCfg) {
+		c.CheckRecord = func(r blob.Record) error {
+			if r.Name < "R/a10" {
+				return fmt.Errorf("record %q: %w", r.Name, blob.ErrForbidden)
+			}
+			return nil
+		}
+	})
+	w := newNode(t, head, "a", nil)
+	waitConnected(t, head, w)
+	for i := range 20 {
+		if _, err := root.mem.PutRecordFrom(listRec(fmt.Sprintf("R/a%02d", i), 1), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := w.tree.Status().PeerErrors
+	got, err := w.tree.List(context.Background(), "R/")
+	if err != nil || len(got) != 10 || got[0].Name != "R/a10" || got[9].Name != "R/a19" {
+		t.Fatalf("%s %v", names(got), err)
+	}
+	if e := w.tree.Status().PeerErrors - before; e != 0 {
+		t.Fatalf("%d peer errors at the worker", e)
+	}
+	w2 := newNode(t, root, "b", nil, func(c *nodeCfg) {
+		c.CheckRecord = func(r blob.Record) error {
+			if r.Name < "R/a10" {
+				return fmt.Errorf("record %q: %w", r.Name, blob.ErrForbidden)
+			}
+			return nil
+		}
+	})
+	waitConnected(t, w2)
+	got, err = w2.tree.List(context.Background(), "R/")
+	if err != nil || len(got) != 10 || got[0].Name != "R/a10" {
+		t.Fatalf("the asker refusing pages: %s %v", names(got), err)
 	}
 }
