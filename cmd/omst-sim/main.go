@@ -79,7 +79,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.base.SiblingTimeout, "sibling-timeout", sim.DefaultSiblingTimeout, "bound on a request to a sibling")
 	fs.IntVar(&o.base.Fanout, "fanout", 0, "siblings one holder is sent per chunk (0: the Distributor's default, 2)")
 	fs.BoolVar(&o.base.ConstantTimers, "constant-timers", false, "workers hedge on the constant timers, not the rates they measure")
-	fs.BoolVar(&o.base.NoBudgets, "no-budgets", false, "the workers' hedges and give-ups are not budgeted (as before the budgets)")
+	fs.BoolVar(&o.base.Budgets, "budgets", false, "the workers' hedges and give-ups are budgeted (exchange.NewBudget(HedgeShare, HedgeBurst); the daemon does not)")
 	fs.Int64Var(&o.base.HedgeBacklog, "hedge-backlog", 0, "bytes a head may have to write to its workers for it to serve a hedge (0: the default, one chunk; -1: no bound)")
 	fs.StringVar(&push, "push", "4MiB", `bytes the root pushes after the FOUND ("0": none)`)
 	fs.DurationVar(&o.base.StartJitter, "start-jitter", 2*time.Millisecond, "workers start uniformly within this")

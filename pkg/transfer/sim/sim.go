@@ -73,9 +73,10 @@ type Config struct {
 	// for it to serve a hedge past its grace (exchange.ServeConfig; 0:
 	// exchange.DefaultHedgeBacklog; < 0: no bound, as before the bound).
 	HedgeBacklog int64
-	// NoBudgets: the workers' hedges and give-ups are not budgeted
-	// (exchange.Budget), as before the budgets.
-	NoBudgets bool
+	// Budgets: the workers' hedges and give-ups are budgeted
+	// (exchange.NewBudget(HedgeShare, HedgeBurst)); the daemon's are not
+	// (exchange.NewHedger).
+	Budgets bool
 	// ConstantTimers: the workers' Hedgers run the constant timers (no
 	// peerrate table fed), as the simulator did before it fed them the
 	// rates each worker measures as the engine does.

@@ -105,7 +105,7 @@ func TestSlowSiblingsTimeOut(t *testing.T) {
 func TestHedgesByBacklog(t *testing.T) {
 	c := Config{Sites: 1, Workers: 16, BlobSize: 8 << 20, ChunkSize: 1 << 20, WANRate: 100e6, LANRate: 20e6,
 		WANLatency: 20 * time.Millisecond, LANLatency: 100 * time.Microsecond, StartJitter: 2 * time.Millisecond,
-		MessageJitter: 200 * time.Microsecond, Seed: 1, NoBudgets: true} // the backlog alone
+		MessageJitter: 200 * time.Microsecond, Seed: 1} // the backlog alone
 	c.HedgeBacklog = -1
 	all := run(t, c)
 	c.HedgeBacklog = 0

@@ -306,8 +306,8 @@ func newSite(cfg *Config, index int) (*site, error) {
 			n.rates = peerrate.New()
 		}
 		n.hedger = exchange.NewHedger(cfg.SiblingTimeout, n.rates)
-		if cfg.NoBudgets {
-			n.hedger.SetBudget(exchange.Budget{})
+		if cfg.Budgets {
+			n.hedger.SetBudget(exchange.NewBudget(exchange.HedgeShare, exchange.HedgeBurst))
 		}
 		s.workers = append(s.workers, n)
 	}
