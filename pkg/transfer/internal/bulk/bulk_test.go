@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -226,7 +227,7 @@ func TestOpen(t *testing.T) {
 	}{
 		{Policy{}, Policy{}, ModeSealed},
 		{Policy{TrustedLAN: true, Site: "a"}, Policy{TrustedLAN: true, Site: "a"}, ModePlain},
-		{Policy{TrustedLAN: true, Site: "a"}, Policy{TrustedLAN: true, Site: "b"}, ModeSealed},
+		{Policy{TrustedLAN: true, Site: "a"}, Policy{TrustedLAN: true}, ModeSealed}, // an asker naming no site
 	} {
 		srv := newEnd(t, c.srv, nil)
 		cli := p2ptest.NewHost(t)
@@ -248,6 +249,31 @@ func TestOpen(t *testing.T) {
 		bc.Close()
 		if srv.l.Stats.Accepted.Load() != 1 {
 			t.Errorf("accepted %d", srv.l.Stats.Accepted.Load())
+		}
+	}
+}
+
+// TestOtherSite: a listener grants no ticket to an asker of another
+// named site (bulk connections are a site's; across sites chunks go over
+// the libp2p session), and SameSite is that rule.
+func TestOtherSite(t *testing.T) {
+	srv := newEnd(t, Policy{TrustedLAN: true, Site: "a"}, nil)
+	cli := p2ptest.NewHost(t)
+	connect(t, cli, srv.h)
+	d := &Dialer{Host: cli, Policy: Policy{TrustedLAN: true, Site: "b"}}
+	_, err := d.Open(context.Background(), srv.h.ID())
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), `inside site \"a\"`) {
+		t.Errorf("an asker of site b: %v, want ErrUnavailable naming site a", err)
+	}
+	if n := srv.l.Stats.Granted.Load(); n != 0 {
+		t.Errorf("%d tickets granted to another site", n)
+	}
+	for _, c := range []struct {
+		srv, cli string
+		want     bool
+	}{{"a", "a", true}, {"a", "b", false}, {"", "b", true}, {"a", "", true}, {"", "", true}} {
+		if got := SameSite(c.srv, c.cli); got != c.want {
+			t.Errorf("SameSite(%q, %q) = %v", c.srv, c.cli, got)
 		}
 	}
 }

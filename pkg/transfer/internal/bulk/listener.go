@@ -269,6 +269,10 @@ func (bl *Listener) HandleTickets(s network.Stream) {
 		_, _ = s.Write(AppendUnavailable(nil, "not an admitted member"))
 		return
 	}
+	if own := bl.cfg.Policy.Site; !SameSite(own, q.Site) {
+		_, _ = s.Write(AppendUnavailable(nil, fmt.Sprintf("bulk connections only inside site %q (asked from %q)", own, q.Site)))
+		return
+	}
 	m := ChooseMode(bl.cfg.Policy, Policy{TrustedLAN: q.Trusted, Site: q.Site})
 	ts, err := bl.cfg.Table.Issue(p, m, q.Count)
 	if err != nil {

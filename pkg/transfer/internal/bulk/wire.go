@@ -298,6 +298,17 @@ type Policy struct {
 // opens to an asker with policy client: plain only when both ends say
 // their LAN is trusted and both are of the same named site; sealed
 // otherwise (across sites, always).
+// SameSite reports whether a listener of site server grants tickets to
+// an asker of site client: unless both name a site and the names differ.
+// Bulk connections are a site's: across sites chunks go over the libp2p
+// session (measured on the emulated grid, 2 x 3 workers, WAN 100 Mbit/s
+// 20 ms: four fresh sealed connections per head to the root made the
+// broadcast 5 % slower than the session's warm one, 6.13-6.19 s against
+// 5.85-5.86).
+func SameSite(server, client string) bool {
+	return server == "" || client == "" || server == client
+}
+
 func ChooseMode(server, client Policy) Mode {
 	if server.TrustedLAN && client.TrustedLAN && server.Site != "" && server.Site == client.Site {
 		return ModePlain
