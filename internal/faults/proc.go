@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -146,8 +147,12 @@ func Cleanup(keep bool) []string {
 }
 
 // FreePorts returns n distinct loopback TCP ports that were free a moment
-// ago (bound and released; the kernel does not hand a just-released port
-// to the next ephemeral bind at once, so a short race window remains).
+// ago (bound and released). They are taken below the kernel's ephemeral
+// range (net.ipv4.ip_local_port_range) where it leaves room, so that a
+// daemon started before the one a port is for cannot be handed it for a
+// listener of its own on port 0 (its bulk listener: seen once, the root's
+// taking a worker's port) or for a connection; elsewhere the kernel picks
+// them, and that race remains.
 func FreePorts(n int) ([]int, error) {
 	var lns []net.Listener
 	defer func() {
@@ -156,6 +161,17 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}()
 	var ports []int
+	if low := ephemeralLow(); low-portFloor >= 4*n {
+		for tries := 0; len(ports) < n && tries < 64*n; tries++ {
+			p := portFloor + rand.IntN(low-portFloor)
+			l, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				continue // taken, or picked already (still bound here)
+			}
+			lns = append(lns, l)
+			ports = append(ports, p)
+		}
+	}
 	for len(ports) < n {
 		l, err := net.Listen("tcp4", "127.0.0.1:0")
 		if err != nil {
@@ -165,6 +181,23 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// portFloor is the lowest port FreePorts picks below the ephemeral range.
+const portFloor = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (0 when
+// it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		return 0
+	}
+	return low
 }
 
 // Daemon is one `omst daemon` process, restartable on the same home and
