@@ -349,6 +349,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		Finder:           finder,
 		OthersFromStore:  n.tree.Gateway,
 		OnComplete:       n.fetchComplete,
+		CopyMany:         n.copySmall,
+		CopyManyMax:      batchfetch.InlineMax,
 		Mode:             relayMode(cfg.StoreForward),
 		Window:           cfg.Window,
 		SiblingExchange:  !cfg.NoSiblingExchange,

@@ -140,6 +140,18 @@ func (n *Node) pullSmall(ctx context.Context, asker peer.ID, ids []cid.Cid) {
 	n.batchFrom(ctx, groups)
 }
 
+// copySmall is the engine's CopyMany (a relay copying its children's small
+// puts): recs are asked of their first sources in one batch each, and a
+// blob counts as copied once the store holds it whole.
+func (n *Node) copySmall(ctx context.Context, recs []blob.Record) []bool {
+	n.batchFrom(ctx, planSmall(recs, n.store.HasBlob, n.firstSource("")))
+	stored := make([]bool, len(recs))
+	for i, r := range recs {
+		stored[i] = n.store.HasBlob(r.ID)
+	}
+	return stored
+}
+
 // batchFrom asks every source of groups for its blobs at once.
 func (n *Node) batchFrom(ctx context.Context, groups map[peer.ID][]cid.Cid) {
 	var wg sync.WaitGroup

@@ -79,3 +79,69 @@ func TestPutManyAnnouncesTogether(t *testing.T) {
 		t.Fatalf("%d names went up in %d batches from the worker, %d from the head: want 1-4 each", count, wb, hb)
 	}
 }
+
+// TestReplicateSmallTogether: a head copies a worker's PUT_MANY of 300
+// small results whole (real root, head and worker daemons), in batch
+// requests, dropping none: one copy at a time with 64 waiting per child
+// dropped 235 of them (about 250 warnings a head logged per job of 1,024
+// results), leaving them on the worker alone.
+func TestReplicateSmallTogether(t *testing.T) {
+	dir := t.TempDir()
+	root := startNode(t, filepath.Join(dir, "root"), "", "")
+	head := startNode(t, filepath.Join(dir, "head"), root.Addrs()[0], "a")
+	w := startNode(t, filepath.Join(dir, "w"), head.Addrs()[0], "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		if _, err := w.Put(ctx, "job/warm", bytes.NewReader([]byte("w")), rpcbridge.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := head.store.Record("job/warm"); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the worker's put never reached its head")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	const count = 300
+	items := make([]rpcbridge.PutItem, count)
+	for i := range items {
+		b := bytes.Repeat([]byte(fmt.Sprintf("s%d;", i)), 500)
+		items[i] = rpcbridge.PutItem{Name: fmt.Sprintf("job/out/r%03d", i), Size: uint64(len(b)),
+			Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }}
+	}
+	c, err := rpcbridge.Dial(SocketPath(filepath.Join(dir, "w")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	entries, sum, err := c.PutMany(ctx, items, rpcbridge.PutOptions{})
+	if err != nil || sum.OK != count {
+		t.Fatalf("PutMany: %+v, %v", sum, err)
+	}
+	missing := func() int {
+		n := 0
+		for _, e := range entries {
+			rec, err := head.store.Record(e.Name)
+			if err != nil || !head.store.HasBlob(rec.ID) {
+				n++
+			}
+		}
+		return n
+	}
+	for missing() > 0 {
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := head.engine.Status()
+	t.Logf("head: %d of %d results not held, %d copied in batches, %d dropped", missing(), count, st.ReplicationsBatched, st.ReplicationsDropped)
+	if m := missing(); m > 0 || st.ReplicationsDropped != 0 {
+		t.Fatalf("the head holds all but %d of the worker's %d results and dropped %d copies: want all held, none dropped", m, count, st.ReplicationsDropped)
+	}
+	if st.ReplicationsBatched < count {
+		t.Fatalf("%d results copied in batches, want %d", st.ReplicationsBatched, count)
+	}
+}

@@ -140,6 +140,19 @@ type Config struct {
 	// child), while one of its blobs is being copied; past it a record is
 	// not copied (default DefaultReplicateQueue).
 	ReplicateQueue int
+	// CopyMany, if set, copies small blobs in one request: it brings into
+	// the store what it can of recs (blobs of at most CopyManyMax bytes
+	// put below this node) and reports which of them are now whole in the
+	// store. Replicate then copies an origin's waiting small puts together
+	// and bounds them by the bytes of their records
+	// (ReplicateSmallBytes), not by ReplicateQueue; those CopyMany did not
+	// store are fetched one at a time as any other put.
+	CopyMany    func(ctx context.Context, recs []blob.Record) []bool
+	CopyManyMax uint64
+	// ReplicateSmallBytes bounds, per origin, the bytes of the records of
+	// small puts (CopyMany's) waiting to be copied (default
+	// DefaultReplicateSmallBytes).
+	ReplicateSmallBytes int
 	// Bulk configures the bulk path (docs/protocol.md, "The bulk path"):
 	// chunk requests and replies over plain TCP connections opened with
 	// tickets this node's peers grant over libp2p. Zero: none.
@@ -267,6 +280,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.ReplicateQueue <= 0 {
 		cfg.ReplicateQueue = DefaultReplicateQueue
+	}
+	if cfg.ReplicateSmallBytes <= 0 {
+		cfg.ReplicateSmallBytes = DefaultReplicateSmallBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -445,9 +461,12 @@ type Status struct {
 	ReplyBytesHeld int64
 	// ReplicationsWaiting counts children's puts waiting to be copied
 	// (Replicate); ReplicationsDropped those not copied because their
-	// origin had Config.ReplicateQueue waiting already.
+	// origin had Config.ReplicateQueue waiting already (small puts: their
+	// records' Config.ReplicateSmallBytes); ReplicationsBatched the small
+	// puts copied together (Config.CopyMany).
 	ReplicationsWaiting int64
 	ReplicationsDropped uint64
+	ReplicationsBatched uint64
 	// BulkOpened counts the bulk connections this node opened to peers,
 	// BulkFallbacks those it could not (it asked over libp2p streams);
 	// BulkAccepted the bulk connections it served, BulkRefused those it
@@ -495,6 +514,7 @@ func (e *Engine) Status() Status {
 		ReplyBytesHeld:      e.stats.ReplyHeld.Load(),
 		ReplicationsWaiting: e.stats.ReplWaiting.Load(),
 		ReplicationsDropped: e.stats.ReplDropped.Load(),
+		ReplicationsBatched: e.stats.ReplBatched.Load(),
 		BulkOpened:          e.stats.BulkOpened.Load(),
 		BulkFallbacks:       e.stats.BulkFallbacks.Load(),
 	}

@@ -3,6 +3,8 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +115,64 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A child's small puts are copied together: those waiting while a copy
+// runs go in one CopyMany, bounded by the bytes of their records
+// (ReplicateSmallBytes) rather than by ReplicateQueue; a small put
+// CopyMany did not store is fetched alone, as any other put.
+func TestReplicateSmallTogether(t *testing.T) {
+	child := newEngine(t, nil)
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var calls [][]blob.Record
+	var refuse cid.Cid // the put CopyMany leaves to a fetch of its own
+	head := newEngineWith(t, func(c *Config) {
+		c.ReplicateQueue = 2
+		c.ReplicateSmallBytes = 40 * 200 // about 40 of the records below
+		c.CopyManyMax = 16 << 10
+		c.CopyMany = func(ctx context.Context, recs []blob.Record) []bool {
+			<-gate
+			mu.Lock()
+			calls = append(calls, recs)
+			mu.Unlock()
+			out := make([]bool, len(recs))
+			for i, r := range recs {
+				out[i] = !r.ID.Equals(refuse)
+			}
+			return out
+		}
+	})
+	head.sources.set(Source{ID: child.h.ID(), Kind: KindChild})
+	head.h.Peerstore().AddAddrs(child.h.ID(), child.h.Addrs(), time.Hour)
+	var recs []blob.Record
+	for i := range 60 {
+		r := putBlob(t, child.mem, fmt.Sprintf("results/s/%d", i), randBlob(4<<10, uint64(200+i)), blob.MinChunkSize)
+		r.Origin = child.h.ID().String()
+		r.Name = fmt.Sprintf("results/s/%03d-%s", i, strings.Repeat("x", 200-128-len(r.Origin)-len("results/s/000-")))
+		recs = append(recs, r)
+	}
+	refuse = recs[5].ID
+	for _, r := range recs {
+		head.eng.Replicate(r)
+	}
+	st := head.eng.Status()
+	// The first is being copied (CopyMany waits on the gate); 40 wait.
+	if st.ReplicationsWaiting != 40 || st.ReplicationsDropped != 19 {
+		t.Fatalf("%d waiting, %d dropped; want 40 waiting (8,000 bytes of records), 19 dropped", st.ReplicationsWaiting, st.ReplicationsDropped)
+	}
+	close(gate)
+	waitUntil(t, "the waiting puts are copied", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) == 2 && holds(head, refuse)
+	})
+	if len(calls[0]) != 1 || len(calls[1]) != 40 {
+		t.Fatalf("CopyMany got %d then %d records; want 1, then the 40 waiting together", len(calls[0]), len(calls[1]))
+	}
+	waitUntil(t, "the queue drains", func() bool { return head.eng.Status().ReplicationsWaiting == 0 })
+	if st := head.eng.Status(); st.ReplicationsBatched != 40 {
+		t.Fatalf("%d copied in batches, want 40 (41 less the one CopyMany left)", st.ReplicationsBatched)
 	}
 }

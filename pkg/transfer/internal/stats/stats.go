@@ -23,6 +23,7 @@ type Counters struct {
 	ReplyHeld       atomic.Int64  // reply bytes held for peers now
 	ReplWaiting     atomic.Int64  // records waiting in the Replicate queues
 	ReplDropped     atomic.Uint64 // records Replicate did not copy (a full queue)
+	ReplBatched     atomic.Uint64 // small puts Replicate copied with CopyMany
 	BytesServed     atomic.Uint64
 	BytesFetched    atomic.Uint64
 	BytesIn         [source.NumKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
