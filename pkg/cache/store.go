@@ -115,7 +115,8 @@ type Store struct {
 	chunks      map[blob.Hash]*chunkEntry
 	lru         *list.List // of *chunkEntry: present, unpinned, unheld chunks; front = most recently used
 	pinCount    map[blob.Hash]int32
-	pins        map[string]*pinnedBlob // by cid.KeyString
+	pins        map[string]*pinnedBlob         // by cid.KeyString
+	owned       map[string]map[string]struct{} // owner -> keys of the pins it holds (pins' owners, inverted)
 	used        int64
 	reserved    int64 // bytes of chunk writes in progress
 	pinnedBytes int64
@@ -215,6 +216,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		lru:       list.New(),
 		pinCount:  make(map[blob.Hash]int32),
 		pins:      make(map[string]*pinnedBlob),
+		owned:     make(map[string]map[string]struct{}),
 		dirty:     make(map[blob.Hash]struct{}),
 		capBytes:  opts.MaxBytes,
 		now:       opts.Now,
@@ -425,9 +427,12 @@ func (s *Store) load() error {
 	if err != nil {
 		return fmt.Errorf("load pins: %w", err)
 	}
-	for _, p := range s.pins {
+	for k, p := range s.pins {
 		for _, h := range p.chunks {
 			s.pinCount[h]++
+		}
+		for o := range p.owners {
+			s.indexOwner(o, k)
 		}
 	}
 	if err := s.markOrphans(); err != nil {
