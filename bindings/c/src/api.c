@@ -434,7 +434,7 @@ OMST_EXPORT int omst_put_file(omst_t *h, const char *name, const char *path, oms
 	int e = omst_check_name(name, &nlen);
 	if (e || (e = omst_abs_path(path, &abs, &plen)) != 0)
 		return e;
-	if ((e = lf_open_read(abs, &fd)) == 0) {
+	if ((e = lf_open_read(abs, h->timeout_ms, &fd)) == 0) {
 		if ((e = put_fd_once(h, name, nlen, fd, info ? info : &tmp)) != 0)
 			with_path(e, abs);
 		int err = errno;
@@ -455,7 +455,7 @@ OMST_EXPORT int omst_get_file(omst_t *h, const char *name, const char *path, oms
 	int e = omst_check_name(name, &nlen);
 	if (e || (e = omst_abs_path(path, &abs, &plen)) != 0)
 		return e;
-	if ((e = lf_create(abs, &d)) == 0) {
+	if ((e = lf_create(abs, h->timeout_ms, &d)) == 0) {
 		if ((e = get_to_fd_once(h, name, nlen, d.fd, info ? info : &tmp)) != 0) {
 			with_path(e, abs);
 			lf_abort(&d);

@@ -275,8 +275,9 @@ int lf_may_follow(uid_t follower, const struct stat *link, const struct stat *di
 int lf_resolve(const char *path, uid_t uid, char **out);
 /* Opens path for reading (O_RDONLY|O_CLOEXEC) with the caller's rights,
  * links followed as lf_resolve allows; a directory is refused (EISDIR).
- * Opening a FIFO waits for a writer. */
-int lf_open_read(const char *path, int *fd);
+ * Opening a FIFO waits for a writer's bytes (or a writer come and gone),
+ * at most timeout_ms (then ETIMEDOUT, "no writer opened the FIFO"). */
+int lf_open_read(const char *path, int timeout_ms, int *fd);
 
 /* The destination of a get: the daemon writes into fd; then lf_commit or
  * lf_abort (exactly one of them, once). */
@@ -292,9 +293,10 @@ struct lf_dest {
  * regular file, or a path where nothing exists, gets a new temporary file
  * beside it (links followed as lf_resolve allows: the target is replaced,
  * not the link); an existing FIFO or device is opened for writing in place
- * (waiting for a FIFO's reader; another user's FIFO in a sticky
- * world-writable directory is refused); a directory is refused (EISDIR). */
-int lf_create(const char *path, struct lf_dest *d);
+ * (waiting for a FIFO's reader at most timeout_ms, then ETIMEDOUT; another
+ * user's FIFO in a sticky world-writable directory is refused); a
+ * directory is refused (EISDIR). */
+int lf_create(const char *path, int timeout_ms, struct lf_dest *d);
 /* Closes d's file and, for a temporary file, renames it onto the
  * destination (the temporary file is removed if that fails). Errors name
  * path. */

@@ -36,6 +36,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,6 +341,73 @@ static int openat_retry(int dfd, const char *name, int flags, mode_t mode)
 	return fd;
 }
 
+/* Opens the FIFO base in dfd for reading or writing (flags O_RDONLY or
+ * O_WRONLY, plus O_NOFOLLOW), waiting for its other end at most
+ * timeout_ms (a blocking open would wait for ever): a writer's open is
+ * retried while no reader has it open (ENXIO), every 1 to 50 ms; a
+ * reader's returns at once and then waits (poll) until a writer's bytes
+ * arrive or a writer has come and gone. The descriptor returned blocks
+ * again. On timeout -1 with errno ETIMEDOUT, nothing left open. */
+static int open_fifo(int dfd, const char *base, int flags, int timeout_ms)
+{
+	struct timespec t0, now;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	long waited = 0, step = 1;
+	int fd;
+	for (;;) {
+		fd = openat_retry(dfd, base, flags | O_NONBLOCK, 0);
+		if (fd >= 0 || errno != ENXIO || (flags & O_ACCMODE) != O_WRONLY)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		waited = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+		if (waited >= timeout_ms) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		struct timespec nap = {0, (step < timeout_ms - waited ? step : timeout_ms - waited) * 1000000};
+		nanosleep(&nap, NULL);
+		if (step < 50)
+			step *= 2;
+	}
+	if (fd < 0)
+		return -1;
+	if ((flags & O_ACCMODE) == O_RDONLY) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int r;
+		for (;;) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			waited = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+			int left = waited >= timeout_ms ? 0 : (int)(timeout_ms - waited);
+			r = poll(&p, 1, left);
+			if (r >= 0 || errno != EINTR)
+				break;
+		}
+		if (r <= 0) {
+			int err = r == 0 ? ETIMEDOUT : errno;
+			close(fd);
+			errno = err;
+			return -1;
+		}
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+		int err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+/* The error of open_fifo: a timeout names the end that never came. */
+static int fifo_fail(const char *path, int err, int flags, int timeout_ms)
+{
+	if (err == ETIMEDOUT)
+		return lf_fail(err, "open %s: no %s opened the FIFO within %d ms", path,
+		               (flags & O_ACCMODE) == O_RDONLY ? "writer" : "reader", timeout_ms);
+	return lf_fail(err, "open %s: %s", path, strerror(err));
+}
+
 /* Opens real, a path through a link in /proc, as the kernel resolves it
  * (the last component is the magic link: no O_NOFOLLOW). A directory is
  * refused. */
@@ -373,7 +441,7 @@ static int open_magic(const char *path, const char *real, int flags, int *out)
 	return 0;
 }
 
-int lf_open_read(const char *path, int *out)
+int lf_open_read(const char *path, int timeout_ms, int *out)
 {
 	char *real;
 	int e = lf_resolve(path, geteuid(), &real);
@@ -404,7 +472,10 @@ int lf_open_read(const char *path, int *out)
 	}
 	if (e == 0 && S_ISDIR(st.st_mode))
 		e = lf_fail(EISDIR, "open %s: %s", path, strerror(EISDIR));
-	if (e == 0 && (fd = openat_retry(dfd, base, O_RDONLY | O_NOFOLLOW, 0)) < 0) {
+	if (e == 0 && S_ISFIFO(st.st_mode)) {
+		if ((fd = open_fifo(dfd, base, O_RDONLY | O_NOFOLLOW, timeout_ms)) < 0)
+			e = fifo_fail(path, errno, O_RDONLY, timeout_ms);
+	} else if (e == 0 && (fd = openat_retry(dfd, base, O_RDONLY | O_NOFOLLOW, 0)) < 0) {
 		int err = errno;
 		e = lf_fail(err, "open %s: %s", path, strerror(err));
 	}
@@ -441,7 +512,7 @@ static void temp_name(char *out, size_t cap, const char *base)
 	snprintf(out, cap, ".%.200s.omst-%02x%02x%02x%02x%02x%02x", base, r[0], r[1], r[2], r[3], r[4], r[5]);
 }
 
-int lf_create(const char *path, struct lf_dest *d)
+int lf_create(const char *path, int timeout_ms, struct lf_dest *d)
 {
 	memset(d, 0, sizeof *d);
 	d->fd = d->dfd = -1;
@@ -488,6 +559,9 @@ int lf_create(const char *path, struct lf_dest *d)
 			            "open %s: FIFO of uid %u not written: it is in a sticky world-writable directory "
 			            "and owned by another user",
 			            path, (unsigned)st.st_uid);
+		} else if (S_ISFIFO(st.st_mode)) {
+			if ((d->fd = open_fifo(dfd, base, O_WRONLY | O_NOFOLLOW, timeout_ms)) < 0)
+				e = fifo_fail(path, errno, O_WRONLY, timeout_ms);
 		} else if ((d->fd = openat_retry(dfd, base, O_WRONLY | O_NOFOLLOW, 0)) < 0) {
 			err = errno;
 			e = lf_fail(err, "open %s: %s", path, strerror(err));

@@ -381,6 +381,40 @@ void test_file_failures(void)
 	omst_close(h);
 }
 
+/* A FIFO whose other end never comes: a get into it and a put from it
+ * fail within the handle's timeout (OMST_TIMEOUT_MS), naming the end that
+ * is missing; nothing is left open, and the handle still works. */
+void test_fifo_bounded(void)
+{
+	setenv("OMST_TIMEOUT_MS", "300", 1);
+	omst_t *h = connect_or_die(t_sock);
+	unsetenv("OMST_TIMEOUT_MS");
+	char d[512], fifo[700], nm[256];
+	scratch_dir(d, sizeof d, "fifobound");
+	strcpy(nm, t_name("files/fifobound"));
+	CHECK_RC(omst_put(h, nm, "abc", 3, NULL), 0);
+	snprintf(fifo, sizeof fifo, "%s/fifo", d);
+	CHECK(mkfifo(fifo, 0600) == 0);
+	int fds0 = t_count_fds();
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_RC(omst_get_file(h, nm, fifo, NULL), OMST_EIO);
+	CHECK(errno == ETIMEDOUT);
+	CHECK(strstr(omst_errmsg(), "no reader") != NULL);
+	CHECK_RC(omst_put_file(h, t_name("files/fifobound/in"), fifo, NULL), OMST_EIO);
+	CHECK(errno == ETIMEDOUT);
+	CHECK(strstr(omst_errmsg(), "no writer") != NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CHECK(took >= 0.55 && took < 5);
+	CHECK(t_count_fds() == fds0);
+	CHECK_EQ_U(temps_in(d), 0);
+	omst_info_t info;
+	CHECK_RC(omst_stat(h, nm, &info), 0);
+	CHECK_EQ_U(info.size, 3);
+	omst_close(h);
+}
+
 /* FIFOs, devices and /dev/fd: written and read in place. */
 void test_file_in_place(void)
 {

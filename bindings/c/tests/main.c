@@ -1246,6 +1246,7 @@ void test_file_may_follow(void);
 void test_file_roundtrip(void);
 void test_file_failures(void);
 void test_file_in_place(void);
+void test_fifo_bounded(void);
 void test_fd_calls(void);
 void test_file_fallback(void);
 void test_file_planted(void);
@@ -1296,6 +1297,7 @@ static const struct test tests[] = {
 	{"file_roundtrip", test_file_roundtrip, 0},
 	{"file_failures", test_file_failures, 0},
 	{"file_in_place", test_file_in_place, 60},
+	{"fifo_bounded", test_fifo_bounded, 30},
 	{"fd_calls", test_fd_calls, 60},
 	{"file_fallback", test_file_fallback, 120},
 	{"file_planted", test_file_planted, 30},
