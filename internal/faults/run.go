@@ -25,6 +25,7 @@ type Case struct {
 var Cases = []Case{
 	{"put-kill", "SIGKILL a daemon during a put; restart it on the same home", casePutKill},
 	{"relay-kill", "SIGKILL a daemon during a local get, and a head while it relays a get to its worker; restart them", caseRelayKill},
+	{"shared-get-kill", "kill -9 a daemon mid-get into a file it shares with its store; restart it: no partial file, no orphan, exact bytes again", caseSharedGetKill},
 	{"client-kill", "SIGKILL a client mid-upload and mid-download; the daemon survives without leaking", caseClientKill},
 	{"chunk-damage", "flip, truncate, delete chunk files at the root, a head and a worker while they run; get there and below", caseChunkDamage},
 	{"index-damage", "delete or flip bytes of a stopped daemon's index, restart it", caseIndexDamage},
