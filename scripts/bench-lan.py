@@ -24,7 +24,7 @@ received (4 x size / wall time), and the CPU seconds per GiB of the parent
 table to standard output.
 
     scripts/bench-lan.py [--size 1G] [--runs 3] \\
-        [--omst 'plain=bin/omst:--trusted-lan --site lan' --omst 'sealed=bin/omst:--site lan'] \\
+        [--omst 'plain=bin/omst:--trusted-lan --site lan' --omst 'sealed=bin/omst:--site lan' ...] \\
         [--scratch /dev/shm] [--timeout 3600] [--out docs/bench/lan.csv]
 
 Namespaces and the scratch directory are named omstw<pid>-lan...: every one
@@ -234,7 +234,8 @@ def fetch_all(lan, cmds, senders, receivers, timeout):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--omst", action="append", help="LABEL=BINARY[:DAEMON FLAGS], repeatable "
-                    "(default: plain=bin/omst:--trusted-lan --site lan and sealed=bin/omst:--site lan)")
+                    "(default: plain=bin/omst:--trusted-lan --site lan, sealed=bin/omst:--site lan, "
+                    "plain-nosib=bin/omst:--trusted-lan --site lan --no-sibling-exchange)")
     ap.add_argument("--size", type=size_of, default=size_of("1G"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--scratch", default="/dev/shm", help="where the files and the daemons' stores go (default /dev/shm: "
@@ -249,7 +250,8 @@ def main():
         if not shutil.which(tool):
             log(f"{tool} not found in PATH (Debian: apt-get install iproute2 nginx-light curl)")
             sys.exit(77)
-    specs = a.omst or ["plain=bin/omst:--trusted-lan --site lan", "sealed=bin/omst:--site lan"]
+    specs = a.omst or ["plain=bin/omst:--trusted-lan --site lan", "sealed=bin/omst:--site lan",
+                       "plain-nosib=bin/omst:--trusted-lan --site lan --no-sibling-exchange"]
     variants = []
     for spec in specs:
         label, sep, rest = spec.partition("=")
