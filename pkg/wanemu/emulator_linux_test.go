@@ -211,9 +211,21 @@ func TestCleanup(t *testing.T) {
 		t.Skipf("skipping: %v", err)
 	}
 	defer run(context.Background(), []string{"ip", "netns", "del", ns})
-	cmd := exec.Command("ip", "netns", "exec", ns, "sleep", "300")
+	// The process says when it runs inside: `ip netns exec` forks and
+	// enters the namespace only then, so a Cleanup right after Start may
+	// list the namespace's processes before it is one of them (and leave
+	// it running: under load, 5 runs of 40 did).
+	cmd := exec.Command("ip", "netns", "exec", ns, "sh", "-c", "echo in; exec sleep 300")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "in\n" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("the process in %s did not start: %q, %v", ns, line, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
