@@ -44,6 +44,7 @@ import errno as _errno
 import os
 import stat
 import threading
+import time
 from typing import Dict, List, Optional, Tuple
 
 from .errors import OmstIOError, Timeout, UnsafePath
@@ -259,16 +260,10 @@ def _open_at(
 
 def _release_fifo(t: threading.Thread, own: int, name: bytes, flags: int, result: Dict[str, object]) -> None:
     """End the blocked open of thread t: open the FIFO's other end for a
-    moment, then wait (at most 2 s) for t, and close what it opened, and
-    own; a thread does that if t has not returned by then."""
+    moment, again every 10 ms until t has returned (at most 2 s), and close
+    what t opened, and own; a thread does that if t has not returned by
+    then."""
     other = os.O_RDONLY if flags & os.O_ACCMODE == os.O_WRONLY else os.O_WRONLY
-    try:
-        # A writer's end opened without a reader fails (ENXIO) only when
-        # the open it should release has returned.
-        fd = os.open(name, other | os.O_NONBLOCK | os.O_CLOEXEC | (flags & os.O_NOFOLLOW), dir_fd=own)
-        os.close(fd)
-    except OSError:
-        pass
 
     def reap() -> None:
         t.join()
@@ -277,13 +272,27 @@ def _release_fifo(t: threading.Thread, own: int, name: bytes, flags: int, result
             os.close(fd)
         os.close(own)
 
-    # Released, the open returns at once: close its end before returning,
-    # so that the caller's next open of the FIFO never meets it. Only an
-    # open that is still blocked (the release failed) is left to a reaper.
-    t.join(2.0)
-    if not t.is_alive():
-        reap()
-        return
+    # t's open may not have begun yet (the wait was shorter than the
+    # thread's start, as under load): an other end opened and closed before
+    # it blocks releases nothing (a writer's end fails with ENXIO while no
+    # reader waits; a reader's end comes and goes unseen). So once more
+    # until it has returned. Released, the open returns at once: its end is
+    # closed before returning, so that the caller's next open of the FIFO
+    # never meets it. Only an open still blocked after 2 s is left to a
+    # reaper.
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            fd = os.open(name, other | os.O_NONBLOCK | os.O_CLOEXEC | (flags & os.O_NOFOLLOW), dir_fd=own)
+            os.close(fd)
+        except OSError:
+            pass
+        t.join(0.01)
+        if not t.is_alive():
+            reap()
+            return
+        if time.monotonic() >= deadline:
+            break
     threading.Thread(target=reap, name="omst-fifo-reap", daemon=True).start()
 
 

@@ -307,6 +307,31 @@ def test_fifo_wait_bounded(d: bytes, side: str) -> None:
     assert threading.active_count() <= threads and open_fds() == before
 
 
+@pytest.mark.parametrize("side", ["create", "open_read"])
+def test_fifo_released_before_its_open(d: bytes, side: str) -> None:
+    # A wait that ends before the thread's open has begun (timeout 0: at
+    # once; under load, any timeout shorter than the thread's start): the
+    # release must still end that open once it blocks, not open the other
+    # end once, too early, and leave the thread blocked for good. Repeated,
+    # since which comes first is the scheduler's choice.
+    fifo = d + b"/fifo"
+    os.mkfifo(fifo, 0o600)
+    before = open_fds()
+    threads = threading.active_count()
+    for _ in range(20):
+        start = time.monotonic()
+        with pytest.raises(omst.Timeout):
+            if side == "create":
+                _localfile.create(fifo, 0)
+            else:
+                _localfile.open_read(fifo, 0)
+        assert time.monotonic() - start < 1.5
+    deadline = time.monotonic() + 5
+    while (threading.active_count() > threads or open_fds() > before) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() <= threads and open_fds() == before
+
+
 def test_open_read(d: bytes) -> None:
     write(d + b"/f", b"data")
     os.symlink(b"f", d + b"/l")
