@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1130,7 +1131,24 @@ static void test_kill_mid_get(void)
 	CHECK_RC(omst_connect(d.sock, &h), 0);
 	struct bigget p = {h, "bigput", data, n, 1, 0, 0, 0};
 	pthread_create(&th, NULL, bigget_main, &p);
-	usleep(50000);
+	/* Kill once the daemon writes the put's bytes, not after a fixed
+	 * delay: a put thread that has not reached the daemon before the kill
+	 * finds its idle connection closed, opens a new one and gets
+	 * OMST_ENODAEMON, not OMST_ECONN (under load, 50 ms were not always
+	 * enough for the thread to start). */
+	static const char *const stored[] = {"cache/tmp/*", "cache/chunks/*/*", "cache/blobs/*"};
+	t0 = t_now();
+	for (int found = 0; !found && !p.done && t_now() - t0 < 30;) {
+		for (size_t i = 0; i < sizeof stored / sizeof *stored && !found; i++) {
+			char pat[320];
+			glob_t gl;
+			snprintf(pat, sizeof pat, "%s/%s", d.home, stored[i]);
+			found = glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0;
+			globfree(&gl);
+		}
+		if (!found)
+			usleep(1000);
+	}
 	was_done = p.done;
 	tk = t_now();
 	t_daemon_kill(&d);
