@@ -76,6 +76,12 @@ func TestSocketRoundTrip(t *testing.T) {
 	child := startNode(t, filepath.Join(dir, "w"), root.Addrs()[0], "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Start returns before the parent session is up, and a put announces
+	// its name up the tree only over a session (else the re-announce on
+	// connecting carries it, later): put before it and the root may not
+	// know the name yet (4 of 25 runs under -race at load 30: "lookup
+	// results/r1: not found").
+	waitFor(t, "the worker's parent session", 20*time.Second, func() bool { return child.tree.Status().ParentConnected })
 
 	wc, err := rpcbridge.Dial(SocketPath(filepath.Join(dir, "w")))
 	if err != nil {
