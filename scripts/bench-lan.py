@@ -18,8 +18,9 @@ For each: the wall time until the last child is done, each child's
 completion time, the bytes that left the parent's port (its veth's tx
 counter, so sibling exchange between the children does not count) and the
 aggregate MB/s leaving it (those bytes / wall time), the bytes the children
-received (4 x size / wall time), and the CPU seconds per GiB of the parent
-(daemon; nginx) and of each child (daemon + client; curl). Medians over
+received (4 x size / wall time), and the CPU seconds of the parent (daemon;
+nginx) per GiB that left its port and of each child (daemon + client; curl)
+per GiB it received. Medians over
 --runs rounds; every round to the CSV (default docs/bench/lan.csv) and a
 table to standard output.
 
@@ -378,11 +379,11 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                            child_s=" ".join(f"{x:.3f}" for x in each),
                            port_bytes=tx, port_blobs=round(tx / size, 3), port_mbps=round(tx / wall / 1e6, 1),
                            delivered_mbps=round(CHILDREN * size / wall / 1e6, 1),
-                           sender_cpu_s_gib=round(s / gib, 3),
+                           parent_cpu_s_gib_sent=round(s / (tx / (1 << 30)), 3),
                            child_cpu_s_gib=" ".join(f"{x / gib:.3f}" for x in r), load=round(load, 1))
                 rows.append(row)
                 log(f"run {run} {peer}: {wall:.2f} s, port {tx / size:.2f} blobs at {tx / wall / 1e6:.0f} MB/s, "
-                    f"delivered {CHILDREN * size / wall / 1e6:.0f} MB/s, CPU s/GiB parent {s / gib:.2f} "
+                    f"delivered {CHILDREN * size / wall / 1e6:.0f} MB/s, CPU s/GiB parent {s / (tx / (1 << 30)):.2f} (sent) "
                     f"children {' '.join('%.2f' % (x / gib) for x in r)} (load {load:.1f})")
         signal.alarm(0)
         if a.out:
@@ -415,7 +416,7 @@ def table(rows):
     peers = list(dict.fromkeys(r["peer"] for r in rows))
     ng = [r for r in rows if r["peer"].startswith("nginx")]
     out = ["| peer | last child done (s) | each child (s, median) | parent port (blobs) | parent port MB/s | "
-           "delivered MB/s | / nginx (port, delivered) | parent CPU s/GiB | child CPU s/GiB | runs (delivered MB/s) | load |",
+           "delivered MB/s | / nginx (port, delivered) | parent CPU s/GiB sent | child CPU s/GiB received | runs (delivered MB/s) | load |",
            "|---|---:|---|---:|---:|---:|---|---:|---:|---|---|"]
     for peer in peers:
         rs = [r for r in rows if r["peer"] == peer]
@@ -425,7 +426,7 @@ def table(rows):
         if ng and not peer.startswith("nginx"):
             ratio = f"{med(rs, 'port_mbps') / med(ng, 'port_mbps'):.2f}, {med(rs, 'delivered_mbps') / med(ng, 'delivered_mbps'):.2f}"
         out.append(f"| {peer} | {med(rs, 'wall_s'):.2f} | {' '.join('%.2f' % x for x in each)} | {med(rs, 'port_blobs'):.2f} | "
-                   f"{med(rs, 'port_mbps'):.0f} | {med(rs, 'delivered_mbps'):.0f} | {ratio} | {med(rs, 'sender_cpu_s_gib'):.2f} | "
+                   f"{med(rs, 'port_mbps'):.0f} | {med(rs, 'delivered_mbps'):.0f} | {ratio} | {med(rs, 'parent_cpu_s_gib_sent'):.2f} | "
                    f"{child_cpu:.2f} | {', '.join('%.0f' % float(r['delivered_mbps']) for r in rs)} | "
                    f"{min(float(r['load']) for r in rs):.0f}-{max(float(r['load']) for r in rs):.0f} |")
     return "\n".join(out)
