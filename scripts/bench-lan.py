@@ -29,14 +29,16 @@ table to standard output.
         [--scratch /dev/shm] [--timeout 3600] [--out docs/bench/lan.csv]
 
 Namespaces and the scratch directory are named omstw<pid>-lan...: every one
-is removed on exit, on Ctrl-C and SIGTERM, and when --timeout passes; after a
-hard crash `omst-wan cleanup` finds them. Needs root (network namespaces),
+is removed on exit, on Ctrl-C and SIGTERM, and when --timeout passes; the
+processes it starts die with it even when it is SIGKILLed, and after that
+`omst-wan cleanup` (bin/omst-wan) removes the namespaces and the directory. Needs root (network namespaces),
 ip, nginx (apt-get install nginx-light), curl; about 4 x size + 2 x size free
 in --scratch per variant. A benchmark, not a test; exits 77 when it cannot
 run here.
 """
 import argparse
 import csv
+import ctypes
 import json
 import os
 import shutil
@@ -55,6 +57,16 @@ PORT_OMST = 4040
 
 class Timeout(Exception):
     pass
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """In a child before exec: SIGKILL when this script dies, even of
+    SIGKILL (kept across ip netns exec's execve)."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def log(msg):
@@ -145,7 +157,8 @@ class Proc:
 
     def __init__(self, argv, logpath):
         self.log = open(logpath, "w")
-        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  preexec_fn=die_with_parent)
         self.pid = self.p.pid
 
     def stop(self):
@@ -194,7 +207,7 @@ def fetch_all(lan, cmds, senders, receivers, timeout):
     t0 = time.monotonic()
     ps = []
     for c in cmds:
-        ps.append(subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        ps.append(subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent))
     done = [None] * len(ps)
     own = [0.0] * len(ps)
     errs = []
