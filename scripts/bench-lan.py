@@ -32,8 +32,8 @@ Namespaces and the scratch directory are named omstw<pid>-lan...: every one
 is removed on exit, on Ctrl-C and SIGTERM, and when --timeout passes; the
 processes it starts die with it even when it is SIGKILLed, and after that
 `omst-wan cleanup` (bin/omst-wan) removes the namespaces and the directory. Needs root (network namespaces),
-ip, nginx (apt-get install nginx-light), curl; about 4 x size + 2 x size free
-in --scratch per variant. A benchmark, not a test; exits 77 when it cannot
+ip, nginx (apt-get install nginx-light), curl; about 7 x size free in
+--scratch. A benchmark, not a test; exits 77 when it cannot
 run here.
 """
 import argparse
@@ -279,7 +279,9 @@ def main():
         ap.error("--runs: want at least 1")
     size = a.size
     gib = size / (1 << 30)
-    need = size * (2 + CHILDREN + len(variants) * (1 + CHILDREN)) + (256 << 20)
+    # The base file, the put's source and the parent's copy, and each
+    # child's file (shared with its store); one variant's daemons at a time.
+    need = size * (3 + CHILDREN) + (256 << 20)
     st = os.statvfs(a.scratch)
     if st.f_bavail * st.f_frsize < need:
         log(f"{a.scratch} has {st.f_bavail * st.f_frsize >> 20} MiB free, the run needs about {need >> 20} MiB: "
@@ -333,24 +335,33 @@ http {{ access_log off; sendfile on; tcp_nopush on;
         else:
             raise RuntimeError(f"nginx does not serve {url}: {open(os.path.join(tmp, 'nginx.err')).read()[-1000:]}")
 
-        daemons = {}
-        for i, (label, bin, flags) in enumerate(variants):
-            port = PORT_OMST + i
-            home = os.path.join(tmp, label)
-            parent = Daemon(lan, "p", bin, os.path.join(home, "p"), port, None, flags, 2 * size + (1 << 30))
-            procs.append(parent)
-            kids = []
-            for c in range(1, CHILDREN + 1):
-                d = Daemon(lan, f"c{c}", bin, os.path.join(home, f"c{c}"), port, parent.addr, flags, 2 * size + (1 << 30))
-                procs.append(d)
-                kids.append(d)
-            deadline = time.monotonic() + 30
-            while not all(d.has_parent() for d in kids):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{label}: the children did not connect to the parent in 30 s")
-                time.sleep(0.2)
-            daemons[label] = (parent, kids)
-        log(f"{len(variants)} x 5 daemons up; {a.runs} rounds of {size >> 20} MiB")
+        def start_variant(label, bin, flags, port, home):
+            """The parent and its 4 children, the children in session."""
+            started = []
+            try:
+                parent = Daemon(lan, "p", bin, os.path.join(home, "p"), port, None, flags, 2 * size + (1 << 30))
+                started.append(parent)
+                for c in range(1, CHILDREN + 1):
+                    started.append(Daemon(lan, f"c{c}", bin, os.path.join(home, f"c{c}"), port, parent.addr, flags,
+                                          2 * size + (1 << 30)))
+                kids = started[1:]
+                deadline = time.monotonic() + 30
+                while not all(d.has_parent() for d in kids):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{label}: the children did not connect to the parent in 30 s")
+                    time.sleep(0.2)
+                return parent, kids
+            finally:
+                procs.extend(started)
+
+        def stop_variant(ds, home):
+            """Stops ds and removes their homes: a removed name's bytes
+            stay in a store until evicted, so that daemons kept for every
+            round would hold runs x size each."""
+            for d in ds:
+                d.stop()
+                procs.remove(d)
+            shutil.rmtree(home, ignore_errors=True)
 
         step = max(120, int(size / 5e6))  # no step slower than 5 MB/s
         src = os.path.join(tmp, "src")
@@ -365,7 +376,10 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                     wall, each, tx, s, r = fetch_all(lan, cmds, nginx_pids(), [None] * CHILDREN, step)
                     peer = "nginx + 4 curl"
                 else:
-                    parent, kids = daemons[label]
+                    i = [v[0] for v in variants].index(label)
+                    home = os.path.join(tmp, f"{label}-{run}")
+                    parent, kids = start_variant(label, variants[i][1], variants[i][2], PORT_OMST + i, home)
+                    load = os.getloadavg()[0]
                     k += 1
                     with open(src, "wb") as f:
                         # A prefix of its own length per blob: every chunk
@@ -381,9 +395,7 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                     cmds = [[d.bin, "--home", d.home, "-q", "get", name, "-o", dests[i]] for i, d in enumerate(kids)]
                     wall, each, tx, s, r = fetch_all(lan, cmds, [parent.pid], [d.pid for d in kids], step)
                     peer = f"omst {label}"
-                    for d in kids:
-                        d.omst("rm", name)
-                    parent.omst("rm", name)
+                    stop_variant([parent] + kids, home)
                 for d in dests:
                     if os.path.getsize(d) < size:
                         raise RuntimeError(f"{peer}: {d} has {os.path.getsize(d)} bytes, want at least {size}")
