@@ -411,16 +411,14 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                     f"delivered {CHILDREN * size / wall / 1e6:.0f} MB/s, CPU s/GiB parent {s / (tx / (1 << 30)):.2f} (sent) "
                     f"children {' '.join('%.2f' % (x / gib) for x in r)} (load {load:.1f})")
         signal.alarm(0)
-        if a.out:
-            os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-            with open(a.out, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-                w.writeheader()
-                w.writerows(rows)
+        write_csv(a.out, rows)
         print(table(rows))
     except (KeyboardInterrupt, Timeout, RuntimeError, subprocess.SubprocessError, OSError) as e:
         log(f"stopped: {e}")
         status = 130 if isinstance(e, KeyboardInterrupt) else 1
+        if rows and a.out:
+            write_csv(a.out, rows)
+            log(f"the {len(rows)} rounds done are in {a.out}")
     finally:
         signal.alarm(0)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -433,6 +431,17 @@ http {{ access_log off; sendfile on; tcp_nopush on;
         lan.teardown()
         shutil.rmtree(tmp, ignore_errors=True)
     sys.exit(status)
+
+
+def write_csv(path, rows):
+    """Every round to path (nothing if path or rows are empty)."""
+    if not path or not rows:
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
 
 
 def table(rows):
