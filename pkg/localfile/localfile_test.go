@@ -485,3 +485,59 @@ func TestCommitNew(t *testing.T) {
 		t.Fatalf("%d entries in the directory, want 2", len(ents))
 	}
 }
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// A FIFO open whose context has ended before the goroutine's open even
+// began is still released: each call returns at once and leaves no
+// descriptor (and no goroutine) blocked. With one release, a writer's end
+// opened before the reader blocked failed (ENXIO) and a reader's came and
+// went unseen: the open stayed blocked for good and each call waited 2 s.
+func TestFIFOReleasedBeforeItsOpen(t *testing.T) {
+	d := realTemp(t)
+	fifo := filepath.Join(d, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	before := openFDs(t)
+	for i := range 20 {
+		for _, side := range []string{"read", "write"} {
+			start := time.Now()
+			var err error
+			if side == "read" {
+				var f *os.File
+				if f, err = OpenRead(ctx, fifo); err == nil {
+					f.Close()
+				}
+			} else {
+				var dst *Dest
+				if dst, err = Create(ctx, fifo); err == nil {
+					dst.Abort()
+				}
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s %d: %v, want the context's cause", side, i, err)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Fatalf("%s %d took %v: the blocked open was not released", side, i, took)
+			}
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for openFDs(t) > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := openFDs(t); n > before {
+		t.Fatalf("%d descriptors left open (before %d, now %d)", n-before, before, n)
+	}
+}

@@ -123,14 +123,19 @@ func openAtFollow(ctx context.Context, dfd int, name string, flags int, fifo boo
 	if flags&unix.O_ACCMODE == unix.O_WRONLY {
 		other = unix.O_RDONLY
 	}
-	// Release the blocked open; a writer's end opened without a reader
-	// fails (ENXIO) only when the open it should release has returned.
-	if fd, err := unix.Openat(own, name, other|unix.O_NONBLOCK|flags&unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
-		unix.Close(fd)
+	// Release the blocked open by opening the other end for a moment,
+	// again every 10 ms until the open returns (at most 2 s): the wait may
+	// have ended before the goroutine's open began, and then one release
+	// is missed (a writer's end opened without a reader fails with ENXIO,
+	// a reader's comes and goes unseen) and the open would block for good.
+	release := func() {
+		if fd, err := unix.Openat(own, name, other|unix.O_NONBLOCK|flags&unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+			unix.Close(fd)
+		}
 	}
 	// Released, the open returns at once: close its end before
 	// returning, so that the caller's next open of the FIFO never meets
-	// it. Only an open still blocked (the release failed) is left to a
+	// it. Only an open still blocked (every release failed) is left to a
 	// goroutine.
 	reap := func(r result) {
 		if r.err == nil {
@@ -138,11 +143,22 @@ func openAtFollow(ctx context.Context, dfd int, name string, flags int, fifo boo
 		}
 		unix.Close(own)
 	}
-	select {
-	case r := <-done:
-		reap(r)
-	case <-time.After(2 * time.Second):
-		go func() { reap(<-done) }()
+	release()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.After(2 * time.Second)
+	for {
+		select {
+		case r := <-done:
+			reap(r)
+			return -1, context.Cause(ctx)
+		case <-tick.C:
+			release()
+			continue
+		case <-limit:
+			go func() { reap(<-done) }()
+		}
+		break
 	}
 	return -1, context.Cause(ctx)
 }
