@@ -70,24 +70,38 @@ static int unexpected(struct omst_conn *c, uint8_t type, const char *want)
 	return conn_break(c, omst_fail(OMST_EPROTO, "daemon sent frame type 0x%02x, expected %s", type, want));
 }
 
+/* Reads the reply to a request: a frame of type want (named what in the
+ * error if another comes), its body in *body and *len, or an ERROR, whose
+ * reason is returned as the daemon's. No descriptor may come with it,
+ * unless fds_follow (GET_FD: its first FDS frame, and its descriptors, may
+ * arrive with the reply). */
+static int read_reply(struct omst_conn *c, uint8_t want, const char *what, int fds_follow, uint32_t *len,
+                      const uint8_t **body)
+{
+	uint8_t type;
+	int e = conn_read_header(c, len, &type);
+	if (e)
+		return e;
+	if (type != want && type != FT_ERROR)
+		return unexpected(c, type, what);
+	if ((e = conn_read_body(c, *len, body)) != 0)
+		return e;
+	if ((!fds_follow || type == FT_ERROR) && (e = no_fds(c)) != 0)
+		return e;
+	if (type == FT_ERROR)
+		return error_reply(c, *body, *len);
+	return 0;
+}
+
 /* Reads a reply that is INFO or ERROR. fds_follow: the reply to GET_FD,
  * whose first FDS frame (and its descriptors) may arrive with the INFO. */
 static int read_info_fds(struct omst_conn *c, omst_info_t *info, int fds_follow)
 {
 	uint32_t len;
-	uint8_t type;
 	const uint8_t *body;
-	int e = conn_read_header(c, &len, &type);
+	int e = read_reply(c, FT_INFO, "INFO", fds_follow, &len, &body);
 	if (e)
 		return e;
-	if (type != FT_INFO && type != FT_ERROR)
-		return unexpected(c, type, "INFO");
-	if ((e = conn_read_body(c, len, &body)) != 0)
-		return e;
-	if ((!fds_follow || type == FT_ERROR) && (e = no_fds(c)) != 0)
-		return e;
-	if (type == FT_ERROR)
-		return error_reply(c, body, len);
 	struct w_info in;
 	if (w_dec_info(body, len, &in) || w_info_export(&in, info))
 		return conn_break(c, omst_fail(OMST_EPROTO, "malformed INFO frame from the daemon"));
@@ -165,18 +179,9 @@ int op_remove(struct omst_conn *c, const char *name, size_t nlen)
 	if (e)
 		return e;
 	uint32_t len;
-	uint8_t type;
 	const uint8_t *body;
-	if ((e = conn_read_header(c, &len, &type)) != 0)
+	if ((e = read_reply(c, FT_OK, "OK", 0, &len, &body)) != 0)
 		return e;
-	if (type != FT_OK && type != FT_ERROR)
-		return unexpected(c, type, "OK");
-	if ((e = conn_read_body(c, len, &body)) != 0)
-		return e;
-	if ((e = no_fds(c)) != 0)
-		return e;
-	if (type == FT_ERROR)
-		return error_reply(c, body, len);
 	if (len != 0)
 		return conn_break(c, omst_fail(OMST_EPROTO, "OK frame with a body"));
 	return 0;
@@ -674,18 +679,9 @@ int op_namespace(struct omst_conn *c, const uint8_t *req, size_t n)
 	if (e)
 		return e;
 	uint32_t len;
-	uint8_t type;
 	const uint8_t *body;
-	if ((e = conn_read_header(c, &len, &type)) != 0)
+	if ((e = read_reply(c, FT_NAMESPACE_JSON, "NAMESPACE_JSON", 0, &len, &body)) != 0)
 		return e;
-	if (type != FT_NAMESPACE_JSON && type != FT_ERROR)
-		return unexpected(c, type, "NAMESPACE_JSON");
-	if ((e = conn_read_body(c, len, &body)) != 0)
-		return e;
-	if ((e = no_fds(c)) != 0)
-		return e;
-	if (type == FT_ERROR)
-		return error_reply(c, body, len);
 	if (len == 0 || body[0] != '{' || memchr(body, 0, len) != NULL)
 		return conn_break(c, omst_fail(OMST_EPROTO, "NAMESPACE_JSON of %u bytes is not a JSON object", (unsigned)len));
 	if (t_jsoncap < (size_t)len + 1) {
