@@ -16,6 +16,7 @@ import (
 	"github.com/omst-project/omst/pkg/gridstore"
 	"github.com/omst-project/omst/pkg/member"
 	"github.com/omst-project/omst/pkg/rpcbridge"
+	"github.com/omst-project/omst/pkg/tree"
 )
 
 // gridPoll is how often the daemon looks at HOME/grid for material the
@@ -30,8 +31,9 @@ const openWarning = "this daemon is OPEN: any host that can reach it may join th
 
 // newAdmission reads the grid material in HOME/grid (first keeping the
 // certificate of a `--join omst-cert-...`) and returns the Admission that
-// decides who this node serves.
-func (n *Node) newAdmission(self peer.ID) (*member.Admission, error) {
+// decides who this node serves; it forwards join requests up through up
+// (the tree's parents, the current one first).
+func (n *Node) newAdmission(self peer.ID, up *tree.Parents) (*member.Admission, error) {
 	n.gdir = gridstore.Open(n.cfg.Home)
 	join := strings.TrimSpace(n.cfg.Join)
 	switch {
@@ -49,7 +51,7 @@ func (n *Node) newAdmission(self peer.ID) (*member.Admission, error) {
 	}
 	cfg := member.Config{
 		Logger:        n.log,
-		Up:            n.parents,
+		Up:            up.IDs,
 		OnRevocations: n.keepRevocations,
 		Joining:       strings.HasPrefix(join, grid.TokenPrefix),
 	}
@@ -242,13 +244,4 @@ func (n *Node) membershipStatus(st *rpcbridge.Status) {
 		st.Warnings = append(st.Warnings, "no membership certificate: this node is refused by every member (start it with --join TOKEN)")
 	}
 	st.Membership = m
-}
-
-// parents are the tree's parents, none before the tree exists (a join
-// request that arrives during the start is then refused).
-func (n *Node) parents() []peer.ID {
-	if t := n.treeP.Load(); t != nil {
-		return t.Parents()
-	}
-	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/omst-project/omst/pkg/batchfetch"
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/cache"
 	"github.com/omst-project/omst/pkg/dht"
@@ -123,7 +121,6 @@ type Node struct {
 	engine *transfer.Engine
 	dht    *dht.DHT // nil with NoDHT
 	adm    *member.Admission
-	treeP  atomic.Pointer[tree.Tree] // n.tree, for the admission's goroutines
 	gdir   gridstore.Dir
 	loc    *locate.Locator // sources beyond the tree, found in the DHT; nil with NoDHT
 	provQ  chan provideItem
@@ -152,253 +149,6 @@ type Node struct {
 }
 
 var _ rpcbridge.Backend = (*Node)(nil)
-
-// Start opens the home directory (refusing one held by another daemon),
-// the store, the libp2p host, joins the tree and serves the local API. ctx
-// bounds the start only: once ctx ends, Start stops at the next step and
-// returns an error wrapping ctx's (the node, once started, lives until
-// Close). On error everything already opened is closed again.
-func Start(ctx context.Context, cfg Config) (n *Node, err error) {
-	if cfg.Home == "" {
-		cfg.Home = DefaultHome()
-	}
-	if cfg.ChunkSize == 0 {
-		cfg.ChunkSize = blob.DefaultChunkSize
-	}
-	if err := blob.ValidateChunkSize(cfg.ChunkSize); err != nil {
-		return nil, fmt.Errorf("default chunk size: %w", err)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	nd := &Node{cfg: cfg, log: cfg.Logger, removed: map[string]int64{}, announced: map[cid.Cid]time.Time{}}
-	defer func() {
-		// The returns below set n to nil on error; close what nd opened.
-		if err != nil {
-			nd.Close()
-			n = nil
-		}
-	}()
-	n = nd
-	var parent *peer.AddrInfo
-	if cfg.Parent != "" {
-		if parent, err = peerhost.ParsePeerAddr(cfg.Parent); err != nil {
-			return nil, fmt.Errorf("--parent: %w", err)
-		}
-	}
-	var fallbacks []peer.AddrInfo
-	for _, f := range cfg.Fallbacks {
-		if parent == nil {
-			return nil, errors.New("fallback parents need a parent")
-		}
-		fb, err := peerhost.ParsePeerAddr(f)
-		if err != nil {
-			return nil, fmt.Errorf("--parent %s: %w", f, err)
-		}
-		fallbacks = append(fallbacks, *fb)
-	}
-	sockGroup, err := lookupSocketGroup(cfg.SocketGroup)
-	if err != nil {
-		return nil, err
-	}
-	var bootstrap []peer.AddrInfo
-	for _, b := range cfg.Bootstrap {
-		ai, err := peerhost.ParsePeerAddr(b)
-		if err != nil {
-			return nil, fmt.Errorf("--bootstrap: %w", err)
-		}
-		bootstrap = append(bootstrap, *ai)
-	}
-	started := func(step string) error {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("start stopped before %s: %w", step, context.Cause(ctx))
-		}
-		return nil
-	}
-	if err = started("locking the home"); err != nil {
-		return nil, err
-	}
-	if n.lock, err = lockHome(cfg.Home); err != nil {
-		return nil, err
-	}
-	if sockGroup.gid >= 0 && !cfg.NoSocket {
-		if err = shareHome(cfg.Home, sockGroup); err != nil {
-			return nil, err
-		}
-	}
-	if err = n.startMetrics(); err != nil {
-		return nil, err
-	}
-	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger, Sync: cfg.Sync}); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	if err = started("starting the host"); err != nil {
-		return nil, err
-	}
-	if cfg.Host != nil {
-		// An in-process host: membership is the caller's (open here).
-		n.host = cfg.Host
-		if n.adm, err = member.New(member.Config{Logger: cfg.Logger}, member.Material{}); err != nil {
-			return nil, err
-		}
-	} else {
-		key, err := peerhost.LoadOrCreateKey(filepath.Join(cfg.Home, "identity.key"))
-		if err != nil {
-			return nil, err
-		}
-		self, _ := peer.IDFromPrivateKey(key)
-		if n.adm, err = n.newAdmission(self); err != nil {
-			return nil, err
-		}
-		if n.host, err = peerhost.New(peerhost.Options{Key: key, Listen: cfg.Listen, Admission: n.adm, Registerer: n.metrics.registerer()}); err != nil {
-			return nil, err
-		}
-	}
-	if key := n.host.Peerstore().PrivKey(n.host.ID()); key != nil {
-		n.store.SetSeal(n.seal(key))
-	}
-	if parent != nil && parent.ID == n.host.ID() {
-		return nil, fmt.Errorf("--parent %s is this node itself", cfg.Parent)
-	}
-	for i, fb := range fallbacks {
-		if fb.ID == n.host.ID() {
-			return nil, fmt.Errorf("--parent %s is this node itself", cfg.Fallbacks[i])
-		}
-	}
-	if cfg.Join != "" && cfg.Host == nil {
-		if err = n.joinGrid(ctx, append(parentList(parent), fallbacks...)); err != nil {
-			return nil, err
-		}
-	}
-	if n.adm.Open() && cfg.Host == nil {
-		n.log.Warn(openWarning)
-	}
-	if !cfg.NoDHT {
-		if parent != nil {
-			bootstrap = append(append(bootstrap, *parent), fallbacks...)
-		}
-		if n.dht, err = dht.New(dht.Config{Host: n.host, Bootstrap: bootstrap, Held: n.heldBlobs, Names: n.ownNames,
-			CheckRecord: n.adm.CheckRecord, CheckRemoval: n.adm.CheckRemoval, Withdrawn: n.withdrawn,
-			Logger: cfg.Logger, Client: parent != nil}); err != nil {
-			return nil, err
-		}
-	}
-	tcfg := tree.Config{
-		// A parent's PREHEAT: fetch the blob now (n.engine is set below,
-		// before the tree starts).
-		OnPreheat:      func(ctx context.Context, r blob.Record) error { return n.engine.Preheat(ctx, r) },
-		Pusher:         (*pusher)(n),
-		CheckRecord:    n.adm.CheckRecord,
-		Rules:          (*nodeRules)(n), // job namespaces (namespaces.go)
-		CheckRule:      n.adm.CheckRule,
-		Members:        n.adm, // in a closed grid: which peers may be children, which records route (tree/roles.go)
-		Host:           n.host,
-		Store:          n.store,
-		Parent:         parent,
-		Fallbacks:      fallbacks,
-		RetryPreferred: cfg.RetryPreferred,
-		Site:           cfg.Site,
-		Logger:         cfg.Logger,
-	}
-	if parent == nil && n.dht != nil {
-		// With no parent (a flat cluster's node, or the root), namespace
-		// rules go to the DHT neighbours too: in a flat cluster the only
-		// other nodes it knows (tree/rules.go).
-		tcfg.Peers = func() []peer.ID {
-			var out []peer.ID
-			for _, p := range n.host.Network().Peers() {
-				if n.dht.InRoutingTable(p) {
-					out = append(out, p)
-				}
-			}
-			return out
-		}
-	}
-	if !cfg.NoReplicate {
-		// A relay copies a blob its child put, so that a result is
-		// durable once the head holds it (n.engine is set below, before
-		// the tree starts).
-		tcfg.OnChildPut = func(r blob.Record) { n.engine.Replicate(r) }
-	}
-	// A relay forgets a child that left as a holder of chunks, so that it
-	// sends no sibling to it (n.engine is set below, before the tree
-	// starts).
-	tcfg.OnChildLeft = func(p peer.ID) { n.engine.ChildLeft(p) }
-	if n.tree, err = tree.New(tcfg); err != nil {
-		return nil, fmt.Errorf("tree: %w", err)
-	}
-	n.treeP.Store(n.tree)
-	var finder transfer.Finder
-	if n.dht != nil {
-		n.loc, err = locate.New(locate.Config{
-			Host:     n.host,
-			Searcher: n.dht,
-			Self:     func() locate.Info { return locate.Info{Site: cfg.Site, Gateway: n.tree.Gateway()} },
-			Origin:   n.tree.Origin,
-			Logger:   cfg.Logger,
-		})
-		if err != nil {
-			return nil, err
-		}
-		finder = n.loc
-	}
-	n.engine, err = transfer.New(transfer.Config{
-		Host:             n.host,
-		Store:            n.store,
-		Sources:          n.tree,
-		Finder:           finder,
-		OthersFromStore:  n.tree.Gateway,
-		OnComplete:       n.fetchComplete,
-		CopyMany:         n.copySmall,
-		CopyManyMax:      batchfetch.InlineMax,
-		Mode:             relayMode(cfg.StoreForward),
-		Window:           cfg.Window,
-		SiblingExchange:  !cfg.NoSiblingExchange,
-		MaxUploadRate:    cfg.MaxUploadRate,
-		MaxUploadStreams: cfg.MaxUploadStreams,
-		Bulk:             transfer.BulkConfig{Listen: cfg.BulkListen, Conns: cfg.BulkConns, TrustedLAN: cfg.TrustedLAN, Site: cfg.Site},
-		Logger:           cfg.Logger,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("transfer: %w", err)
-	}
-	// Small blobs asked many at once (GET_MANY's gather, openmany.go).
-	batchfetch.Serve(n.host, n.store, n.pullSmall, cfg.Logger)
-	if err = started("joining the tree"); err != nil {
-		return nil, err
-	}
-	tctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
-	if err = n.engine.Start(tctx); err != nil {
-		return nil, fmt.Errorf("transfer: %w", err)
-	}
-	if err = n.tree.Start(tctx); err != nil {
-		return nil, fmt.Errorf("tree: %w", err)
-	}
-	if cfg.Host == nil {
-		go n.gridLoop(tctx)
-	}
-	go n.expireLoop(tctx)
-	if n.dht != nil {
-		n.provQ = make(chan provideItem, provideQueue)
-		go n.provideLoop(tctx)
-		if parent != nil {
-			go n.dhtModeLoop(tctx)
-		}
-	}
-	if !cfg.NoSocket {
-		n.server = rpcbridge.NewServer(n, rpcbridge.ServerOptions{Logger: cfg.Logger})
-		if n.ln, err = n.server.ListenGroup(SocketPath(cfg.Home), sockGroup.gid); err != nil {
-			return nil, fmt.Errorf("local API: %w", err)
-		}
-		n.served = make(chan error, 1)
-		go func() { n.served <- n.server.Serve(n.ln) }()
-	}
-	n.metrics.setReady()
-	n.log.Info("omst daemon started", "peer", n.host.ID(), "addrs", peerhost.FullAddrs(n.host),
-		"parent", cfg.Parent, "site", cfg.Site, "home", cfg.Home)
-	return n, nil
-}
 
 // ID returns the node's peer ID.
 func (n *Node) ID() peer.ID { return n.host.ID() }
@@ -529,20 +279,6 @@ func (n *Node) putDone(rec blob.Record) (rpcbridge.Info, error) {
 		return rpcbridge.Info{}, fmt.Errorf("put %q: %w", rec.Name, err)
 	}
 	return n.info(rec, m), nil
-}
-
-// pusher is the node's tree.Pusher: its engine, set after the tree is made
-// and before it starts.
-type pusher Node
-
-func (p *pusher) PushChunks(r blob.Record, max int) [][]byte { return p.engine.PushChunks(r, max) }
-func (p *pusher) Pushed(asker peer.ID, n int)                { p.engine.Pushed(asker, n) }
-func (p *pusher) ExpectPush(r blob.Record, parent peer.ID, first, count int) (func(int, []byte), func(error)) {
-	return p.engine.ExpectPush(r, parent, first, count)
-}
-func (p *pusher) HoldsStart(id cid.Cid) bool { return p.engine.HoldsStart(id) }
-func (p *pusher) WaitUpload(ctx context.Context, n int) error {
-	return p.engine.WaitUpload(ctx, n)
 }
 
 // resolve looks name up (through the tree, then the DHT) and returns its

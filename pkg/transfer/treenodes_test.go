@@ -92,9 +92,11 @@ func (n *testNode) restart(t testing.TB, parent *testNode, site string) *testNod
 	return newNodeOn(t, h, parent, site, nil)
 }
 
-// enginePusher is the tree's Pusher: the node's engine, set once it exists
-// (it needs the tree as its source provider).
-type enginePusher struct{ *transfer.Engine }
+// noReplicate is the engine as these nodes subscribe it to their tree:
+// a relay copies no child's put.
+type noReplicate struct{ *transfer.Engine }
+
+func (noReplicate) Replicate(blob.Record) {}
 
 // newNodeOn is newNode on the host h.
 func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap func(*memStore) nodeStore, opts ...nodeOpt) *testNode {
@@ -111,11 +113,6 @@ func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap fu
 	for _, o := range opts {
 		o(&nc)
 	}
-	var eng *transfer.Engine
-	pusher := &enginePusher{}
-	nc.OnPreheat = func(ctx context.Context, r blob.Record) error { return eng.Preheat(ctx, r) }
-	nc.OnChildLeft = func(p peer.ID) { eng.ChildLeft(p) }
-	nc.Pusher = pusher
 	tr, err := tree.New(nc.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -128,11 +125,13 @@ func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap fu
 	if ec.RequestTimeout == 0 {
 		ec.RequestTimeout = nc.RequestTimeout
 	}
-	eng, err = transfer.New(ec)
+	eng, err := transfer.New(ec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pusher.Engine = eng
+	if err := tr.Subscribe(noReplicate{eng}); err != nil {
+		t.Fatal(err)
+	}
 	if err := tr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

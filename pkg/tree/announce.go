@@ -414,7 +414,7 @@ func (t *Tree) takeAnnounced(ctx context.Context, p peer.ID, batch []batchEntry)
 		if changed[k] {
 			t.log.Debug("record announced by child", "name", r.Name, "id", r.ID, "child", p)
 			up = append(up, r)
-			if t.cfg.OnChildPut != nil && len(t.parents) > 0 && r.Origin == p.String() && vias[k] != "" {
+			if t.eng != nil && len(t.parents) > 0 && r.Origin == p.String() && vias[k] != "" {
 				puts = append(puts, r)
 			}
 		}
@@ -429,7 +429,7 @@ func (t *Tree) takeAnnounced(ctx context.Context, p peer.ID, batch []batchEntry)
 		cancel()
 	}
 	for _, r := range puts {
-		t.goTracked(func() { t.cfg.OnChildPut(r) })
+		t.goTracked(func() { t.eng.Replicate(r) })
 	}
 	return errs
 }

@@ -57,13 +57,20 @@ func (n *testNode) stop() {
 }
 
 // nodeCfg configures a test node: its tree and its transfer engine, which
-// takes the tree as its source provider. Replicate wires the tree's
-// OnChildPut to the engine's Replicate, as the daemon does.
+// takes the tree as its source provider and subscribes to it. Replicate
+// lets the engine copy the blobs children put, as the daemon does; Wrap,
+// when set, is given the engine and what it returns is subscribed instead.
 type nodeCfg struct {
 	Config
 	Engine    transfer.Config
 	Replicate bool
+	Wrap      func(Engine) Engine
 }
+
+// noReplicate is an engine that copies no child's put.
+type noReplicate struct{ *transfer.Engine }
+
+func (noReplicate) Replicate(blob.Record) {}
 
 type nodeOpt func(*nodeCfg)
 
@@ -126,15 +133,15 @@ func newNodeOn(t testing.TB, h host.Host, parent *testNode, site string, wrap fu
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sub Engine = noReplicate{eng}
 	if nc.Replicate {
-		tr.cfg.OnChildPut = eng.Replicate
+		sub = eng
 	}
-	tr.cfg.OnPreheat = eng.Preheat
-	tr.cfg.OnChildLeft = eng.ChildLeft
-	if tr.cfg.Pusher == nil {
-		tr.cfg.Pusher = eng
-	} else if w, ok := tr.cfg.Pusher.(*wrappedPusher); ok {
-		w.Pusher = eng
+	if nc.Wrap != nil {
+		sub = nc.Wrap(sub)
+	}
+	if err := tr.Subscribe(sub); err != nil {
+		t.Fatal(err)
 	}
 	if err := tr.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func (t *Tree) keepParent() {
 	pc := NewParentChoice(len(t.parents), 3*t.cfg.Keepalive, t.cfg.RetryPreferred)
 	var fails failLog // keeperlog.go
 	for t.ctx.Err() == nil {
-		t.cur.Store(int32(pc.Current()))
+		t.up.cur.Store(int32(pc.Current()))
 		up, err := t.parentSession(pc.ProbeEvery(), pc.Probe())
 		t.setConnected(false)
 		if t.ctx.Err() != nil {
@@ -296,8 +296,8 @@ func (t *Tree) handleTree(s network.Stream) {
 			t.h.ConnManager().Unprotect(p, protectTag)
 		}
 		t.mu.Unlock()
-		if left && t.cfg.OnChildLeft != nil {
-			t.cfg.OnChildLeft(p)
+		if left && t.eng != nil {
+			t.eng.ChildLeft(p)
 		}
 		t.log.Info("child left", "child", p, "site", h.Site)
 	}()

@@ -338,12 +338,12 @@ func (t *Tree) preheatChild(ctx context.Context, child peer.ID, r blob.Record) e
 }
 
 // servePreheat answers a PREHEAT from one of this node's parents: keep the
-// record, fetch the blob (OnPreheat), answer ACK once it is here.
+// record, fetch the blob (Engine.Preheat), answer ACK once it is here.
 func (t *Tree) servePreheat(p peer.ID, r blob.Record) []byte {
 	if t.parentIndex(p) < 0 {
 		return errorFrame(fmt.Errorf("preheat %q: %s is not a parent of %s", r.Name, p, t.self))
 	}
-	if t.cfg.OnPreheat == nil {
+	if t.eng == nil {
 		return errorFrame(fmt.Errorf("preheat %q: this node does not preheat", r.Name))
 	}
 	if err := t.checkRecord(r); err != nil {
@@ -356,7 +356,7 @@ func (t *Tree) servePreheat(p peer.ID, r blob.Record) []byte {
 	ctx, cancel := context.WithTimeout(t.ctx, PreheatTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := t.cfg.OnPreheat(ctx, r); err != nil {
+	if err := t.eng.Preheat(ctx, r); err != nil {
 		return errorFrame(fmt.Errorf("preheat %q at %s: %w", r.Name, t.self, err))
 	}
 	t.log.Info("preheated", "name", r.Name, "id", r.ID, "size", r.Size, "took", time.Since(start))

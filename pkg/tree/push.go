@@ -83,11 +83,11 @@ func (ps *pushStream) close() {
 // and the pushed copies then crossed the WAN for nothing). The returned
 // release must be called when the lookup is done.
 func (t *Tree) pushRequest(ctx context.Context, q namesRequest, local blob.Record, haveLocal bool) (namesRequest, func()) {
-	if t.cfg.Pusher == nil {
+	if t.eng == nil {
 		q.Type = msgLookup
 		return q, func() {}
 	}
-	holds := haveLocal && t.cfg.Pusher.HoldsStart(local.ID)
+	holds := haveLocal && t.eng.HoldsStart(local.ID)
 	t.mu.Lock()
 	if under := t.pushing[q.Name]; under != nil {
 		t.mu.Unlock()
@@ -115,7 +115,7 @@ func (t *Tree) pushRequest(ctx context.Context, q namesRequest, local blob.Recor
 // pushFor returns the chunks to push to p after a FOUND of r: only to a
 // child in another site that does not hold r's blob already (have).
 func (t *Tree) pushFor(p peer.ID, r blob.Record, have cid.Cid) [][]byte {
-	if t.cfg.Pusher == nil || (have.Defined() && have.Equals(r.ID)) {
+	if t.eng == nil || (have.Defined() && have.Equals(r.ID)) {
 		return nil
 	}
 	t.mu.Lock()
@@ -125,7 +125,7 @@ func (t *Tree) pushFor(p peer.ID, r blob.Record, have cid.Cid) [][]byte {
 	if !across {
 		return nil
 	}
-	return t.cfg.Pusher.PushChunks(r, MaxPushBytes)
+	return t.eng.PushChunks(r, MaxPushBytes)
 }
 
 // sendPush writes chunks (chunk 0 onwards) after a FOUND on s, each once
@@ -138,7 +138,7 @@ func (t *Tree) sendPush(ctx context.Context, s network.Stream, p peer.ID, chunks
 	n := 0
 	var frame []byte
 	for i, c := range chunks {
-		if err := t.cfg.Pusher.WaitUpload(ctx, len(c)); err != nil {
+		if err := t.eng.WaitUpload(ctx, len(c)); err != nil {
 			t.log.Debug("push", "peer", p, "chunk", i, "err", err)
 			break
 		}
@@ -150,7 +150,7 @@ func (t *Tree) sendPush(ctx context.Context, s network.Stream, p peer.ID, chunks
 		n += len(c)
 	}
 	if n > 0 {
-		t.cfg.Pusher.Pushed(p, n)
+		t.eng.Pushed(p, n)
 	}
 }
 
@@ -159,7 +159,7 @@ func (t *Tree) sendPush(ctx context.Context, s network.Stream, p peer.ID, chunks
 // before returning, and reads them in the background, bounded by
 // RequestTimeout. A peer that sends anything else is named.
 func (t *Tree) receivePush(ps *pushStream, r blob.Record, m *blob.Manifest) {
-	if t.cfg.Pusher == nil {
+	if t.eng == nil {
 		return
 	}
 	_ = ps.s.SetDeadline(time.Now().Add(t.cfg.RequestTimeout))
@@ -181,7 +181,7 @@ func (t *Tree) receivePush(ps *pushStream, r blob.Record, m *blob.Manifest) {
 		t.notePeerError(ps.from, "push", err)
 		return
 	}
-	deliver, end := t.cfg.Pusher.ExpectPush(r, ps.from, int(h.First), int(h.Count))
+	deliver, end := t.eng.ExpectPush(r, ps.from, int(h.First), int(h.Count))
 	if deliver == nil {
 		return
 	}

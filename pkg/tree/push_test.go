@@ -13,15 +13,15 @@ import (
 	"github.com/omst-project/omst/pkg/blob"
 )
 
-// wrappedPusher lets a test change what a node pushes; newNodeOn sets its
-// Pusher to the node's engine.
+// wrappedPusher lets a test change what a node pushes: subscribed with
+// the node's engine inside it (nodeCfg.Wrap).
 type wrappedPusher struct {
-	Pusher
+	Engine
 	mangle func(chunks [][]byte) [][]byte
 }
 
 func (w *wrappedPusher) PushChunks(r blob.Record, max int) [][]byte {
-	return w.mangle(w.Pusher.PushChunks(r, max))
+	return w.mangle(w.Engine.PushChunks(r, max))
 }
 
 // getToGet reads name at n as a get does: LOOKUP_GET, then the engine.
@@ -101,7 +101,7 @@ func TestPushCorrupt(t *testing.T) {
 		}
 		return chunks
 	}}
-	root := newNode(t, nil, "root", nil, func(c *nodeCfg) { c.Pusher = wp })
+	root := newNode(t, nil, "root", nil, func(c *nodeCfg) { c.Wrap = func(e Engine) Engine { wp.Engine = e; return wp } })
 	head := newNode(t, root, "a", nil)
 	w := newNode(t, head, "a", nil)
 	waitConnected(t, head, w)

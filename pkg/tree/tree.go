@@ -79,6 +79,10 @@ type Config struct {
 	Host    host.Host      // a libp2p host built by the caller
 	Store   Store          // the local store
 	Parent  *peer.AddrInfo // nil for the root
+	// Parents, when set, are the node's parents instead of Parent and
+	// Fallbacks (which must then be empty): made by NewParents before the
+	// tree, for a part that follows them from before the tree exists.
+	Parents *Parents
 	// Fallbacks are further parents, tried in order when the current
 	// parent cannot be reached (e.g. the root, for a worker whose head
 	// node dies). They are also sources of last resort.
@@ -89,25 +93,6 @@ type Config struct {
 	// never, the node stays where it is until that parent fails too).
 	RetryPreferred time.Duration
 	Site           string
-	// OnChildPut, when set on a node with a parent, is called (in its own
-	// goroutine) with every record that a child announced about a blob it
-	// put itself: a relay replicates such blobs, so that a result is
-	// durable once its head node holds a copy.
-	OnChildPut func(blob.Record)
-	// OnPreheat, when set, fetches a record's blob into the store and
-	// returns when it is there (or ctx ends): a parent's PREHEAT asks for
-	// it (see Preheat).
-	OnPreheat func(ctx context.Context, r blob.Record) error
-	// OnChildLeft, when set, is called with a child's peer ID each time
-	// its session ends (its tree stream closed, failed or went silent),
-	// after Group stopped listing it, unless a newer session of the same
-	// peer has replaced it: a relay's transfer engine forgets the child as
-	// a holder of chunks (transfer.Engine.ChildLeft). It must not block.
-	OnChildLeft func(peer.ID)
-	// Pusher, when set, lets this node push a blob's first chunks after
-	// the FOUND answering a child's LOOKUP_GET across sites, and take the
-	// chunks its parent pushes (push.go).
-	Pusher         Pusher
 	DialTimeout    time.Duration // default 5s
 	RequestTimeout time.Duration // per names request to a peer, default 30s
 	// Keepalive is the PING interval on the tree stream (default 5s); a
@@ -129,8 +114,9 @@ type Tree struct {
 	log     *slog.Logger
 	self    peer.ID
 	parents []peer.AddrInfo // the parent first, then the fallbacks; empty on the root
+	up      *Parents        // parents, and which of them is current
 	protos  []protocol.ID   // the names versions served and asked with, the newest first
-	cur     atomic.Int32    // index in parents of the current parent
+	eng     Engine          // set by Subscribe before Start; nil: none
 
 	ctx    context.Context // lives from Start to Close
 	cancel context.CancelFunc
@@ -209,20 +195,20 @@ func New(cfg Config) (*Tree, error) {
 	if len(cfg.namesVersions) > 0 {
 		t.protos = cfg.namesVersions
 	}
-	if cfg.Parent != nil {
-		t.parents = append(t.parents, *cfg.Parent)
-		t.parents = append(t.parents, cfg.Fallbacks...)
-	} else if len(cfg.Fallbacks) > 0 {
-		return nil, errors.New("tree: fallback parents without a parent")
+	t.up = cfg.Parents
+	if t.up == nil {
+		up, err := NewParents(cfg.Parent, cfg.Fallbacks)
+		if err != nil {
+			return nil, err
+		}
+		t.up = up
+	} else if cfg.Parent != nil || len(cfg.Fallbacks) > 0 {
+		return nil, errors.New("tree: both Parents and Parent or Fallbacks")
 	}
-	for i, p := range t.parents {
+	t.parents = t.up.list
+	for _, p := range t.parents {
 		if p.ID == t.self {
 			return nil, errors.New("tree: a parent is this node itself")
-		}
-		for _, q := range t.parents[:i] {
-			if q.ID == p.ID {
-				return nil, fmt.Errorf("tree: parent %s given twice", p.ID)
-			}
 		}
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -381,7 +367,7 @@ func (t *Tree) parentID() peer.ID {
 	if len(t.parents) == 0 {
 		return ""
 	}
-	return t.parents[t.cur.Load()].ID
+	return t.parents[t.up.cur.Load()].ID
 }
 
 // parentIndex returns the index of p in t.parents, or -1.
@@ -410,19 +396,7 @@ func (t *Tree) checkRecord(r blob.Record) error {
 // the root).
 func (t *Tree) Parents() []peer.ID { return t.parentIDs() }
 
-func (t *Tree) parentIDs() []peer.ID {
-	if len(t.parents) == 0 {
-		return nil
-	}
-	c := int(t.cur.Load())
-	out := []peer.ID{t.parents[c].ID}
-	for i, p := range t.parents {
-		if i != c {
-			out = append(out, p.ID)
-		}
-	}
-	return out
-}
+func (t *Tree) parentIDs() []peer.ID { return t.up.IDs() }
 
 // addrOf names a parent as multiaddr/p2p/ID (its first address).
 func addrOf(p peer.AddrInfo) string {
@@ -437,7 +411,7 @@ func (t *Tree) parentAddr() string {
 	if len(t.parents) == 0 {
 		return ""
 	}
-	return addrOf(t.parents[t.cur.Load()])
+	return addrOf(t.parents[t.up.cur.Load()])
 }
 
 // Describe names a peer for messages: its ID, and for a parent its address.
