@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/omst-project/omst/pkg/wanemu/ifstat"
+	"github.com/omst-project/omst/internal/wanemu/ifstat"
 )
 
 // worker downloads the torrent with aria2c from the start instant, records

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/omst-project/omst/pkg/wanemu"
+	"github.com/omst-project/omst/internal/wanemu"
 )
 
 func cmdCheck(args []string) int {

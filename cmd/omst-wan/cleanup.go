@@ -8,7 +8,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/omst-project/omst/pkg/wanemu"
+	"github.com/omst-project/omst/internal/wanemu"
 )
 
 func cmdCleanup(args []string) int {

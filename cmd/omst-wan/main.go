@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/omst-project/omst/pkg/wanemu"
+	"github.com/omst-project/omst/internal/wanemu"
 )
 
 // Exit statuses.
@@ -59,7 +59,7 @@ runs in OUT/<host>. Its environment:
                      (they share this machine's file system), e.g. to
                      coordinate through files; removed at teardown
   OMST_WAN_WAN_IFACE heads: the interface of the site's WAN link; its
-                     received bytes (/proc/net/dev, pkg/wanemu/ifstat) are
+                     received bytes (/proc/net/dev, internal/wanemu/ifstat) are
                      what entered the site, headers included. "" elsewhere
   OMST_WAN_SITES, OMST_WAN_WORKERS, OMST_WAN_WAN_BW (bit/s),
   OMST_WAN_WAN_DELAY (one way), OMST_WAN_LAN_BW (bit/s)

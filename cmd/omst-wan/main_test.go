@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/omst-project/omst/pkg/wanemu"
+	"github.com/omst-project/omst/internal/wanemu"
 )
 
 func TestTopoFlags(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/omst-project/omst/pkg/wanemu"
+	"github.com/omst-project/omst/internal/wanemu"
 )
 
 type runFlags struct {

@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/omst-project/omst/pkg/wanemu"
+	"github.com/omst-project/omst/internal/wanemu"
 )
 
 // topoFlags are the flags every topology-building command shares.

@@ -3,8 +3,8 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/omst-project/omst/internal/emugrid"
 	"github.com/omst-project/omst/pkg/bytesize"
-	"github.com/omst-project/omst/pkg/emugrid"
 )
 
 func demoCmd(g *globals) *cobra.Command {

@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/omst-project/omst/internal/wanemu"
 	"github.com/omst-project/omst/pkg/rpcbridge"
-	"github.com/omst-project/omst/pkg/wanemu"
 )
 
 // gridSSHSkip skips the test, recording why in $OMST_SKIPS (the file
@@ -41,7 +41,7 @@ func gridSSHSkip(t *testing.T, format string, args ...any) {
 	t.Skip("skipping: " + reason)
 }
 
-// TestGridUpSSH brings a grid up for real: an emulated WAN (pkg/wanemu: a
+// TestGridUpSSH brings a grid up for real: an emulated WAN (internal/wanemu: a
 // root, 2 sites of a head and 2 workers, each host a network namespace)
 // with an sshd on every host's data address, and `omst grid up` run from
 // the root's namespace (the master's machine) reaching the heads directly

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/omst-project/omst/internal/wanemu/ifstat"
 	"github.com/omst-project/omst/pkg/rpcbridge"
-	"github.com/omst-project/omst/pkg/wanemu/ifstat"
 	"github.com/testground/sdk-go/network"
 	"github.com/testground/sdk-go/run"
 	"github.com/testground/sdk-go/runtime"
