@@ -466,6 +466,7 @@ func (n *Node) Status(ctx context.Context) (rpcbridge.Status, error) {
 		BytesPassedOn:   es.BytesPassedOn,
 		PushSent:        es.PushSent,
 		PushReceived:    es.PushReceived,
+		Bulk:            n.bulkStatus(es),
 		Warnings:        hostWarnings(),
 		ErrorsByPeer:    map[string]uint64{},
 		Version:         Version,

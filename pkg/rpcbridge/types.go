@@ -129,6 +129,8 @@ type Status struct {
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`
+	// Bulk counts the bulk path (BulkStatus).
+	Bulk *BulkStatus `json:"bulk,omitempty"`
 	// Membership: Open says this daemon admits anyone who can reach it
 	// (no grid material); otherwise Membership describes the grid.
 	Open       bool        `json:"open"`

@@ -244,6 +244,7 @@ type Engine struct {
 	server *server.Server // serves the fetch protocol: decisions, reply budgets, upload limit
 
 	bulkL *bulk.Listener // nil without Config.Bulk.Listen (set by Start)
+	bulkK bulk.Counters  // the bulk path's, at both ends (Status)
 }
 
 // New checks cfg, fills in defaults and returns an Engine; Start makes it
@@ -317,7 +318,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	var dialer *bulk.Dialer
 	if cfg.Bulk.Conns > 0 {
-		dialer = &bulk.Dialer{Host: cfg.Host, Policy: bulk.Policy{TrustedLAN: cfg.Bulk.TrustedLAN, Site: cfg.Bulk.Site}, Dial: min(cfg.DialTimeout, 2*time.Second)}
+		dialer = &bulk.Dialer{Host: cfg.Host, Policy: bulk.Policy{TrustedLAN: cfg.Bulk.TrustedLAN, Site: cfg.Bulk.Site}, Dial: min(cfg.DialTimeout, 2*time.Second), Counters: &e.bulkK}
 	}
 	e.client = fetchclient.New(fetchclient.Config{Host: cfg.Host, DialTimeout: cfg.DialTimeout, RequestTimeout: cfg.RequestTimeout,
 		StreamsPerPeer: cfg.StreamsPerPeer, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats,
@@ -346,7 +347,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if b := e.cfg.Bulk; b.Listen != "" {
 		l, err := bulk.Listen(bulk.ListenerConfig{Addr: b.Listen, Table: &bulk.Table{}, Policy: bulk.Policy{TrustedLAN: b.TrustedLAN, Site: b.Site},
 			Member: func(p peer.ID) bool { return e.h.Network().Connectedness(p) == network.Connected },
-			Serve:  func(c *bulk.Conn) { e.server.Serve(c, c.Peer, true) }, Log: e.log})
+			Serve:  func(c *bulk.Conn) { e.server.Serve(c, c.Peer, true) }, Counters: &e.bulkK, Log: e.log})
 		if err != nil {
 			e.mu.Lock()
 			e.started = false
@@ -475,6 +476,21 @@ type Status struct {
 	// BulkServing is the bulk connections this node's listener holds
 	// open now (an asker closes one unused for BulkConfig.Idle).
 	BulkServing int
+	// BulkOpen is the bulk connections open now at either end (opened by
+	// this node or served by its listener).
+	BulkOpen int64
+	// BulkTicketsIssued counts the tickets this node's listener granted,
+	// BulkTicketsRedeemed those it took for a connection,
+	// BulkTicketsRefused the hellos whose ticket it refused (unknown,
+	// expired, replayed, or its peer no longer a member), and
+	// BulkRequestsRefused the ticket requests it answered UNAVAILABLE
+	// (another site, not a member, too many outstanding, malformed).
+	BulkTicketsIssued, BulkTicketsRedeemed, BulkTicketsRefused, BulkRequestsRefused uint64
+	// BulkSentPlain, BulkSentSealed, BulkReceivedPlain and
+	// BulkReceivedSealed count the fetch protocol's bytes this node's bulk
+	// connections carried, by mode (a sealed connection's AES-GCM framing
+	// not counted).
+	BulkSentPlain, BulkSentSealed, BulkReceivedPlain, BulkReceivedSealed uint64
 }
 
 // BulkPort is the port of this node's bulk listener (0: none; set by
@@ -521,7 +537,13 @@ func (e *Engine) Status() Status {
 	if e.bulkL != nil {
 		st.BulkAccepted, st.BulkRefused = e.bulkL.Stats.Accepted.Load(), e.bulkL.Stats.Refused.Load()
 		st.BulkServing = e.bulkL.Open()
+		st.BulkTicketsIssued = e.bulkL.Stats.Granted.Load()
 	}
+	k := &e.bulkK
+	st.BulkOpen = k.Open.Load()
+	st.BulkTicketsRedeemed, st.BulkTicketsRefused, st.BulkRequestsRefused = k.TicketsRedeemed.Load(), k.TicketsRefused.Load(), k.RequestsRefused.Load()
+	st.BulkSentPlain, st.BulkSentSealed = k.SentPlain.Load(), k.SentSealed.Load()
+	st.BulkReceivedPlain, st.BulkReceivedSealed = k.ReceivedPlain.Load(), k.ReceivedSealed.Load()
 	for k := range SourceKind(source.NumKinds) {
 		st.BytesIn[k.String()] = e.stats.BytesIn[k].Load()
 		st.BytesOut[k.String()] = e.stats.BytesOut[k].Load()

@@ -22,6 +22,9 @@ type Dialer struct {
 	Host   host.Host
 	Policy Policy        // this node's
 	Dial   time.Duration // bounds the ticket request and each dial (default 2s)
+	// Counters, when set, counts the connections opened and their bytes
+	// (shared with the node's Listener).
+	Counters *Counters
 }
 
 // Open opens a bulk connection to p. It fails with an error wrapping
@@ -115,5 +118,5 @@ func (d *Dialer) connect(ctx context.Context, p peer.ID, ip net.IP, g Grant, t T
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return newConn(c, p, g.Mode, t.Key, true)
+	return newConn(c, p, g.Mode, t.Key, true, d.Counters)
 }

@@ -21,10 +21,12 @@ type Conn struct {
 	Mode Mode
 	raw  net.Conn
 	rw   io.ReadWriter // raw, or a sealedConn over it
+	ctr  *Counters     // nil: not counted
+	shut atomic.Bool   // closed (counted once)
 }
 
-func newConn(raw net.Conn, p peer.ID, m Mode, key []byte, dialer bool) (*Conn, error) {
-	c := &Conn{Peer: p, Mode: m, raw: raw, rw: raw}
+func newConn(raw net.Conn, p peer.ID, m Mode, key []byte, dialer bool, ctr *Counters) (*Conn, error) {
+	c := &Conn{Peer: p, Mode: m, raw: raw, rw: raw, ctr: ctr}
 	if m == ModeSealed {
 		sc, err := newSealedConn(raw, key, dialer)
 		if err != nil {
@@ -32,11 +34,28 @@ func newConn(raw net.Conn, p peer.ID, m Mode, key []byte, dialer bool) (*Conn, e
 		}
 		c.rw = sc
 	}
+	ctr.opened()
 	return c, nil
 }
 
-func (c *Conn) Read(p []byte) (int, error)  { return c.rw.Read(p) }
-func (c *Conn) Write(p []byte) (int, error) { return c.rw.Write(p) }
+func (c *Conn) Read(p []byte) (int, error) {
+	n, err := c.rw.Read(p)
+	c.ctr.count(c.Mode, false, n)
+	return n, err
+}
+
+func (c *Conn) Write(p []byte) (int, error) {
+	n, err := c.rw.Write(p)
+	c.ctr.count(c.Mode, true, n)
+	return n, err
+}
+
+// uncount takes c off Counters.Open, once.
+func (c *Conn) uncount() {
+	if !c.shut.Swap(true) {
+		c.ctr.closed()
+	}
+}
 
 // SetWriteDeadline bounds the writes to come.
 func (c *Conn) SetWriteDeadline(t time.Time) error { return c.raw.SetWriteDeadline(t) }
@@ -45,13 +64,17 @@ func (c *Conn) SetWriteDeadline(t time.Time) error { return c.raw.SetWriteDeadli
 func (c *Conn) SetReadDeadline(t time.Time) error { return c.raw.SetReadDeadline(t) }
 
 // Close closes the connection; bytes written before are still sent.
-func (c *Conn) Close() error { return c.raw.Close() }
+func (c *Conn) Close() error {
+	c.uncount()
+	return c.raw.Close()
+}
 
 // Reset closes the connection at once, discarding what is unsent.
 func (c *Conn) Reset() error {
 	if tc, ok := c.raw.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
 	}
+	c.uncount()
 	return c.raw.Close()
 }
 
@@ -71,6 +94,9 @@ type ListenerConfig struct {
 	// Serve serves the fetch protocol on an accepted connection until it
 	// ends; it owns c (closes it).
 	Serve func(c *Conn)
+	// Counters, when set, counts the listener's tickets and connections
+	// (shared with the node's Dialer).
+	Counters *Counters
 	// HelloTimeout bounds the wait for a connection's hello (default 5s).
 	HelloTimeout time.Duration
 	Log          *slog.Logger
@@ -221,7 +247,7 @@ func (bl *Listener) handshake(c net.Conn) (*Conn, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return newConn(c, p, m, key, false)
+	return newConn(c, p, m, key, false, bl.cfg.Counters)
 }
 
 // redeem checks a hello: its ticket, and that its peer may still be
@@ -232,12 +258,14 @@ func (bl *Listener) redeem(hello []byte) (peer.ID, Mode, []byte, error) {
 		return "", 0, nil, err
 	}
 	p, m, key, err := bl.cfg.Table.Redeem(id)
+	if err == nil && bl.cfg.Member != nil && !bl.cfg.Member(p) {
+		err = fmt.Errorf("%w: %s", ErrNotMember, p)
+	}
 	if err != nil {
+		bl.cfg.Counters.redeemed(false)
 		return "", 0, nil, err
 	}
-	if bl.cfg.Member != nil && !bl.cfg.Member(p) {
-		return "", 0, nil, fmt.Errorf("%w: %s", ErrNotMember, p)
-	}
+	bl.cfg.Counters.redeemed(true)
 	return p, m, key, nil
 }
 
@@ -262,23 +290,29 @@ func (bl *Listener) HandleTickets(s network.Stream) {
 	q, err := DecodeTicketRequest(b[:n])
 	if err != nil {
 		bl.cfg.Log.Info("bulk: bad ticket request", "peer", p, "err", err)
-		_, _ = s.Write(AppendUnavailable(nil, err.Error()))
+		bl.refuseRequest(s, AppendUnavailable(nil, err.Error()))
 		return
 	}
 	if bl.cfg.Member != nil && !bl.cfg.Member(p) {
-		_, _ = s.Write(AppendUnavailable(nil, "not an admitted member"))
+		bl.refuseRequest(s, AppendUnavailable(nil, "not an admitted member"))
 		return
 	}
 	if own := bl.cfg.Policy.Site; !SameSite(own, q.Site) {
-		_, _ = s.Write(AppendUnavailable(nil, fmt.Sprintf("bulk connections only inside site %q (asked from %q)", own, q.Site)))
+		bl.refuseRequest(s, AppendUnavailable(nil, fmt.Sprintf("bulk connections only inside site %q (asked from %q)", own, q.Site)))
 		return
 	}
 	m := ChooseMode(bl.cfg.Policy, Policy{TrustedLAN: q.Trusted, Site: q.Site})
 	ts, err := bl.cfg.Table.Issue(p, m, q.Count)
 	if err != nil {
-		_, _ = s.Write(AppendUnavailable(nil, err.Error()))
+		bl.refuseRequest(s, AppendUnavailable(nil, err.Error()))
 		return
 	}
 	bl.Stats.Granted.Add(uint64(len(ts)))
 	_, _ = s.Write(AppendGrant(nil, Grant{Mode: m, Port: bl.Port(), TTL: bl.cfg.Table.ttl(), Tickets: ts}))
+}
+
+// refuseRequest answers a ticket request with b (its UNAVAILABLE), counted.
+func (bl *Listener) refuseRequest(s network.Stream, b []byte) {
+	bl.cfg.Counters.requestRefused()
+	_, _ = s.Write(b)
 }
