@@ -1,10 +1,13 @@
 package exchange
 
 import (
+	"slices"
 	"time"
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 )
 
 // This file holds the relay's in-site distribution decisions as plain code:
@@ -57,7 +60,16 @@ type DistributorConfig struct {
 	// Idle is how long a blob's state is kept after its last request
 	// (default 10 minutes).
 	Idle time.Duration
+	// MaxDeflect is how many of one child's deflectable GET_DIRECTs for
+	// one chunk (fetch 1.4.0, Ask.Deflect) the relay answers with a
+	// REDIRECT to a complete holder or a BUSY before it serves the chunk
+	// itself (default DefaultMaxDeflect, at most fetchwire.MaxDeflections;
+	// < 0: none, every GET_DIRECT served as in 1.3.0).
+	MaxDeflect int
 }
+
+// DefaultMaxDeflect is DistributorConfig.MaxDeflect's default.
+const DefaultMaxDeflect = 2
 
 // Distributor decides, at a relay, how its children's chunk requests are
 // answered. Children are grouped (by site): a child is only ever sent to a
@@ -80,6 +92,18 @@ type chunkDist struct {
 	direct  int         // copies the relay sent itself
 	holders []holderRef // in the order they were assigned
 	sent    time.Time   // when the relay first had the chunk to send into the site
+	// deflects: per child, its GET_DIRECTs for this chunk deflected so
+	// far and the holders it named failed (nil until the first; at most
+	// maxHolders children).
+	deflects map[peer.ID]*deflectRec
+}
+
+// deflectRec is what a relay remembers of one child's GET_DIRECTs for one
+// chunk: how many it deflected, and the holders the child named failed
+// (never a target for it again; each counted against its holder once).
+type deflectRec struct {
+	n     int
+	avoid []peer.ID
 }
 
 type holderRef struct {
@@ -87,6 +111,9 @@ type holderRef struct {
 	group string
 	fed   int32 // siblings sent to it for this chunk
 	depth int32 // hops from the relay: 1 for a copy it sent, its feeder's + 1
+	// complete: the relay wrote the whole chunk to it and its stream took
+	// the last byte (NoteComplete): it holds the chunk, not only asked.
+	complete bool
 }
 
 // DefaultMaxDepth is DistributorConfig.MaxDepth's default.
@@ -109,6 +136,13 @@ func NewDistributor(cfg DistributorConfig) *Distributor {
 	if cfg.MaxDepth <= 0 {
 		cfg.MaxDepth = DefaultMaxDepth
 	}
+	switch {
+	case cfg.MaxDeflect == 0:
+		cfg.MaxDeflect = DefaultMaxDeflect
+	case cfg.MaxDeflect < 0:
+		cfg.MaxDeflect = 0
+	}
+	cfg.MaxDeflect = min(cfg.MaxDeflect, fetchwire.MaxDeflections)
 	return &Distributor{cfg: cfg, blobs: map[cid.Cid]*blobDist{}}
 }
 
@@ -125,6 +159,9 @@ type Ask struct {
 	Group   string
 	// Direct: a retry that must not be redirected (GET_DIRECT).
 	Direct bool
+	// Deflect: a plain GET_DIRECT (not a hedge) that takes a REDIRECT to
+	// a complete holder or a BUSY in reply (fetch 1.4.0; Deflect).
+	Deflect bool
 	// Hedge: a GET_DIRECT if-present, the asker's second request for a
 	// chunk it asked a sibling for: served only if the chunk is here, or
 	// declined for HedgeGrace; never redirected, and no holder changes
@@ -186,24 +223,132 @@ func SlowBackoffFor(pace Pace, depth int) time.Duration {
 	return HedgeGraceFor(pace, depth) * 5 / 4
 }
 
-// Decide answers a child's request a at now: the sibling to redirect the
-// child to, or "" for the relay to send the chunk itself. Either way the
-// child becomes a holder of the chunk. A sibling a names slow is a target
-// of last resort for SlowBackoffFor(pace, the chunk's depth). A target
-// that turns out to be gone is reported with Redecide.
-func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
-	id, index, child, group, direct, failed := a.Blob, a.Index, a.Child, a.Group, a.Direct, a.Failed
+// blob returns id's state, made if new, used at now.
+func (d *Distributor) blob(now time.Time, id cid.Cid) *blobDist {
 	b := d.blobs[id]
 	if b == nil {
 		b = &blobDist{chunks: map[uint32]*chunkDist{}, failures: map[peer.ID]int{}, fed: map[peer.ID]int{}, slow: map[peer.ID]time.Time{}}
 		d.blobs[id] = b
 	}
 	b.lastUse = now
+	return b
+}
+
+// chunk returns chunk index's state in b, made if new.
+func (b *blobDist) chunk(index uint32) *chunkDist {
 	c := b.chunks[index]
 	if c == nil {
 		c = &chunkDist{}
 		b.chunks[index] = c
 	}
+	return c
+}
+
+// Deflection is Deflect's answer to a child's GET_DIRECT: send it to
+// Target (a holder with the chunk complete), or, Busy, tell it to ask
+// again later; neither: serve it (Decide).
+type Deflection struct {
+	Target peer.ID
+	Busy   bool
+}
+
+// Deflect decides a child's deflectable GET_DIRECT a (a.Deflect, fetch
+// 1.4.0) before Decide, at now; busy says the relay's port has more than
+// its bound to write to its children (and it can say when to ask again).
+// The holder a names failed is counted against it once per child and
+// chunk (however often the child asks again) and is never its target.
+// While fewer than MaxDeflect of the child's GET_DIRECTs for the chunk
+// were deflected: to a holder of its group that has the chunk complete
+// (NoteComplete), other than the child and those it named failed, not
+// failed MaxFailures times for the blob nor reported slow, the one that
+// fed the fewest siblings of the blob (then the earliest), whatever its
+// fanout, which then feeds the child (the child is a holder one hop below
+// it); else, busy, Busy. Otherwise (the zero Deflection) the chunk is
+// served: the caller then calls Decide with a.Failed cleared (counted
+// here).
+func (d *Distributor) Deflect(now time.Time, a Ask, busy bool) Deflection {
+	b := d.blob(now, a.Blob)
+	c := b.chunk(a.Index)
+	rec := c.deflects[a.Child]
+	if rec == nil {
+		if len(c.deflects) >= maxHolders {
+			if a.Failed != "" {
+				b.failures[a.Failed]++
+				c.remove(a.Failed)
+			}
+			return Deflection{} // bounded: served
+		}
+		if c.deflects == nil {
+			c.deflects = map[peer.ID]*deflectRec{}
+		}
+		rec = &deflectRec{}
+		c.deflects[a.Child] = rec
+	}
+	if a.Failed != "" && !slices.Contains(rec.avoid, a.Failed) {
+		rec.avoid = append(rec.avoid, a.Failed)
+		b.failures[a.Failed]++
+		c.remove(a.Failed)
+	}
+	if rec.n >= d.cfg.MaxDeflect {
+		return Deflection{}
+	}
+	best := -1
+	for i := range c.holders {
+		h := &c.holders[i]
+		if !h.complete || h.group != a.Group || h.peer == a.Child || slices.Contains(rec.avoid, h.peer) ||
+			b.failures[h.peer] >= d.cfg.MaxFailures || now.Before(b.slow[h.peer]) {
+			continue
+		}
+		if best < 0 || b.fed[h.peer] < b.fed[c.holders[best].peer] {
+			best = i
+		}
+	}
+	if best >= 0 {
+		h := &c.holders[best]
+		h.fed++
+		b.fed[h.peer]++
+		t, depth := h.peer, h.depth+1
+		rec.n++
+		if i := c.find(a.Child); i >= 0 {
+			c.holders[i].depth, c.holders[i].complete = depth, false
+		} else {
+			c.holders = append(c.holders, holderRef{peer: a.Child, group: a.Group, depth: depth})
+			c.trim(d.cfg.Fanout)
+		}
+		return Deflection{Target: t}
+	}
+	if busy {
+		rec.n++
+		return Deflection{Busy: true}
+	}
+	return Deflection{}
+}
+
+// NoteComplete records at now that the relay wrote the whole of chunk
+// index of blob id to child p (of group) and p's stream took its last
+// byte: p holds the chunk complete, a target for deflected GET_DIRECTs
+// (Deflect) until it leaves (DropPeer), is reported failed by a child
+// sent to it, or asks for the chunk again (it lost it).
+func (d *Distributor) NoteComplete(now time.Time, id cid.Cid, index uint32, p peer.ID, group string) {
+	b := d.blob(now, id)
+	c := b.chunk(index)
+	if i := c.find(p); i >= 0 {
+		c.holders[i].complete = true
+		return
+	}
+	c.holders = append(c.holders, holderRef{peer: p, group: group, depth: 1, complete: true})
+	c.trim(d.cfg.Fanout)
+}
+
+// Decide answers a child's request a at now: the sibling to redirect the
+// child to, or "" for the relay to send the chunk itself. Either way the
+// child becomes a holder of the chunk. A sibling a names slow is a target
+// of last resort for SlowBackoffFor(pace, the chunk's depth). A target
+// that turns out to be gone is reported with Redecide.
+func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
+	index, child, group, direct, failed := a.Index, a.Child, a.Group, a.Direct, a.Failed
+	b := d.blob(now, a.Blob)
+	c := b.chunk(index)
 	if failed != "" {
 		b.failures[failed]++
 		c.remove(failed)
@@ -269,29 +414,34 @@ func (d *Distributor) Decide(now time.Time, a Ask, pace Pace) peer.ID {
 		c.direct++
 	}
 	c.holders = append(c.holders, holderRef{peer: child, group: group, depth: int32(depth)})
-	if len(c.holders) > maxHolders {
-		// Forget a holder that has no room left (the oldest), else the
-		// deepest (the newest of them): the state of a chunk stays
-		// bounded however many ask, and the holders nearest the relay,
-		// which the next askers are sent to, are kept.
-		drop := -1
-		for i, h := range c.holders {
-			if int(h.fed) >= d.cfg.Fanout {
-				drop = i
-				break
-			}
-		}
-		if drop < 0 {
-			drop = 0
-			for i, h := range c.holders {
-				if h.depth >= c.holders[drop].depth {
-					drop = i
-				}
-			}
-		}
-		c.holders = append(c.holders[:drop], c.holders[drop+1:]...)
-	}
+	c.trim(d.cfg.Fanout)
 	return target
+}
+
+// trim keeps c's holders within maxHolders: it forgets a holder that has
+// no room left (the oldest), else the deepest (the newest of them), so
+// that the state of a chunk stays bounded however many ask, and the
+// holders nearest the relay, which the next askers are sent to, are kept.
+func (c *chunkDist) trim(fanout int) {
+	if len(c.holders) <= maxHolders {
+		return
+	}
+	drop := -1
+	for i, h := range c.holders {
+		if int(h.fed) >= fanout {
+			drop = i
+			break
+		}
+	}
+	if drop < 0 {
+		drop = 0
+		for i, h := range c.holders {
+			if h.depth >= c.holders[drop].depth {
+				drop = i
+			}
+		}
+	}
+	c.holders = append(c.holders[:drop], c.holders[drop+1:]...)
 }
 
 // Redecide answers a's request again: the target Decide chose for it,
@@ -411,6 +561,7 @@ func (d *Distributor) DropPeer(p peer.ID) {
 		delete(b.slow, p)
 		for _, c := range b.chunks {
 			c.remove(p)
+			delete(c.deflects, p)
 		}
 	}
 }

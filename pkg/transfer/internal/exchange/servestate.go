@@ -6,6 +6,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/omst-project/omst/pkg/transfer/internal/peerrate"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
 )
 
@@ -61,13 +62,26 @@ type ServeConfig struct {
 const DefaultHedgeBacklog = 1 << 20
 
 // Backlog is what the server has to write to its connected children when
-// a hedge is decided (ServeEvent.Backlog): Bytes taken up by its reply
-// writers and not yet handed to the children's streams. Known: the server
+// a child's request is decided (ServeEvent.Backlog): Bytes taken up by its
+// reply writers and not yet handed to the children's streams, and Sent,
+// the chunk bytes it has handed to them so far (a count that only grows:
+// with Bytes, how fast its port drains, peerrate.Drain). Known: the server
 // measures it; the zero Backlog (not measured) gates nothing.
 type Backlog struct {
-	Bytes int64
-	Known bool
+	Bytes, Sent int64
+	Known       bool
 }
+
+// Bounds of a BUSY's retry-after (fetch 1.4.0): the time the relay's
+// backlog above HedgeBacklog takes to drain at the rate measured, within
+// [minRetryAfter, maxRetryAfter]. The floor is timer and scheduling
+// noise; the ceiling keeps a child's wait for a chunk bounded by
+// MaxDeflect ceilings (2 x 2 s by default) however slow the port, well
+// within a request's timeout.
+const (
+	minRetryAfter = 50 * time.Millisecond
+	maxRetryAfter = 2 * time.Second
+)
 
 // ServeEventKind says what happened.
 type ServeEventKind uint8
@@ -99,6 +113,11 @@ const (
 	// ServeTick: time passed; blobs idle for DistributorConfig.Idle are
 	// forgotten (at most once per sweepEvery). ActNone.
 	ServeTick
+	// ServeDelivered: the whole of chunk Ask.Index of Ask.Blob was written
+	// to Ask.Child, a connected child of Ask.Group (Ask.Grouped), and its
+	// stream took the last byte: the child holds it complete, a target
+	// for deflected GET_DIRECTs (Distributor.NoteComplete). ActNone.
+	ServeDelivered
 )
 
 // ServeEvent is one thing that happened to the server, for Step.
@@ -120,8 +139,10 @@ type ServeEvent struct {
 	// HedgeGrace and SlowBackoff apply.
 	Pace Pace
 	// Backlog is what the server has to write to its children (ServeAsk
-	// of a hedge): past its grace, a hedge is served only while
-	// Backlog.Bytes is at most ServeConfig.HedgeBacklog.
+	// of a connected child): past its grace, a hedge is served only while
+	// Backlog.Bytes is at most ServeConfig.HedgeBacklog, and above it a
+	// deflectable GET_DIRECT with no complete holder to go to is answered
+	// BUSY. Every ask with a Backlog known feeds the drain rate.
 	Backlog Backlog
 	// Second (ServeSent): the chunk sent is a second copy into the site.
 	Second bool
@@ -145,13 +166,16 @@ const (
 	ActDecline
 	// ActRefuse: refuse (reset) the stream: MaxUploadStreams are served.
 	ActRefuse
+	// ActBusy: answer the deflectable GET_DIRECT BUSY, to be asked again
+	// after Wait (fetch 1.4.0).
+	ActBusy
 )
 
 // ServeDecision is Step's answer.
 type ServeDecision struct {
 	Action ServeAction
 	Target peer.ID       // ActRedirect: the sibling to send the asker to
-	Wait   time.Duration // ActDecline: how much longer hedges for the chunk are declined
+	Wait   time.Duration // ActDecline: how much longer hedges for the chunk are declined; ActBusy: the retry-after
 	Busy   bool          // ActDecline: declined for the backlog to the children (or Budget), not the grace
 	Budget bool          // ActDecline (with Busy): declined for the copy budget
 }
@@ -174,6 +198,8 @@ func (d ServeDecision) String() string {
 		return "decline " + d.Wait.String()
 	case ActRefuse:
 		return "refuse"
+	case ActBusy:
+		return "busy " + d.Wait.String()
 	}
 	return fmt.Sprintf("action(%d)", d.Action)
 }
@@ -187,6 +213,7 @@ type ServeState struct {
 	other     int          // fetch streams served to peers of KindOther
 	backlog   int64        // HedgeBacklog (< 0: no bound)
 	copies    Budget       // second copies into the site (CopyShare)
+	drain     peerrate.Drain
 	lastSweep time.Time
 }
 
@@ -245,6 +272,10 @@ func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 		if s.dist != nil {
 			s.dist.DropPeer(ev.Peer)
 		}
+	case ServeDelivered:
+		if s.dist != nil && ev.Ask.Grouped {
+			s.dist.NoteComplete(now, ev.Ask.Blob, ev.Ask.Index, ev.Ask.Child, ev.Ask.Group)
+		}
 	case ServeTick:
 		s.tick(now)
 	}
@@ -256,6 +287,25 @@ func (s *ServeState) Step(now time.Time, ev ServeEvent) ServeDecision {
 func (s *ServeState) ask(now time.Time, a Ask, pace Pace, bl Backlog) ServeDecision {
 	if s.dist == nil {
 		return ServeDecision{Action: ActServe}
+	}
+	if bl.Known {
+		s.drain.Note(now, bl.Sent, bl.Bytes)
+	}
+	if a.Direct && a.Deflect && a.Grouped && !a.Hedge {
+		// A GET_DIRECT that takes a REDIRECT or BUSY (fetch 1.4.0): to
+		// a sibling that holds the chunk complete, else, with the port
+		// busy, asked again once its backlog has drained; at most
+		// MaxDeflect times per child and chunk, then served.
+		s.tick(now)
+		retry, busy := s.busyFor(bl)
+		switch df := s.dist.Deflect(now, a, busy); {
+		case df.Target != "":
+			return ServeDecision{Action: ActRedirect, Target: df.Target}
+		case df.Busy:
+			return ServeDecision{Action: ActBusy, Wait: retry}
+		}
+		a.Failed = "" // counted by Deflect
+		return redirectOrServe(s.dist.Decide(now, a, pace))
 	}
 	if a.Hedge {
 		// A hedge for a chunk just sent into the site is declined (and
@@ -292,6 +342,21 @@ func (s *ServeState) ask(now time.Time, a Ask, pace Pace, bl Backlog) ServeDecis
 	}
 	s.tick(now)
 	return redirectOrServe(s.dist.Decide(now, a, pace))
+}
+
+// busyFor reports whether a deflectable GET_DIRECT finds the port busy
+// (bl above HedgeBacklog, and a drain rate measured to say when to ask
+// again), and the retry-after: the time the bytes above the bound take to
+// leave at that rate, within [minRetryAfter, maxRetryAfter].
+func (s *ServeState) busyFor(bl Backlog) (time.Duration, bool) {
+	if !bl.Known || s.backlog < 0 || bl.Bytes <= s.backlog {
+		return 0, false
+	}
+	d, ok := s.drain.Time(bl.Bytes - s.backlog)
+	if !ok {
+		return 0, false
+	}
+	return min(max(d, minRetryAfter), maxRetryAfter), true
 }
 
 func redirectOrServe(t peer.ID) ServeDecision {

@@ -24,21 +24,26 @@ import (
 // it and never goes back. Blobs are named by a word (blob=a), peers by
 // theirs (w1). Commands:
 //
-//	new [direct=N fanout=N max-failures=N idle=D] [streams=N] [no-exchange]
-//	    [hedge-backlog=N] [copy-share=F copy-burst=F]
+//	new [direct=N fanout=N max-failures=N idle=D max-deflect=N] [streams=N]
+//	    [no-exchange] [hedge-backlog=N] [copy-share=F copy-burst=F]
 //	                                  a fresh state (MaxUploadStreams N,
 //	                                  HedgeBacklog N bytes, CopyShare F,
 //	                                  CopyBurst F)
 //	open P rel=R                      P (parent, child, sibling, other) opens a fetch stream
 //	close P rel=R                     a stream of P that was served ends
-//	ask P blob=B chunk=I [group=G] [direct] [hedge] [failed=Q] [slow=Q] [at=D]
-//	    [hop=D [hopdev=D]] [backlog=N]
+//	ask P blob=B chunk=I [group=G] [direct [deflect]] [hedge] [failed=Q]
+//	    [slow=Q] [at=D] [hop=D [hopdev=D]] [backlog=N [drained=N]]
 //	                                  P asks for a chunk; group=G: P is a
 //	                                  connected child of site G (else a
 //	                                  stranger); hop: the site's pace as the
 //	                                  server measured it (ServeEvent.Pace);
 //	                                  backlog: the bytes it has to write to
-//	                                  its children (ServeEvent.Backlog)
+//	                                  its children (ServeEvent.Backlog),
+//	                                  drained: the bytes it handed them so
+//	                                  far (Backlog.Sent); deflect: a 1.4.0
+//	                                  GET_DIRECT that takes REDIRECT or BUSY
+//	delivered P blob=B chunk=I group=G [at=D]
+//	                                  the whole chunk was written to P
 //	gone Q P blob=B chunk=I group=G [direct] [at=D]
 //	                                  Q, the target decided for P's ask, is gone
 //	sent blob=B chunk=I [second] [at=D]
@@ -48,9 +53,12 @@ import (
 //	left P                            P's tree session ended
 //	tick [at=D]                       time passed
 //	holders blob=B chunk=I            what the distribution knows of a chunk
+//	                                  (a holder with the chunk complete
+//	                                  marked "complete")
 //	depths blob=B chunk=I             each holder's hops from the relay
 //
-// A decision prints as "serve", "redirect Q", "decline D" (hedges declined
+// A decision prints as "serve", "redirect Q", "busy D" (ask again in D),
+// "decline D" (hedges declined
 // for D more), "decline busy" (for the backlog), "decline budget" (for the
 // copy budget), "refuse", or "ok" for
 // events that ask nothing.
@@ -118,7 +126,7 @@ func runServeScript(t *testing.T, path string) {
 		ask := func() Ask {
 			g, grouped := a.kv["group"]
 			q := Ask{Blob: blobOf(a.kv["blob"]), Index: uint32(a.int(t, where, "chunk", 0)), Child: a.peer(t, where, 0),
-				Grouped: grouped, Group: g, Direct: a.flags["direct"], Hedge: a.flags["hedge"],
+				Grouped: grouped, Group: g, Direct: a.flags["direct"], Hedge: a.flags["hedge"], Deflect: a.flags["deflect"],
 				Failed: peer.ID(a.kv["failed"]), Slow: peer.ID(a.kv["slow"])}
 			return q
 		}
@@ -130,6 +138,7 @@ func runServeScript(t *testing.T, path string) {
 				Distribution: DistributorConfig{
 					Direct: a.int(t, where, "direct", 0), Fanout: a.int(t, where, "fanout", 0),
 					MaxFailures: a.int(t, where, "max-failures", 0), Idle: a.dur(t, where, "idle"),
+					MaxDeflect: a.int(t, where, "max-deflect", 0),
 				},
 				MaxUploadStreams: a.int(t, where, "streams", 0),
 				HedgeBacklog:     int64(a.int(t, where, "hedge-backlog", 0)),
@@ -159,8 +168,10 @@ func runServeScript(t *testing.T, path string) {
 		case "ask":
 			ev = ServeEvent{Kind: ServeAsk, Ask: ask(), Pace: Pace{Hop: a.dur(t, where, "hop"), Dev: a.dur(t, where, "hopdev")}}
 			if _, ok := a.kv["backlog"]; ok {
-				ev.Backlog = Backlog{Bytes: int64(a.int(t, where, "backlog", 0)), Known: true}
+				ev.Backlog = Backlog{Bytes: int64(a.int(t, where, "backlog", 0)), Sent: int64(a.int(t, where, "drained", 0)), Known: true}
 			}
+		case "delivered":
+			ev = ServeEvent{Kind: ServeDelivered, Ask: ask()}
 		case "gone":
 			gone := a.peer(t, where, 0)
 			a.pos = a.pos[1:]
@@ -202,6 +213,9 @@ func formatHolders(s *ServeState, now, epoch time.Time, id cid.Cid, index uint32
 	fmt.Fprintf(&sb, "relay sent %d", c.direct)
 	for _, h := range c.holders {
 		fmt.Fprintf(&sb, "; %s fed %d/%d", string(h.peer), h.fed, b.fed[h.peer])
+		if h.complete {
+			sb.WriteString(" complete")
+		}
 		if n := b.failures[h.peer]; n > 0 {
 			fmt.Fprintf(&sb, " failed %d", n)
 		}
@@ -233,7 +247,7 @@ type serveArgs struct {
 	pos   []string
 }
 
-var serveFlags = map[string]bool{"direct": true, "hedge": true, "no-exchange": true, "second": true}
+var serveFlags = map[string]bool{"direct": true, "hedge": true, "no-exchange": true, "second": true, "deflect": true}
 
 func parseServeCmd(l string) (string, serveArgs) {
 	fields := strings.Fields(l)

@@ -1,8 +1,9 @@
 // Package fetchwire holds the messages of omst's fetch protocol
-// (/omst/fetch/1.3.0, 1.2.0 and 1.1.0), specified byte by byte in
+// (/omst/fetch/1.4.0, 1.3.0, 1.2.0 and 1.1.0), specified byte by byte in
 // docs/protocol.md: the requests (GET, GET_SIBLING, GET_DIRECT, REPORT,
 // MANIFEST), the reply header and statuses (OUTBOARD and PIECE for a chunk
-// in pieces), the REDIRECT body, their
+// in pieces, BUSY for a deflected GET_DIRECT), the REDIRECT and BUSY
+// bodies, their
 // encoders and decoders. Decoders are pure, check every length against an
 // explicit limit (which for a reply depends on the request) before
 // allocating, and never panic; what they refuse wraps wire.ErrMalformed.
@@ -14,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -30,8 +32,16 @@ import (
 // from the names protocol), GET_DIRECT and the REDIRECT reply; 1.2.0 adds
 // GET_SIBLING, a GET that says the asker is of the server's site; 1.3.0
 // lets a chunk's reply come in verified pieces (OUTBOARD, then PIECEs),
-// so that a relay passes each piece on as it arrives.
-const ProtoFetch protocol.ID = "/omst/fetch/1.3.0"
+// so that a relay passes each piece on as it arrives; 1.4.0 lets a relay
+// deflect a plain GET_DIRECT that asks for it (flag deflect): answer it
+// with a REDIRECT to another holder of the chunk that has it complete, or
+// BUSY with a retry-after, at most MaxDeflections times per chunk.
+const ProtoFetch protocol.ID = "/omst/fetch/1.4.0"
+
+// ProtoFetch130 is the version before deflected GET_DIRECTs, still served
+// and spoken: a 1.3.0 stream carries no deflect flag, so no BUSY and no
+// REDIRECT to a GET_DIRECT.
+const ProtoFetch130 protocol.ID = "/omst/fetch/1.3.0"
 
 // ProtoFetch120 is the version before pieces, still served and spoken: a
 // 1.2.0 stream carries every chunk in one OK reply.
@@ -65,11 +75,28 @@ const (
 	// with the piece that reaches the chunk's end, or with a NOT_FOUND or
 	// ERROR under the same tag.
 	StatusPiece byte = 5
+	// StatusBusy (1.4.0, a reply to a GET_DIRECT with Deflect only): the
+	// relay's port is busy; ask again (the same GET_DIRECT) after the
+	// retry-after in the body (BusyBody).
+	StatusBusy byte = 6
 	// PieceHeaderLen is the offset before a PIECE's bytes.
 	PieceHeaderLen = 4
 
 	directSlow      byte = 1 // GET_DIRECT flag: the sibling named was slow, not failed
 	directIfPresent byte = 2 // GET_DIRECT flag: only if the chunk is stored here now (a hedge)
+	directDeflect   byte = 4 // GET_DIRECT flag (1.4.0): a REDIRECT or BUSY reply is welcome
+)
+
+// Deflections of a GET_DIRECT (1.4.0). A relay answers one child's
+// GET_DIRECTs for one chunk with at most MaxDeflections REDIRECTs and
+// BUSYs in all, then serves the chunk (a relay may deflect fewer); a
+// client takes no more: the next is malformed, and the chunk is asked of
+// its other sources. A BUSY's retry-after is 1 ms to MaxRetryAfter.
+const (
+	MaxDeflections = 3
+	MaxRetryAfter  = 10 * time.Second
+	// BusyBodyLen is a BUSY reply's body: retryAfter u32, milliseconds.
+	BusyBodyLen = 4
 )
 
 // Bodies of the OK reply to a REPORT.
@@ -112,6 +139,10 @@ type Request struct {
 	// IfPresent (GET_DIRECT only): answer NOT_FOUND at once unless the
 	// chunk is in the server's store (a hedge).
 	IfPresent bool
+	// Deflect (GET_DIRECT only, not with IfPresent; sent only to a peer
+	// that speaks 1.4.0): the asker takes a REDIRECT to another holder
+	// (never Failed) or a BUSY in reply (MaxDeflections per chunk).
+	Deflect bool
 	// Sibling (MsgGet only; sent as GET_SIBLING): the asker is a node of
 	// the server's site that is neither its parent nor its child. It is
 	// the asker's word, used for the server's accounting only.
@@ -120,6 +151,10 @@ type Request struct {
 
 // IsGet reports whether q asks for chunk bytes (GET or GET_DIRECT).
 func (q Request) IsGet() bool { return q.Type == MsgGet || q.Type == MsgGetDirect }
+
+// Deflectable reports whether a reply to q may be a BUSY, or a REDIRECT
+// although q is a GET_DIRECT: q is a GET_DIRECT with Deflect.
+func (q Request) Deflectable() bool { return q.Type == MsgGetDirect && q.Deflect }
 
 // ReplyLimit is the largest OK body a reply to q may carry.
 func (q Request) ReplyLimit() int {
@@ -155,6 +190,9 @@ func AppendRequest(b []byte, q Request) []byte {
 		}
 		if q.IfPresent {
 			flags |= directIfPresent
+		}
+		if q.Deflect {
+			flags |= directDeflect
 		}
 		b = append(b, flags, byte(len(q.Failed)))
 		b = append(b, q.Failed...)
@@ -213,10 +251,10 @@ func ReadRequest(r *bufio.Reader) (Request, error) {
 		if err != nil {
 			return q, wire.Unexpected(err)
 		}
-		if flags&^(directSlow|directIfPresent) != 0 {
+		if flags&^(directSlow|directIfPresent|directDeflect) != 0 || flags&(directIfPresent|directDeflect) == directIfPresent|directDeflect {
 			return q, wire.Malformed("GET_DIRECT flags 0x%02x", flags)
 		}
-		q.Slow, q.IfPresent = flags&directSlow != 0, flags&directIfPresent != 0
+		q.Slow, q.IfPresent, q.Deflect = flags&directSlow != 0, flags&directIfPresent != 0, flags&directDeflect != 0
 		k, err := r.ReadByte()
 		if err != nil {
 			return q, wire.Unexpected(err)
@@ -307,6 +345,10 @@ func CheckReplyLen(status byte, n uint32, limit int) error {
 		if n <= PieceHeaderLen || uint64(n) > PieceHeaderLen+uint64(limit) {
 			return wire.Malformed("piece of %d bytes (at most %d)", n, PieceHeaderLen+limit)
 		}
+	case StatusBusy:
+		if n != BusyBodyLen {
+			return wire.Malformed("BUSY of %d bytes (want %d)", n, BusyBodyLen)
+		}
 	default:
 		return wire.Malformed("unknown fetch status %d", status)
 	}
@@ -392,6 +434,26 @@ func DecodeRedirect(b []byte) (Redirect, error) {
 		return r, wire.Malformed("%d bytes after the redirect", len(b))
 	}
 	return r, nil
+}
+
+// AppendBusy appends a BUSY reply's body: retry-after d in milliseconds,
+// within [1 ms, MaxRetryAfter].
+func AppendBusy(b []byte, d time.Duration) []byte {
+	ms := min(max(d.Milliseconds(), 1), MaxRetryAfter.Milliseconds())
+	return binary.BigEndian.AppendUint32(b, uint32(ms))
+}
+
+// DecodeBusy parses a BUSY reply's body: the retry-after, within [1 ms,
+// MaxRetryAfter] (else malformed).
+func DecodeBusy(b []byte) (time.Duration, error) {
+	if len(b) != BusyBodyLen {
+		return 0, wire.Malformed("BUSY body of %d bytes (want %d)", len(b), BusyBodyLen)
+	}
+	d := time.Duration(binary.BigEndian.Uint32(b)) * time.Millisecond
+	if d < time.Millisecond || d > MaxRetryAfter {
+		return 0, wire.Malformed("BUSY retry-after of %v (1 ms to %v)", d, MaxRetryAfter)
+	}
+	return d, nil
 }
 
 // ErrorBody is message s as the body of a NOT_FOUND or ERROR reply, cut
