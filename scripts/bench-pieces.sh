@@ -17,20 +17,22 @@
 # for their backlog or budget, plain GET_DIRECTs sent and served, the
 # verified bytes the workers received beyond one copy each (in blobs), and
 # the CPU seconds per daemon (mean and most, from /proc at the end) go to
-# OUT (default docs/bench/pieces/ab-counters.csv). A binary that does not
+# OUT (default docs/bench/pieces/ab-deflect.csv; with the GET_DIRECTs a
+# head redirected to a complete holder and answered BUSY, fetch 1.4.0).
+# A binary that does not
 # count one of these (1.2.1 and before: all but the hedges) shows 0 there.
 # The plan is built from this tree; either binary may be main's. Needs
 # root and what bench-wan.sh needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=${1:?usage: bench-pieces.sh OLD_BIN NEW_BIN [RUNS]} new=${2:?} runs=${3:-3}
-out=${OUT:-docs/bench/pieces/ab-counters.csv}
+out=${OUT:-docs/bench/pieces/ab-deflect.csv}
 cells=${CELLS:-"2x16q 2x8f 2x16f 2x32q 2x3d 1x1s"}
 GO=$(scripts/ensure-go.sh)
 "$GO" build -o bin/omst-wan ./cmd/omst-wan
 (cd testplans/omst && "$GO" build -o ../../bin/omst-plan .)
 (cd testplans/sync && "$GO" build -o ../../bin/omst-sync .)
-header=cell,binary,run,time_to_last,first,head_copies,cpu_s,hedges,hedges_deferred,hedges_served,hedges_declined,hedges_busy,directs,directs_served,dup_blobs,cpu_per_daemon,cpu_daemon_max
+header=cell,binary,run,time_to_last,first,head_copies,cpu_s,hedges,hedges_deferred,hedges_served,hedges_declined,hedges_busy,directs,directs_served,directs_redirected,directs_busy,dup_blobs,cpu_per_daemon,cpu_daemon_max
 [ -f "$out" ] || echo "$header" >"$out"
 if [ "$(head -1 "$out")" != "$header" ]; then
 	echo "bench-pieces: $out has other columns than $header: set OUT to a new file" >&2
@@ -72,7 +74,7 @@ n = sum(1 for r in d['records'] if r.get('role') in ('head', 'worker') and r.get
 cpu = sum(r.get('cpu_seconds', 0) for r in d['records'] if r.get('role') in ('head', 'worker'))
 cpumax = max([s.get('cpu_seconds_max', 0) for s in w] or [0])
 print(f"{sys.argv[2]},{sys.argv[3]},{sys.argv[4]},{d['time_to_last']:.3f},{d['min']:.3f},{max(heads):.2f},{float(sys.argv[6])-float(sys.argv[5]):.1f},"
-      f"{tot('hedges')},{tot('hedges_deferred')},{tot('hedges_served')},{tot('hedges_declined')},{tot('hedges_busy')},{tot('directs')},{tot('directs_served')},"
+      f"{tot('hedges')},{tot('hedges_deferred')},{tot('hedges_served')},{tot('hedges_declined')},{tot('hedges_busy')},{tot('directs')},{tot('directs_served')},{tot('directs_redirected')},{tot('directs_busy')},"
       f"{tot('duplicate_blobs'):.2f},{cpu / n if n else 0:.2f},{cpumax:.2f}")
 PY
 			tail -1 "$out"

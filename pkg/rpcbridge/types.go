@@ -112,12 +112,16 @@ type Status struct {
 	// chunk; HedgesDeferred the hedges this node did not send for its own
 	// hedge budget. Directs counts the plain GET_DIRECTs this node sent
 	// after giving up on a sibling, DirectsServed those of its children
-	// this relay answered with the chunk.
-	HedgesBusy     uint64 `json:"hedges_busy,omitempty"`
-	HedgesServed   uint64 `json:"hedges_served,omitempty"`
-	HedgesDeferred uint64 `json:"hedges_deferred,omitempty"`
-	Directs        uint64 `json:"directs,omitempty"`
-	DirectsServed  uint64 `json:"directs_served,omitempty"`
+	// this relay answered with the chunk; DirectsRedirected and
+	// DirectsBusy those it answered (fetch 1.4.0) with a REDIRECT to a
+	// sibling holding the chunk complete, and with BUSY.
+	HedgesBusy        uint64 `json:"hedges_busy,omitempty"`
+	HedgesServed      uint64 `json:"hedges_served,omitempty"`
+	HedgesDeferred    uint64 `json:"hedges_deferred,omitempty"`
+	Directs           uint64 `json:"directs,omitempty"`
+	DirectsServed     uint64 `json:"directs_served,omitempty"`
+	DirectsRedirected uint64 `json:"directs_redirected,omitempty"`
+	DirectsBusy       uint64 `json:"directs_busy,omitempty"`
 	// BytesPassedOn counts chunk bytes this node sent on in verified pieces
 	// while it was still receiving the chunk (fetch 1.3.0's cut-through).
 	BytesPassedOn uint64 `json:"bytes_passed_on"`

@@ -360,6 +360,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, e.cancel)
 	e.wg.Go(func() { <-e.ctx.Done(); stop() })
 	e.h.SetStreamHandler(ProtoFetch, e.server.HandleStream)
+	e.h.SetStreamHandler(ProtoFetch130, e.server.HandleStream)
 	e.h.SetStreamHandler(ProtoFetch120, e.server.HandleStream)
 	e.h.SetStreamHandler(ProtoFetch110, e.server.HandleStream)
 	return nil
@@ -377,6 +378,7 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	e.chunks.Close()
 	e.h.RemoveStreamHandler(ProtoFetch)
+	e.h.RemoveStreamHandler(ProtoFetch130)
 	e.h.RemoveStreamHandler(ProtoFetch120)
 	e.h.RemoveStreamHandler(ProtoFetch110)
 	e.cancel()
@@ -431,8 +433,10 @@ type Status struct {
 	HedgesDeferred uint64
 	// Directs counts the plain GET_DIRECTs this node sent after giving up
 	// on a sibling; DirectsServed those of its children this relay
-	// answered with the chunk.
-	Directs, DirectsServed uint64
+	// answered with the chunk; DirectsRedirected and DirectsBusy those it
+	// answered (fetch 1.4.0) with a REDIRECT to a sibling holding the chunk
+	// complete, and with BUSY (ask again later).
+	Directs, DirectsServed, DirectsRedirected, DirectsBusy uint64
 	// BytesPassedOn counts the chunk bytes this node sent in verified
 	// pieces (fetch 1.3.0) while it was itself still receiving the chunk:
 	// what cut-through below the chunk saved a store-and-forward hop.
@@ -505,27 +509,29 @@ func (e *Engine) BulkPort() uint16 {
 // Status returns a snapshot.
 func (e *Engine) Status() Status {
 	st := Status{
-		BytesServed:     e.stats.BytesServed.Load(),
-		BytesFetched:    e.stats.BytesFetched.Load(),
-		BytesIn:         map[string]uint64{},
-		BytesOut:        map[string]uint64{},
-		UploadsRefused:  e.stats.UploadsRefused.Load(),
-		Hedges:          e.stats.Hedges.Load(),
-		HedgesDeclined:  e.stats.HedgesDeclined.Load(),
-		HedgesBusy:      e.stats.HedgesBusy.Load(),
-		HedgesServed:    e.stats.HedgesServed.Load(),
-		HedgesDeferred:  e.stats.HedgesDeferred.Load(),
-		Directs:         e.stats.Directs.Load(),
-		DirectsServed:   e.stats.DirectsServed.Load(),
-		BytesPassedOn:   e.stats.BytesPassedOn.Load(),
-		PushSent:        e.stats.PushSent.Load(),
-		PushReceived:    e.stats.PushReceived.Load(),
-		RedirectsSent:   e.stats.RedirectsSent.Load(),
-		RedirectsTaken:  e.stats.RedirectsTaken.Load(),
-		SiblingFailures: e.stats.SiblingFailures.Load(),
-		PeerErrors:      e.stats.PeerErrors.Load(),
-		CorruptReceived: e.stats.CorruptReceived.Load(),
-		CorruptReports:  e.stats.ReportsReceived.Load(),
+		BytesServed:       e.stats.BytesServed.Load(),
+		BytesFetched:      e.stats.BytesFetched.Load(),
+		BytesIn:           map[string]uint64{},
+		BytesOut:          map[string]uint64{},
+		UploadsRefused:    e.stats.UploadsRefused.Load(),
+		Hedges:            e.stats.Hedges.Load(),
+		HedgesDeclined:    e.stats.HedgesDeclined.Load(),
+		HedgesBusy:        e.stats.HedgesBusy.Load(),
+		HedgesServed:      e.stats.HedgesServed.Load(),
+		HedgesDeferred:    e.stats.HedgesDeferred.Load(),
+		Directs:           e.stats.Directs.Load(),
+		DirectsServed:     e.stats.DirectsServed.Load(),
+		DirectsRedirected: e.stats.DirectsRedirected.Load(),
+		DirectsBusy:       e.stats.DirectsBusy.Load(),
+		BytesPassedOn:     e.stats.BytesPassedOn.Load(),
+		PushSent:          e.stats.PushSent.Load(),
+		PushReceived:      e.stats.PushReceived.Load(),
+		RedirectsSent:     e.stats.RedirectsSent.Load(),
+		RedirectsTaken:    e.stats.RedirectsTaken.Load(),
+		SiblingFailures:   e.stats.SiblingFailures.Load(),
+		PeerErrors:        e.stats.PeerErrors.Load(),
+		CorruptReceived:   e.stats.CorruptReceived.Load(),
+		CorruptReports:    e.stats.ReportsReceived.Load(),
 
 		ReplyBytesHeld:      e.stats.ReplyHeld.Load(),
 		ReplicationsWaiting: e.stats.ReplWaiting.Load(),

@@ -224,6 +224,7 @@ func TestBytesOutBySiblingRequest(t *testing.T) {
 		s := newEngine(t, nil)
 		if tc.old {
 			s.h.RemoveStreamHandler(ProtoFetch)
+			s.h.RemoveStreamHandler(ProtoFetch130)
 			s.h.RemoveStreamHandler(ProtoFetch120)
 		}
 		read(s, tc.kind)

@@ -15,8 +15,13 @@ import (
 // message byte by byte. 1.1.0 added REPORT, MANIFEST (manifests moved here
 // from the names protocol), GET_DIRECT and the REDIRECT reply; 1.2.0 adds
 // GET_SIBLING, a GET that says the asker is of the server's site; 1.3.0
-// lets a chunk's reply come in verified pieces.
+// lets a chunk's reply come in verified pieces; 1.4.0 lets a relay deflect
+// a child's GET_DIRECT (a REDIRECT to a complete holder, or BUSY).
 const ProtoFetch = fetchwire.ProtoFetch
+
+// ProtoFetch130 is the version before deflected GET_DIRECTs, still served
+// and spoken.
+const ProtoFetch130 = fetchwire.ProtoFetch130
 
 // ProtoFetch120 is the version before pieces, still served and spoken.
 const ProtoFetch120 = fetchwire.ProtoFetch120

@@ -53,7 +53,10 @@ func (n *testNode) info() *peer.AddrInfo {
 
 // speaks120 makes n serve fetch 1.2.0 and 1.1.0 only: it sends every
 // chunk whole, in one reply, as nodes did before pieces.
-func (n *testNode) speaks120() { n.h.RemoveStreamHandler(transfer.ProtoFetch) }
+func (n *testNode) speaks120() {
+	n.h.RemoveStreamHandler(transfer.ProtoFetch)
+	n.h.RemoveStreamHandler(transfer.ProtoFetch130)
+}
 
 func (n *testNode) stop() {
 	n.addrs = n.h.Addrs()

@@ -536,6 +536,7 @@ func (in *instance) counters(rec *record) {
 		rec.PushSent, rec.PushReceived = st.PushSent, st.PushReceived
 		rec.HedgesBusy, rec.HedgesServed, rec.HedgesDeferred = st.HedgesBusy, st.HedgesServed, st.HedgesDeferred
 		rec.Directs, rec.DirectsServed = st.Directs, st.DirectsServed
+		rec.DirectsRedirected, rec.DirectsBusy = st.DirectsRedirected, st.DirectsBusy
 		if rec.Role == roleWorker && rec.OK && rec.Case == "broadcast" {
 			rec.DuplicateBytes = duplicateBytes(st.BytesIn, rec.Bytes)
 		}

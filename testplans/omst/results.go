@@ -51,12 +51,15 @@ type record struct {
 	// its port's backlog or its budget (of hedges_declined), served with
 	// the chunk; hedges a worker held back for its budget; plain
 	// GET_DIRECTs a worker sent after giving up on a sibling and those a
-	// relay served.
-	HedgesBusy     uint64 `json:"hedges_busy,omitempty"`
-	HedgesServed   uint64 `json:"hedges_served,omitempty"`
-	HedgesDeferred uint64 `json:"hedges_deferred,omitempty"`
-	Directs        uint64 `json:"directs,omitempty"`
-	DirectsServed  uint64 `json:"directs_served,omitempty"`
+	// relay served, or (fetch 1.4.0) redirected to a complete holder or
+	// answered BUSY.
+	HedgesBusy        uint64 `json:"hedges_busy,omitempty"`
+	HedgesServed      uint64 `json:"hedges_served,omitempty"`
+	HedgesDeferred    uint64 `json:"hedges_deferred,omitempty"`
+	Directs           uint64 `json:"directs,omitempty"`
+	DirectsServed     uint64 `json:"directs_served,omitempty"`
+	DirectsRedirected uint64 `json:"directs_redirected,omitempty"`
+	DirectsBusy       uint64 `json:"directs_busy,omitempty"`
 	// DuplicateBytes (a worker that verified the blob) is the verified
 	// chunk bytes it received beyond one copy of the blob: copies that
 	// lost a race (a hedge, a GET_DIRECT and the sibling's reply all
@@ -313,19 +316,21 @@ func siteBytes(cfg *config, all []record, size int64) (headOut, in []float64) {
 // each (in blobs), and the CPU seconds its daemons used (head and workers:
 // mean and most of one).
 type siteWaste struct {
-	Site            int     `json:"site"`
-	Hedges          uint64  `json:"hedges"`
-	HedgesDeferred  uint64  `json:"hedges_deferred"`
-	HedgesDeclined  uint64  `json:"hedges_declined"`
-	HedgesBusy      uint64  `json:"hedges_busy"`
-	HedgesServed    uint64  `json:"hedges_served"`
-	Directs         uint64  `json:"directs"`
-	DirectsServed   uint64  `json:"directs_served"`
-	SiblingFailures uint64  `json:"sibling_failures"`
-	DuplicateBlobs  float64 `json:"duplicate_blobs"`
-	MaxDuplicate    float64 `json:"max_duplicate_blobs"` // of one worker
-	CPUMean         float64 `json:"cpu_seconds_mean"`
-	CPUMax          float64 `json:"cpu_seconds_max"`
+	Site              int     `json:"site"`
+	Hedges            uint64  `json:"hedges"`
+	HedgesDeferred    uint64  `json:"hedges_deferred"`
+	HedgesDeclined    uint64  `json:"hedges_declined"`
+	HedgesBusy        uint64  `json:"hedges_busy"`
+	HedgesServed      uint64  `json:"hedges_served"`
+	Directs           uint64  `json:"directs"`
+	DirectsServed     uint64  `json:"directs_served"`
+	DirectsRedirected uint64  `json:"directs_redirected"`
+	DirectsBusy       uint64  `json:"directs_busy"`
+	SiblingFailures   uint64  `json:"sibling_failures"`
+	DuplicateBlobs    float64 `json:"duplicate_blobs"`
+	MaxDuplicate      float64 `json:"max_duplicate_blobs"` // of one worker
+	CPUMean           float64 `json:"cpu_seconds_mean"`
+	CPUMax            float64 `json:"cpu_seconds_max"`
 }
 
 // duplicateBytes is what a worker that verified a blob of size bytes
@@ -364,6 +369,8 @@ func wasteBySite(cfg *config, all []record, size int64) []siteWaste {
 			sw.HedgesBusy += r.HedgesBusy
 			sw.HedgesServed += r.HedgesServed
 			sw.DirectsServed += r.DirectsServed
+			sw.DirectsRedirected += r.DirectsRedirected
+			sw.DirectsBusy += r.DirectsBusy
 		case roleWorker:
 			sw.Hedges += r.Hedges
 			sw.HedgesDeferred += r.HedgesDeferred

@@ -271,8 +271,11 @@ func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwi
 	}
 	c.measured(pend, q, len(data), err)
 	if err != nil {
-		if _, redirected := errors.AsType[*fetchclient.RedirectError](err); !redirected && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
-			// Corrupt bytes, a broken stream or an ERROR reply; NOT_FOUND is an answer.
+		_, redirected := errors.AsType[*fetchclient.RedirectError](err)
+		_, busy := errors.AsType[*fetchclient.BusyError](err)
+		if !redirected && !busy && ctx.Err() == nil && !errors.Is(err, blob.ErrNotFound) {
+			// Corrupt bytes, a broken stream or an ERROR reply; NOT_FOUND,
+			// REDIRECT and BUSY are answers.
 			c.cfg.NotePeerError(src.ID, "fetch chunk", err)
 		}
 		return nil, err
@@ -337,36 +340,49 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 	}
 	type result struct {
 		req  exchange.HedgeReq
+		sib  peer.ID // ReqSibling: the sibling asked
 		data []byte
 		err  error
 	}
 	sibling := source.Source{ID: rd.Peer, Kind: source.KindSibling}
 	from := [exchange.NumHedgeReqs]source.Source{exchange.ReqSibling: sibling, exchange.ReqHedge: relay, exchange.ReqDirect: relay}
-	// The policy keeps at most one request of each kind open: no send
-	// blocks, even after this function has returned.
-	results := make(chan result, exchange.NumHedgeReqs)
+	// The policy keeps at most one request of each kind open, and follows
+	// at most fetchwire.MaxDeflections more siblings (each earlier one's
+	// request cancelled, its answer dropped): no send blocks, even after
+	// this function has returned.
+	results := make(chan result, exchange.NumHedgeReqs+fetchwire.MaxDeflections+1)
 	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
+	defer func() { scancel() }()
+	askSibling := func(p peer.ID) {
+		sctx, scancel = context.WithCancel(ctx)
+		sibling = source.Source{ID: p, Kind: source.KindSibling}
+		from[exchange.ReqSibling] = sibling
+		go func(sctx context.Context, sib source.Source) {
+			data, err := c.fetchVerified(sctx, sib, q, sink)
+			results <- result{exchange.ReqSibling, sib.ID, data, err}
+		}(sctx, sibling)
+	}
 	c.hedgeMu.Lock()
 	followed := time.Now()
 	f, act := c.hedge.Follow(followed, rd.Peer, relay.ID, 0) // the chunk's size: as measured lately
 	c.hedgeMu.Unlock()
 	if !act.GiveUp { // else the sibling left its last requests unanswered: it is not asked
-		go func() {
-			data, err := c.fetchVerified(sctx, sibling, q, sink)
-			results <- result{exchange.ReqSibling, data, err}
-		}()
+		scancel()
+		askSibling(rd.Peer)
 	}
 	askRelay := func(req exchange.HedgeReq, dq fetchwire.Request) {
 		dq.Type = fetchwire.MsgGetDirect
+		// A plain request takes a REDIRECT or BUSY (fetch 1.4.0; the
+		// client sends the flag to a 1.4.0 relay only).
+		dq.Deflect = req == exchange.ReqDirect && !dq.IfPresent
 		go func() {
 			data, err := c.fetchVerified(ctx, relay, dq, sink)
-			if _, ok := errors.AsType[*fetchclient.RedirectError](err); ok {
+			if _, ok := errors.AsType[*fetchclient.RedirectError](err); ok && !dq.Deflect {
 				err = &fetchclient.PeerError{Peer: c.cfg.Describe(relay.ID), Kind: schedule.FailUnreachable,
 					Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
 				c.cfg.NotePeerError(relay.ID, "fetch chunk", err)
 			}
-			results <- result{req, data, err}
+			results <- result{req, "", data, err}
 		}()
 	}
 	timer := time.NewTimer(time.Hour)
@@ -383,7 +399,7 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 				cause = errors.New("it answered none of the last requests sent to it: not asked")
 			}
 			c.cfg.Stats.SiblingFailures.Add(1)
-			c.cfg.Log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", rd.Peer,
+			c.cfg.Log.Info("sibling could not deliver a chunk: asking the relay itself", "sibling", sibling.ID,
 				"relay", c.cfg.Describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", cause)
 		}
 		if act.Deferred || act.DirectDeferred {
@@ -394,15 +410,20 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 			dq := q
 			dq.IfPresent = true
 			if act.Slow {
-				dq.Failed, dq.Slow = rd.Peer, true
+				dq.Failed, dq.Slow = sibling.ID, true
 			}
 			askRelay(exchange.ReqHedge, dq)
 		}
 		if act.Direct {
 			c.cfg.Stats.Directs.Add(1)
 			dq := q
-			dq.Failed = rd.Peer
+			dq.Failed = act.Failed
 			askRelay(exchange.ReqDirect, dq)
+		}
+		if act.Follow != "" {
+			c.cfg.Stats.RedirectsTaken.Add(1)
+			scancel()
+			askSibling(act.Follow)
 		}
 		timer.Stop()
 		if !act.Wake.IsZero() {
@@ -416,20 +437,42 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 			if r.err != nil && ctx.Err() != nil {
 				return nil, source.Source{}, ctx.Err() // not the requests' failure: nothing more to ask
 			}
+			if r.req == exchange.ReqSibling && r.sib != sibling.ID && r.err != nil {
+				continue // a sibling given up on before the one followed now
+			}
+			rde, redirected := errors.AsType[*fetchclient.RedirectError](r.err)
+			busy, isBusy := errors.AsType[*fetchclient.BusyError](r.err)
 			c.hedgeMu.Lock()
-			if r.err == nil {
+			switch {
+			case r.err == nil:
 				act = c.hedge.Arrived(f, time.Now(), r.req)
-			} else {
+			case r.req == exchange.ReqDirect && redirected:
+				act = c.hedge.Redirected(f, time.Now(), rde.To.Peer)
+			case r.req == exchange.ReqDirect && isBusy:
+				act = c.hedge.Busy(f, time.Now(), busy.RetryAfter)
+			default:
 				act = c.hedge.Failed(f, time.Now(), r.req)
 			}
 			c.hedgeMu.Unlock()
+			if redirected && r.req == exchange.ReqDirect && len(rde.To.Addrs) > 0 {
+				c.cfg.Addrs.AddAddrs(rde.To.Peer, rde.To.Addrs, siblingAddrTTL)
+			}
 			if r.req == exchange.ReqHedge && r.err != nil && !errors.Is(r.err, blob.ErrNotFound) {
 				c.cfg.Log.Debug("hedge failed", "relay", c.cfg.Describe(relay.ID), "blob", q.ID, "chunk", q.Index, "err", r.err)
 			}
 			switch {
 			case act.Deliver:
+				if r.req == exchange.ReqSibling {
+					return r.data, source.Source{ID: r.sib, Kind: source.KindSibling}, nil
+				}
 				return r.data, from[r.req], nil
 			case act.Fail:
+				if redirected || isBusy {
+					// The relay deflected the plain request past the
+					// protocol's bound: its other sources are asked.
+					return nil, source.Source{}, &fetchclient.PeerError{Peer: c.cfg.Describe(relay.ID), Kind: schedule.FailUnreachable,
+						Err: fmt.Errorf("chunk %d of %s: deflected more than %d times: %w", q.Index, q.ID, fetchwire.MaxDeflections, r.err)}
+				}
 				return nil, source.Source{}, r.err
 			}
 			carryOut(act, r.err)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
 	"github.com/omst-project/omst/pkg/transfer/internal/peerrate"
 )
 
@@ -183,8 +184,15 @@ type SiblingFetch struct {
 	hardAt   time.Time          // start + the sibling timeout: the give-up is not paced past it
 	hedgeAt  time.Time          // a hedge is due (zero: none armed)
 	open     [NumHedgeReqs]bool // requests that have not answered
-	direct   bool               // the relay was asked plainly (at most once)
+	direct   bool               // the relay was asked plainly (at most once per sibling followed)
 	done     bool               // delivered or failed: nothing more to do
+	// Deflections (fetch 1.4.0): the relay's REDIRECTs and BUSYs in
+	// answer to this redirect's plain GET_DIRECTs, and when the one it
+	// answered BUSY is to be asked again (zero: none due).
+	deflected int
+	directAt  time.Time
+	relay     peer.ID // who redirected: a sibling it names anew is followed with its timers
+	size      int
 }
 
 // HedgeAction is what the IO loop does after an event: first GiveUp, then
@@ -205,8 +213,14 @@ type HedgeAction struct {
 	// give-up interval, at most until the sibling timeout. (To be
 	// counted; nothing to do.)
 	Deferred, DirectDeferred bool
-	// Direct asks the relay plainly, naming the sibling failed (ReqDirect).
+	// Direct asks the relay plainly (ReqDirect), naming Failed, the
+	// sibling given up on.
 	Direct bool
+	Failed peer.ID
+	// Follow (fetch 1.4.0): the relay answered the plain request with a
+	// REDIRECT to this holder of the chunk: ask it (ReqSibling), as the
+	// sibling first named was asked (Redirected).
+	Follow peer.ID
 	// Deliver: the copy that just arrived wins; the redirect is done.
 	Deliver bool
 	// Fail: nothing is left to wait for; the redirect fails with the error
@@ -223,6 +237,73 @@ type HedgeAction struct {
 // row unanswered less than a sibling timeout ago is not asked: the action
 // gives up on it at once (Silent) and asks the relay plainly.
 func (h *Hedger) Follow(now time.Time, p, relay peer.ID, size int) (*SiblingFetch, HedgeAction) {
+	st := h.stat(p)
+	f := &SiblingFetch{relay: relay, size: size}
+	f.arm(now, p, h.Timers(p, relay, size), h.timeout)
+	if now.Before(st.skipUntil) {
+		h.giveUps.Spend() // a second copy that is not refused
+		act := f.giveUp()
+		act.Silent = true
+		return f, act
+	}
+	f.open[ReqSibling] = true
+	return f, HedgeAction{Wake: f.wake()}
+}
+
+// arm points f at sibling p, its request sent at now, with timers tm
+// and the sibling timeout.
+func (f *SiblingFetch) arm(now time.Time, p peer.ID, tm HedgeTimers, timeout time.Duration) {
+	f.sibling, f.wait, f.backoff, f.start = p, tm.Hedge, tm.Measured, now
+	f.giveUpAt, f.giveUpIn, f.hardAt = now.Add(tm.GiveUp), tm.GiveUp, now.Add(max(timeout, tm.GiveUp))
+	f.hedgeAt, f.budgeted = now.Add(tm.Hedge), tm.Measured
+}
+
+// Redirected applies, at now, the relay's REDIRECT to holder p in answer
+// to this redirect's plain request (fetch 1.4.0): p is followed as the
+// first sibling was (counted, timed, hedged, given up on, at once if it
+// left its last requests unanswered), and a new plain request may name
+// it. After fetchwire.MaxDeflections REDIRECTs and BUSYs for the chunk
+// the relay broke its bound: the plain request failed (and so the
+// redirect, unless a hedge is open), and the chunk goes to the caller's
+// other sources.
+func (h *Hedger) Redirected(f *SiblingFetch, now time.Time, p peer.ID) HedgeAction {
+	if f.done || !f.open[ReqDirect] {
+		return HedgeAction{Wake: f.wake()}
+	}
+	if f.deflected++; f.deflected > fetchwire.MaxDeflections {
+		return h.Failed(f, now, ReqDirect)
+	}
+	f.open[ReqDirect], f.direct = false, false
+	st := h.stat(p)
+	f.arm(now, p, h.Timers(p, f.relay, f.size), h.timeout)
+	if now.Before(st.skipUntil) {
+		act := f.giveUp()
+		act.Silent = true
+		act.Wake = f.wake()
+		return act
+	}
+	f.open[ReqSibling] = true
+	return HedgeAction{Follow: p, Wake: f.wake()}
+}
+
+// Busy applies, at now, the relay's BUSY in answer to this redirect's
+// plain request (fetch 1.4.0): the same request is made again after
+// retry. After fetchwire.MaxDeflections REDIRECTs and BUSYs for the chunk
+// it failed (Redirected).
+func (h *Hedger) Busy(f *SiblingFetch, now time.Time, retry time.Duration) HedgeAction {
+	if f.done || !f.open[ReqDirect] {
+		return HedgeAction{Wake: f.wake()}
+	}
+	if f.deflected++; f.deflected > fetchwire.MaxDeflections {
+		return h.Failed(f, now, ReqDirect)
+	}
+	f.open[ReqDirect] = false
+	f.directAt = now.Add(max(retry, 0))
+	return HedgeAction{Wake: f.wake()}
+}
+
+// stat returns p's counts, made if new, with one more redirect to it.
+func (h *Hedger) stat(p peer.ID) *siblingStat {
 	st := h.stats[p]
 	if st == nil {
 		if len(h.stats) >= maxStatPeers {
@@ -235,17 +316,7 @@ func (h *Hedger) Follow(now time.Time, p, relay peer.ID, size int) (*SiblingFetc
 	if st.asked >= statWindow {
 		st.asked, st.hedged = st.asked/2, st.hedged/2
 	}
-	tm := h.Timers(p, relay, size)
-	f := &SiblingFetch{sibling: p, wait: tm.Hedge, backoff: tm.Measured, start: now, giveUpAt: now.Add(tm.GiveUp),
-		giveUpIn: tm.GiveUp, hardAt: now.Add(max(h.timeout, tm.GiveUp)), hedgeAt: now.Add(tm.Hedge), budgeted: tm.Measured}
-	if now.Before(st.skipUntil) {
-		h.giveUps.Spend() // a second copy that is not refused
-		act := f.giveUp()
-		act.Silent = true
-		return f, act
-	}
-	f.open[ReqSibling] = true
-	return f, HedgeAction{Wake: f.wake()}
+	return st
 }
 
 // answered notes that sibling p answered a request (data or an error): it
@@ -346,7 +417,7 @@ func (h *Hedger) Failed(f *SiblingFetch, now time.Time, r HedgeReq) HedgeAction 
 			f.hedgeAt = now.Add(f.wait)
 		}
 	}
-	if f.open == [NumHedgeReqs]bool{} {
+	if f.open == [NumHedgeReqs]bool{} && f.directAt.IsZero() {
 		f.end()
 		return HedgeAction{Fail: true}
 	}
@@ -367,6 +438,11 @@ func (h *Hedger) Tick(f *SiblingFetch, now time.Time) HedgeAction {
 		return HedgeAction{}
 	}
 	var act HedgeAction
+	if !f.directAt.IsZero() && !now.Before(f.directAt) {
+		// The relay said BUSY: the same plain request again.
+		f.directAt, f.open[ReqDirect] = time.Time{}, true
+		act.Direct, act.Failed = true, f.sibling
+	}
 	if f.open[ReqSibling] && !now.Before(f.giveUpAt) {
 		if now.Before(f.hardAt) && h.paced(f, now) && !h.giveUps.Take() {
 			// Paced like a hedge (budget.go): the sibling is late, not
@@ -380,7 +456,9 @@ func (h *Hedger) Tick(f *SiblingFetch, now time.Time) HedgeAction {
 				h.giveUps.Spend() // owed: the relay is asked whatever the budget
 			}
 			f.open[ReqSibling] = false
+			direct := act.Direct
 			act = f.giveUp()
+			act.Direct = act.Direct || direct
 			act.TimedOut = true
 			h.unanswered(now, f.sibling)
 			act.Wake = f.wake()
@@ -417,7 +495,7 @@ func (f *SiblingFetch) giveUp() HedgeAction {
 	act := HedgeAction{GiveUp: true}
 	if !f.direct {
 		f.direct, f.open[ReqDirect] = true, true
-		act.Direct = true
+		act.Direct, act.Failed = true, f.sibling
 	}
 	return act
 }
@@ -426,7 +504,7 @@ func (f *SiblingFetch) giveUp() HedgeAction {
 func (f *SiblingFetch) end() {
 	f.done = true
 	f.open = [NumHedgeReqs]bool{}
-	f.hedgeAt = time.Time{}
+	f.hedgeAt, f.directAt = time.Time{}, time.Time{}
 }
 
 // wake is the next time f needs a tick: the earlier of the hedge due and
@@ -438,6 +516,9 @@ func (f *SiblingFetch) wake() time.Time {
 	}
 	if !f.hedgeAt.IsZero() && (w.IsZero() || f.hedgeAt.Before(w)) {
 		w = f.hedgeAt
+	}
+	if !f.directAt.IsZero() && (w.IsZero() || f.directAt.Before(w)) {
+		w = f.directAt
 	}
 	return w
 }

@@ -32,6 +32,9 @@ import (
 //	arrived F REQ at=T       a verified copy from REQ (sibling, hedge, direct)
 //	failed F REQ at=T        REQ failed (NOT_FOUND, a declined hedge, an error)
 //	tick F at=T              the clock reads T
+//	redirected F P at=T      the relay answered F's plain request with a
+//	                         REDIRECT to P (fetch 1.4.0)
+//	busy F retry=D at=T      ... with BUSY, retry-after D
 //	policy                   the moving average, the prior hedge delay, the counts
 //	budget                   the hedge and give-up budgets' tokens
 //
@@ -237,6 +240,13 @@ func runHedgeScript(t *testing.T, path string) {
 			got = formatHedgeAction(h.Failed(fetch(), at(), req()), epoch)
 		case "tick":
 			got = formatHedgeAction(h.Tick(fetch(), at()), epoch)
+		case "redirected":
+			if len(pos) != 2 {
+				fail("redirected F P: %v", pos)
+			}
+			got = formatHedgeAction(h.Redirected(fetch(), at(), peer.ID(pos[1])), epoch)
+		case "busy":
+			got = formatHedgeAction(h.Busy(fetch(), at(), dur("retry")), epoch)
 		case "policy":
 			got = formatHedger(h)
 		case "budget":
@@ -328,6 +338,9 @@ func formatHedgeAction(a HedgeAction, epoch time.Time) string {
 	}
 	if a.Direct {
 		parts = append(parts, "direct")
+	}
+	if a.Follow != "" {
+		parts = append(parts, "follow "+string(a.Follow))
 	}
 	if a.Deliver {
 		parts = append(parts, "deliver")

@@ -1,6 +1,6 @@
 // Package fetchclient is the client side of omst's fetch protocol
-// (/omst/fetch/1.3.0, speaking 1.2.0 or 1.1.0 to a peer that knows only
-// that): a
+// (/omst/fetch/1.4.0, speaking 1.3.0, 1.2.0 or 1.1.0 to a peer that knows
+// only that): a
 // Client keeps up to StreamsPerPeer pipelined streams to each peer it asks,
 // writes tagged requests as they come and matches the replies, which come
 // in the order they are ready, to them by tag. A chunk that comes in one
@@ -223,9 +223,10 @@ type fetchStream struct {
 	bw   *bufio.Writer
 	buf  []byte
 	// v110: the peer speaks only /omst/fetch/1.1.0 (no GET_SIBLING);
-	// v130: it speaks 1.3.0 (chunk replies may come in pieces).
-	v110, v130 bool
-	scratch    []byte // a piece being read and verified (readReplies only)
+	// v130: it speaks 1.3.0 or later (chunk replies may come in pieces);
+	// v140: 1.4.0 (a GET_DIRECT may ask to be deflected: Deflect).
+	v110, v130, v140 bool
+	scratch          []byte // a piece being read and verified (readReplies only)
 
 	mu      sync.Mutex
 	pending map[uint32]*pendingReq // nil once the stream failed
@@ -245,13 +246,16 @@ type conn interface {
 
 // pendingReq is a request waiting for its reply.
 type pendingReq struct {
-	limit  int // largest OK body allowed (fetchwire.Request.ReplyLimit)
-	hash   blob.Hash
-	sink   *piece.Partial // a chunk request's, for a reply in pieces; nil: none allowed
-	done   chan struct{}
-	status byte
-	body   []byte
-	err    error
+	limit int // largest OK body allowed (fetchwire.Request.ReplyLimit)
+	hash  blob.Hash
+	// deflect: sent as a GET_DIRECT with the deflect flag (1.4.0): a BUSY
+	// or REDIRECT may answer it.
+	deflect bool
+	sink    *piece.Partial // a chunk request's, for a reply in pieces; nil: none allowed
+	done    chan struct{}
+	status  byte
+	body    []byte
+	err     error
 
 	// A reply in pieces (readReplies only): the sender's verified
 	// outboard, the chunk's length, the next offset expected.
@@ -315,7 +319,9 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 		if err == nil {
 			fp.bulkFails = 0
 			c.cfg.Stats.BulkOpened.Add(1)
-			fs := &fetchStream{fp: fp, s: bc, bulk: true, bw: bufio.NewWriterSize(bc, 4096), v130: true,
+			// A bulk connection is served as the peer's newest version:
+			// 1.4.0 if its libp2p identify lists it.
+			fs := &fetchStream{fp: fp, s: bc, bulk: true, bw: bufio.NewWriterSize(bc, 4096), v130: true, v140: c.speaks140(fp.id),
 				pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}, used: time.Now()}
 			fp.streams = append(fp.streams, fs)
 			go fs.readReplies()
@@ -338,16 +344,23 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
-	s, err := c.cfg.Host.NewStream(sctx, fp.id, fetchwire.ProtoFetch, fetchwire.ProtoFetch120, fetchwire.ProtoFetch110)
+	s, err := c.cfg.Host.NewStream(sctx, fp.id, fetchwire.ProtoFetch, fetchwire.ProtoFetch130, fetchwire.ProtoFetch120, fetchwire.ProtoFetch110)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("open fetch stream: %w: %s", blob.ErrUnreachable, dialerr.Text(err))
 	}
 	fs := &fetchStream{fp: fp, s: s, bw: bufio.NewWriterSize(s, 4096), v110: s.Protocol() == fetchwire.ProtoFetch110,
-		v130: s.Protocol() == fetchwire.ProtoFetch, pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}}
+		v130: s.Protocol() == fetchwire.ProtoFetch || s.Protocol() == fetchwire.ProtoFetch130, v140: s.Protocol() == fetchwire.ProtoFetch, pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}}
 	fp.streams = append(fp.streams, fs)
 	go fs.readReplies()
 	return fs, nil
+}
+
+// speaks140 reports whether p's libp2p identify lists fetch 1.4.0 (so
+// that a bulk connection to it carries the deflect flag).
+func (c *Client) speaks140(p peer.ID) bool {
+	ps, err := c.cfg.Host.Peerstore().SupportsProtocols(p, fetchwire.ProtoFetch)
+	return err == nil && len(ps) > 0
 }
 
 // touch restarts fs's idle clock.
@@ -408,6 +421,10 @@ func (fs *fetchStream) send(q fetchwire.Request, sink *piece.Partial) (*pendingR
 	if fs.v110 {
 		q.Sibling = false // a 1.1.0 peer knows no GET_SIBLING
 	}
+	if !fs.v140 {
+		q.Deflect = false // a 1.3.0 peer or older knows no deflect flag
+	}
+	pr.deflect = q.Deflectable()
 	fs.buf = fetchwire.AppendRequest(fs.buf[:0], q)
 	_ = fs.s.SetWriteDeadline(time.Now().Add(fs.fp.c.cfg.RequestTimeout))
 	if _, err := fs.bw.Write(fs.buf); err != nil {
@@ -490,7 +507,9 @@ func (fs *fetchStream) readReplies() {
 		case fetchwire.StatusOutboard, fetchwire.StatusPiece:
 			end, err = fs.readPieces(br, pr, status, int(n))
 		default:
-			if pr.ob != nil && (status == fetchwire.StatusOK || status == fetchwire.StatusRedirect) {
+			if status == fetchwire.StatusBusy && !pr.deflect {
+				err = wire.Malformed("BUSY in reply to a request that allows none")
+			} else if pr.ob != nil && (status == fetchwire.StatusOK || status == fetchwire.StatusRedirect || status == fetchwire.StatusBusy) {
 				err = wire.Malformed("reply status %d after an OUTBOARD", status)
 			} else {
 				body, err = wire.ReadN(br, int(n))
@@ -610,8 +629,9 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 const scratchGroups = 4
 
 // Request sends q to p over a pipelined fetch stream and returns the body
-// of an OK reply. The body is not verified here. A REDIRECT (to a GET) is
-// a *RedirectError; every other failure but ctx's end and ErrClosed is a
+// of an OK reply. The body is not verified here. A REDIRECT (to a GET, or
+// to a GET_DIRECT with Deflect on a 1.4.0 stream) is a *RedirectError, a
+// BUSY (to such a GET_DIRECT only) a *BusyError; every other failure but ctx's end and ErrClosed is a
 // *PeerError, which names the peer (a NOT_FOUND reply's wraps
 // blob.ErrNotFound, an unreachable peer's blob.ErrUnreachable).
 func (c *Client) Request(ctx context.Context, p peer.ID, q fetchwire.Request) ([]byte, error) {
@@ -684,16 +704,23 @@ func (c *Client) RequestChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 		return pr.body, false, nil
 	case fetchwire.StatusRedirect:
 		rd, err := fetchwire.DecodeRedirect(pr.body)
-		if err == nil && !q.IsGet() {
+		if err == nil && (q.Type != fetchwire.MsgGet && !pr.deflect) {
 			err = wire.Malformed("REDIRECT in reply to request 0x%02x", q.Type)
 		}
-		if err == nil && (rd.Peer == c.self || rd.Peer == p) {
+		if err == nil && (rd.Peer == c.self || rd.Peer == p || (pr.deflect && rd.Peer == q.Failed)) {
 			err = wire.Malformed("REDIRECT to %s", rd.Peer)
 		}
 		if err != nil {
 			return nil, false, &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: %w", what, err)}
 		}
 		return nil, false, &RedirectError{From: p, To: rd}
+	case fetchwire.StatusBusy:
+		d, err := fetchwire.DecodeBusy(pr.body)
+		if err != nil {
+			c.cfg.NotePeerError(p, "fetch reply", err)
+			return nil, false, &PeerError{Peer: who, Kind: schedule.FailUnreachable, Err: fmt.Errorf("%s: %w", what, err)}
+		}
+		return nil, false, &BusyError{From: p, RetryAfter: d}
 	case fetchwire.StatusNotFound:
 		return nil, false, &PeerError{Peer: who, Kind: schedule.FailNotFound, Err: fmt.Errorf("%s: %w: %s", what, blob.ErrNotFound, pr.body)}
 	default:
@@ -709,6 +736,18 @@ type RedirectError struct {
 
 func (r *RedirectError) Error() string {
 	return fmt.Sprintf("%s redirected the request to sibling %s", r.From, r.To.Peer)
+}
+
+// BusyError is a relay's answer to a GET_DIRECT that allowed it
+// (fetchwire.Request.Deflect, 1.4.0): its port is busy, ask again after
+// RetryAfter. It blames nobody.
+type BusyError struct {
+	From       peer.ID // the relay
+	RetryAfter time.Duration
+}
+
+func (b *BusyError) Error() string {
+	return fmt.Sprintf("%s is busy: ask again in %v", b.From, b.RetryAfter)
 }
 
 // PeerError is a failed request blamed on a peer: Kind says what the

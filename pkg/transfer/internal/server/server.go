@@ -205,6 +205,10 @@ type fetchSlot struct {
 	// budget share (weight) are released with its final frame.
 	notFinal bool
 	weight   int64 // of the peer's budget, held until the reply is written
+	// written, if set, is called once the reply's final frame was
+	// handed whole to the stream (a chunk to a connected child: it holds
+	// it complete, exchange.ServeDelivered).
+	written func()
 }
 
 // peerBudget is the reply bytes one peer's fetch streams may hold.
@@ -286,7 +290,7 @@ type Stream interface {
 
 // HandleStream serves one libp2p stream of the fetch protocol (Serve).
 func (srv *Server) HandleStream(s network.Stream) {
-	srv.Serve(s, s.Conn().RemotePeer(), s.Protocol() == fetchwire.ProtoFetch)
+	srv.Serve(s, s.Conn().RemotePeer(), s.Protocol() == fetchwire.ProtoFetch || s.Protocol() == fetchwire.ProtoFetch130)
 }
 
 // Serve serves one stream of tagged requests from p: requests are
@@ -445,6 +449,9 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 		if sl.notFinal {
 			continue
 		}
+		if sl.written != nil && data && !failed && ctx.Err() == nil {
+			sl.written()
+		}
 		if sl.weight > 0 {
 			budget.sem.Release(sl.weight)
 			srv.cfg.Stats.ReplyHeld.Add(-sl.weight)
@@ -550,10 +557,16 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 	if a.Hedge || a.Slow != "" {
 		ev.Pace = srv.pace(q)
 	}
-	if a.Hedge && srv.grouper != nil {
-		ev.Backlog = exchange.Backlog{Bytes: srv.backlog.Load(), Known: true}
+	if (a.Hedge || a.Grouped) && srv.grouper != nil {
+		ev.Backlog = exchange.Backlog{Bytes: srv.backlog.Load(), Sent: int64(srv.cfg.Stats.BytesOut[source.KindChild].Load()), Known: true}
 	}
 	d := srv.serveStep(ev)
+	if d.Action == exchange.ActBusy {
+		// fetch 1.4.0: ask again once the port has drained.
+		srv.cfg.Stats.DirectsBusy.Add(1)
+		sl.status, sl.body = fetchwire.StatusBusy, fetchwire.AppendBusy(nil, d.Wait)
+		return
+	}
 	if d.Action == exchange.ActDecline {
 		srv.cfg.Stats.HedgesDeclined.Add(1)
 		if d.Budget {
@@ -581,9 +594,15 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 		}
 	}
 	if redirected {
+		if a.Direct {
+			srv.cfg.Stats.DirectsRedirected.Add(1) // fetch 1.4.0: to a complete holder
+		}
 		srv.cfg.Stats.RedirectsSent.Add(1)
 		sl.status, sl.body = fetchwire.StatusRedirect, fetchwire.AppendRedirect(nil, rd)
 		return
+	}
+	if a.Grouped {
+		sl.written = func() { srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeDelivered, Ask: a}) }
 	}
 	if data, ok := srv.readStore(q.Hash, pc); ok {
 		second := srv.countSecond(a)
@@ -668,7 +687,7 @@ func (srv *Server) noteSent(q fetchwire.Request, second bool) {
 // if p is a connected child and this node does sibling exchange (the
 // Grouper says; asked before the state's lock is taken).
 func (srv *Server) askOf(p peer.ID, q fetchwire.Request) exchange.Ask {
-	a := exchange.Ask{Blob: q.ID, Index: q.Index, Child: p, Direct: q.Type == fetchwire.MsgGetDirect, Hedge: q.IfPresent}
+	a := exchange.Ask{Blob: q.ID, Index: q.Index, Child: p, Direct: q.Type == fetchwire.MsgGetDirect, Hedge: q.IfPresent, Deflect: q.Deflectable()}
 	if q.Slow {
 		a.Slow = q.Failed
 	} else {

@@ -20,33 +20,35 @@ const MaxErrorPeers = 64
 // Counters are the engine's counters; pkg/transfer's Status documents what
 // each counts.
 type Counters struct {
-	ReplyHeld       atomic.Int64  // reply bytes held for peers now
-	ReplWaiting     atomic.Int64  // records waiting in the Replicate queues
-	ReplDropped     atomic.Uint64 // records Replicate did not copy (a full queue)
-	ReplBatched     atomic.Uint64 // small puts Replicate copied with CopyMany
-	BytesServed     atomic.Uint64
-	BytesFetched    atomic.Uint64
-	BytesIn         [source.NumKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
-	BytesOut        [source.NumKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
-	UploadsRefused  atomic.Uint64
-	Hedges          atomic.Uint64 // sibling requests doubled by a GET_DIRECT
-	HedgesDeclined  atomic.Uint64 // hedges this relay declined (HedgeGrace, backlog, budget)
-	HedgesBusy      atomic.Uint64 // of HedgesDeclined, those declined for the backlog or the budget
-	HedgesServed    atomic.Uint64 // hedges this relay answered with the chunk
-	HedgesDeferred  atomic.Uint64 // hedges this node did not send for its hedge budget
-	Directs         atomic.Uint64 // plain GET_DIRECTs this node sent after giving up on a sibling
-	DirectsServed   atomic.Uint64 // plain GET_DIRECTs this relay answered with the chunk
-	BytesPassedOn   atomic.Uint64 // chunk bytes sent in pieces before the whole chunk was here
-	PushSent        atomic.Uint64 // chunk bytes pushed after a FOUND
-	PushReceived    atomic.Uint64 // verified chunk bytes a parent pushed
-	RedirectsSent   atomic.Uint64
-	RedirectsTaken  atomic.Uint64
-	SiblingFailures atomic.Uint64
-	PeerErrors      atomic.Uint64
-	CorruptReceived atomic.Uint64
-	ReportsReceived atomic.Uint64
-	BulkOpened      atomic.Uint64 // bulk connections opened to peers
-	BulkFallbacks   atomic.Uint64 // bulk connections that could not be opened (libp2p streams used)
+	ReplyHeld      atomic.Int64  // reply bytes held for peers now
+	ReplWaiting    atomic.Int64  // records waiting in the Replicate queues
+	ReplDropped    atomic.Uint64 // records Replicate did not copy (a full queue)
+	ReplBatched    atomic.Uint64 // small puts Replicate copied with CopyMany
+	BytesServed    atomic.Uint64
+	BytesFetched   atomic.Uint64
+	BytesIn        [source.NumKinds]atomic.Uint64 // verified chunk bytes received, by kind of source
+	BytesOut       [source.NumKinds]atomic.Uint64 // chunk bytes sent, by the asker's relation to us
+	UploadsRefused atomic.Uint64
+	Hedges         atomic.Uint64 // sibling requests doubled by a GET_DIRECT
+	HedgesDeclined atomic.Uint64 // hedges this relay declined (HedgeGrace, backlog, budget)
+	HedgesBusy     atomic.Uint64 // of HedgesDeclined, those declined for the backlog or the budget
+	HedgesServed   atomic.Uint64 // hedges this relay answered with the chunk
+	HedgesDeferred atomic.Uint64 // hedges this node did not send for its hedge budget
+	Directs        atomic.Uint64 // plain GET_DIRECTs this node sent after giving up on a sibling
+	DirectsServed  atomic.Uint64 // plain GET_DIRECTs this relay answered with the chunk
+	// DirectsRedirected and DirectsBusy: plain GET_DIRECTs this relay
+	DirectsRedirected, DirectsBusy atomic.Uint64
+	BytesPassedOn                  atomic.Uint64 // chunk bytes sent in pieces before the whole chunk was here
+	PushSent                       atomic.Uint64 // chunk bytes pushed after a FOUND
+	PushReceived                   atomic.Uint64 // verified chunk bytes a parent pushed
+	RedirectsSent                  atomic.Uint64
+	RedirectsTaken                 atomic.Uint64
+	SiblingFailures                atomic.Uint64
+	PeerErrors                     atomic.Uint64
+	CorruptReceived                atomic.Uint64
+	ReportsReceived                atomic.Uint64
+	BulkOpened                     atomic.Uint64 // bulk connections opened to peers
+	BulkFallbacks                  atomic.Uint64 // bulk connections that could not be opened (libp2p streams used)
 
 	errMu     sync.Mutex
 	peerFails map[peer.ID]uint64 // failures blamed on each peer (at most MaxErrorPeers peers)
