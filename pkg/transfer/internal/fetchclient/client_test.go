@@ -220,3 +220,75 @@ func TestBulkRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// Fetch 1.4.0's replies to a GET_DIRECT: the deflect flag goes only to a
+// 1.4.0 peer; a BUSY or REDIRECT is taken only in reply to a GET_DIRECT
+// that carried it, never a REDIRECT to the sibling it named failed; a BUSY
+// is a *BusyError with its retry-after.
+func TestDeflectedReplies(t *testing.T) {
+	failed := p2ptest.NewHost(t).ID()
+	other := p2ptest.NewHost(t).ID()
+	busy := func(tag uint32) []byte {
+		return append(fetchwire.AppendReplyHeader(nil, tag, fetchwire.StatusBusy, fetchwire.BusyBodyLen), fetchwire.AppendBusy(nil, 750*time.Millisecond)...)
+	}
+	redirect := func(tag uint32, to peer.ID) []byte {
+		body := fetchwire.AppendRedirect(nil, fetchwire.Redirect{Peer: to})
+		return append(fetchwire.AppendReplyHeader(nil, tag, fetchwire.StatusRedirect, len(body)), body...)
+	}
+	for _, tc := range []struct {
+		name    string
+		proto   protocol.ID
+		deflect bool
+		reply   func(q fetchwire.Request) []byte
+		check   func(t *testing.T, err error)
+	}{
+		{"busy", fetchwire.ProtoFetch, true, func(q fetchwire.Request) []byte {
+			if !q.Deflect {
+				return fetchwire.AppendReplyHeader(nil, q.Tag, fetchwire.StatusError, 0)
+			}
+			return busy(q.Tag)
+		}, func(t *testing.T, err error) {
+			if be, ok := errors.AsType[*BusyError](err); !ok || be.RetryAfter != 750*time.Millisecond {
+				t.Fatalf("want a BusyError of 750ms: %v", err)
+			}
+		}},
+		{"redirect", fetchwire.ProtoFetch, true, func(q fetchwire.Request) []byte { return redirect(q.Tag, other) }, func(t *testing.T, err error) {
+			if re, ok := errors.AsType[*RedirectError](err); !ok || re.To.Peer != other {
+				t.Fatalf("want a RedirectError to the other holder: %v", err)
+			}
+		}},
+		{"redirect to the failed sibling", fetchwire.ProtoFetch, true, func(q fetchwire.Request) []byte { return redirect(q.Tag, failed) }, func(t *testing.T, err error) {
+			if !errors.Is(err, wire.ErrMalformed) {
+				t.Fatalf("want malformed: %v", err)
+			}
+		}},
+		{"busy without the flag", fetchwire.ProtoFetch, false, func(q fetchwire.Request) []byte { return busy(q.Tag) }, func(t *testing.T, err error) {
+			if !errors.Is(err, wire.ErrMalformed) {
+				t.Fatalf("want malformed: %v", err)
+			}
+		}},
+		{"redirect without the flag", fetchwire.ProtoFetch, false, func(q fetchwire.Request) []byte { return redirect(q.Tag, other) }, func(t *testing.T, err error) {
+			if !errors.Is(err, wire.ErrMalformed) {
+				t.Fatalf("want malformed: %v", err)
+			}
+		}},
+		{"1.3.0 peer: no flag sent", fetchwire.ProtoFetch130, true, func(q fetchwire.Request) []byte {
+			if q.Deflect {
+				return busy(q.Tag)
+			}
+			return fetchwire.AppendReplyHeader(nil, q.Tag, fetchwire.StatusNotFound, 0)
+		}, func(t *testing.T, err error) {
+			if FailKind(err) != schedule.FailNotFound || errors.Is(err, wire.ErrMalformed) {
+				t.Fatalf("want NOT_FOUND (no flag sent): %v", err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, srv, _ := pair(t, tc.proto, tc.reply)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := c.Request(ctx, srv, fetchwire.Request{Type: fetchwire.MsgGetDirect, ID: testCID(t), Index: 1, Hash: blob.Hash{1}, Failed: failed, Deflect: tc.deflect})
+			tc.check(t, err)
+		})
+	}
+}

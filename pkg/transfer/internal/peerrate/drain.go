@@ -1,6 +1,9 @@
 package peerrate
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Drain measures how fast a sender's queue of replies empties: the bytes
 // it handed on per second over intervals in which it had bytes queued
@@ -13,7 +16,8 @@ type Drain struct {
 	last     time.Time // the interval's start (zero: none)
 	lastSent int64     // bytes sent by then
 	busy     bool      // bytes were queued at last
-	rate     float64   // smoothed bytes per second (0: not measured)
+	measured bool      // a sample was folded in
+	rate     float64   // smoothed bytes per second
 }
 
 // drainInterval is the shortest interval folded into a Drain: shorter
@@ -33,8 +37,8 @@ func (d *Drain) Note(now time.Time, sent, queued int64) {
 	}
 	if !d.last.IsZero() && d.busy && queued > 0 && sent >= d.lastSent {
 		r := float64(sent-d.lastSent) / now.Sub(d.last).Seconds()
-		if d.rate == 0 {
-			d.rate = r
+		if !d.measured {
+			d.rate, d.measured = r, true
 		} else {
 			d.rate += (r - d.rate) / 4
 		}
@@ -42,14 +46,19 @@ func (d *Drain) Note(now time.Time, sent, queued int64) {
 	d.last, d.lastSent, d.busy = now, sent, queued > 0
 }
 
-// Rate is the bytes per second measured (0: nothing yet).
-func (d *Drain) Rate() float64 { return d.rate }
+// Rate is the bytes per second measured, and whether anything was (a
+// port that moved nothing while busy measures 0: a write in progress
+// hands its bytes on in parts, e.g. an upload limit's bursts).
+func (d *Drain) Rate() (float64, bool) { return d.rate, d.measured }
 
-// Time is how long n bytes take to leave at the rate measured, and
-// whether there is one.
+// Time is how long n bytes take to leave at the rate measured (at a rate
+// of 0, as long as a Duration holds), and whether one was measured.
 func (d *Drain) Time(n int64) (time.Duration, bool) {
-	if d.rate <= 0 {
+	switch {
+	case !d.measured:
 		return 0, false
+	case d.rate <= 0:
+		return time.Duration(math.MaxInt64), true
 	}
-	return time.Duration(float64(max(n, 0)) / d.rate * float64(time.Second)), true
+	return time.Duration(min(float64(max(n, 0))/d.rate*float64(time.Second), math.MaxInt64/2)), true
 }
