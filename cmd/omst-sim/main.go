@@ -80,6 +80,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.base.Fanout, "fanout", 0, "siblings one holder is sent per chunk (0: the Distributor's default, 2)")
 	fs.BoolVar(&o.base.ConstantTimers, "constant-timers", false, "workers hedge on the constant timers, not the rates they measure")
 	fs.BoolVar(&o.base.Budgets, "budgets", false, "the workers' hedges and give-ups are budgeted (exchange.NewBudget(HedgeShare, HedgeBurst); the daemon does not)")
+	fs.BoolVar(&o.base.NoDeflect, "no-deflect", false, "the workers' GET_DIRECTs carry no deflect flag (fetch 1.3.0): the heads serve every one, never redirect one to a complete holder nor answer BUSY")
 	fs.Int64Var(&o.base.HedgeBacklog, "hedge-backlog", 0, "bytes a head may have to write to its workers for it to serve a hedge (0: the default, one chunk; -1: no bound)")
 	fs.StringVar(&push, "push", "4MiB", `bytes the root pushes after the FOUND ("0": none)`)
 	fs.DurationVar(&o.base.StartJitter, "start-jitter", 2*time.Millisecond, "workers start uniformly within this")
@@ -221,6 +222,9 @@ type runOut struct {
 	HedgesNotHere  int64     `json:"hedges_not_here"`
 	Timeouts       int64     `json:"sibling_timeouts"`
 	Directs        int64     `json:"directs"`
+	DirectsRedir   int64     `json:"directs_redirected"`
+	DirectsBusy    int64     `json:"directs_busy"`
+	DirectsServed  int64     `json:"directs_served"`
 	Deferred       int64     `json:"deferred,omitempty"`
 	MaxDepth       int       `json:"max_depth"`
 	MeanDepth      float64   `json:"mean_depth"`
@@ -306,9 +310,9 @@ func runRow(rep *report, o options, b int64, w int, p int64, stderr io.Writer) e
 		r.Runs = append(r.Runs, runOut{Seed: cfg.Seed, First: res.First, Median: res.Median, Last: res.Last, Ratio: res.Ratio(), Unfinished: res.Unfinished, SiteLast: res.SiteLast, FirstRatio: res.First / res.Limit,
 			HeadCopies: res.HeadCopies, HeadCopiesMax: res.HeadCopiesMax, SiteIn: res.SiteIn, SiblingCopies: res.SiblingCopies,
 			Redirects: res.Redirects, Hedges: res.Hedges, HedgesDeclined: res.HedgesDeclined, HedgesBusy: res.HedgesBusy, HedgesServed: res.HedgesServed, FirstServed: res.FirstHedgeServed, HedgesNotHere: res.HedgesNotHere,
-			Timeouts: res.SiblingTimeouts, Directs: res.Directs, Deferred: res.Deferred, MaxDepth: res.MaxDepth, MeanDepth: res.MeanDepth, Events: res.Events})
-		fmt.Fprintf(stderr, "omst-sim: %s, %d × %d, piece %s, seed %d: last %.2f s (%.2f × limit), head %.2f copies, %.1f s wall\n",
-			pieceName(b), cfg.Sites, w, r.PieceName, cfg.Seed, res.Last, res.Ratio(), res.HeadCopies, time.Since(t0).Seconds())
+			Timeouts: res.SiblingTimeouts, Directs: res.Directs, DirectsRedir: res.DirectsRedirected, DirectsBusy: res.DirectsBusy, DirectsServed: res.DirectsServed, Deferred: res.Deferred, MaxDepth: res.MaxDepth, MeanDepth: res.MeanDepth, Events: res.Events})
+		fmt.Fprintf(stderr, "omst-sim: %s, %d × %d, piece %s, seed %d: last %.2f s (%.2f × limit), head %.2f copies, GET_DIRECTs %d (redirected %d, busy %d, served %d), %.1f s wall\n",
+			pieceName(b), cfg.Sites, w, r.PieceName, cfg.Seed, res.Last, res.Ratio(), res.HeadCopies, res.Directs, res.DirectsRedirected, res.DirectsBusy, res.DirectsServed, time.Since(t0).Seconds())
 	}
 	r.Median = medianRun(r.Runs)
 	r.MinLast = slices.MinFunc(r.Runs, func(a, b runOut) int { return cmpF(a.Last, b.Last) }).Last

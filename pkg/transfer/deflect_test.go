@@ -21,9 +21,10 @@ import (
 )
 
 // Fetch 1.4.0, real engines: a child that gives up on a sibling (gone)
-// sends the relay a GET_DIRECT that takes a REDIRECT, and the relay sends
-// it to a sibling that holds the chunk complete (one it wrote the whole
-// chunk to) instead of sending the chunk into the site again. Before (fetch
+// sends the relay a GET_DIRECT that takes a REDIRECT, and the relay, busy
+// writing 4 MiB to another child, sends it to a sibling that holds the
+// chunk complete (one it wrote the whole chunk to) instead of sending the
+// chunk into the site again. Before (fetch
 // 1.3.0) every such GET_DIRECT was served from the relay's store; so it is
 // still by a relay that speaks 1.3.0 at most (the child sends it no
 // deflect flag).
@@ -34,7 +35,7 @@ func TestDirectRedirectedToCompleteSibling(t *testing.T) {
 
 func testDirectRedirected(t *testing.T, relay130 bool) {
 	gs := &groupedSources{children: map[peer.ID][]ma.Multiaddr{}}
-	relay := newEngineWith(t, func(c *Config) { c.Sources = gs; c.SiblingExchange = true })
+	relay := newEngineWith(t, func(c *Config) { c.Sources = gs; c.SiblingExchange = true; c.MaxUploadRate = 2 << 20 })
 	if relay130 {
 		relay.h.RemoveStreamHandler(ProtoFetch)
 	}
@@ -68,6 +69,33 @@ func testDirectRedirected(t *testing.T, relay130 bool) {
 	// w2 stops serving (its tree session stays up: still a target); w3 is
 	// sent to it, finds it gone, and asks the relay plainly.
 	w2.eng.Close()
+	// A fourth child keeps the relay's port busy: 4 MiB of first copies
+	// at 2 MiB/s, read as they come.
+	y := randBlob(4<<20, 53)
+	ry := putBlob(t, relay.mem, "y", y, 1<<20)
+	hog := newEngine(t, nil, relay)
+	gs.connect(hog, true)
+	hogDone := make(chan []byte, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rc, err := hog.eng.Open(ctx, ry)
+		if err != nil {
+			hogDone <- nil
+			return
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		hogDone <- b
+	}()
+	for deadline := time.Now().Add(5 * time.Second); relay.eng.Status().BytesOut["child"] < uint64(len(x))*2+1<<20 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // until the relay writes to the hog
+	}
+	defer func() {
+		if b := <-hogDone; !bytes.Equal(b, y) {
+			t.Error("the busy child got wrong bytes")
+		}
+	}()
 	before := relay.eng.Status()
 	if got := readBlob(t, w3, rx); !bytes.Equal(got, x) {
 		t.Fatal("w3: wrong bytes")

@@ -77,6 +77,11 @@ type Config struct {
 	// (exchange.NewBudget(HedgeShare, HedgeBurst)); the daemon's are not
 	// (exchange.NewHedger).
 	Budgets bool
+	// NoDeflect: the workers' GET_DIRECTs carry no deflect flag (fetch
+	// 1.3.0), so the heads serve every one; by default (fetch 1.4.0, as
+	// the daemon) a head may send one to a worker that holds the chunk
+	// complete, or answer BUSY while its port is busy.
+	NoDeflect bool
 	// ConstantTimers: the workers' Hedgers run the constant timers (no
 	// peerrate table fed), as the simulator did before it fed them the
 	// rates each worker measures as the engine does.
@@ -211,6 +216,9 @@ type Result struct {
 	// a sibling failed; hedges and give-ups the workers held back for
 	// their budgets (Deferred).
 	Redirects, Hedges, HedgesDeclined, HedgesBusy, HedgesServed, HedgesNotHere, SiblingTimeouts, Directs, Deferred int64
+	// Of the GET_DIRECTs, those the heads redirected to a worker holding
+	// the chunk complete, answered BUSY (fetch 1.4.0), and served.
+	DirectsRedirected, DirectsBusy, DirectsServed int64
 	// FirstHedgeServed is when a head first served a hedge (the first
 	// copy beyond one into a site; 0: none did).
 	FirstHedgeServed float64
@@ -282,6 +290,9 @@ func Run(cfg Config) (Result, error) {
 		res.HedgesNotHere += sr.hedgesNotHere
 		res.SiblingTimeouts += sr.timeouts
 		res.Directs += sr.directs
+		res.DirectsRedirected += sr.directsRedirected
+		res.DirectsBusy += sr.directsBusy
+		res.DirectsServed += sr.directsServed
 		res.Deferred += sr.deferred
 		res.Events += sr.events
 		res.Truncated += sr.truncated

@@ -49,6 +49,7 @@ const (
 	stOK status = iota
 	stRedirect
 	stNotFound
+	stBusy // fetch 1.4.0: ask again after the reply's retry
 )
 
 // site is one site's simulation.
@@ -85,6 +86,9 @@ type siteResult struct {
 	deferred                     int64 // hedges and give-ups held back for the workers' budgets
 	hedgesNotHere, timeouts      int64
 	directs, events, truncated   int64
+	// GET_DIRECTs the head answered (fetch 1.4.0) with a REDIRECT to a
+	// complete holder, with BUSY; and served.
+	directsRedirected, directsBusy, directsServed int64
 	// depth: hops from the head of each worker's copy of each chunk as
 	// the head decided it (1: the head's own copy; a redirect: the
 	// target's + 1); the most, and the sum over the decisions.
@@ -106,7 +110,10 @@ type node struct {
 	have   []bool
 	calls  []*call         // the fetch in flight per chunk, as coalesce.Chunks holds them
 	served map[*node]*conn // the connections it serves, by client
-	parent *node
+	// childOut: the chunk bytes of the replies it finished writing to
+	// its children (a drain rate's count, with those being written).
+	childOut int64
+	parent   *node
 
 	depth []uint16 // per chunk, as the head's decisions made it (see siteResult)
 
@@ -191,8 +198,9 @@ type reply struct {
 	ev     event
 	req    *request
 	status status
-	target *node // stRedirect
-	from   *call // the server's fetch whose bytes it forwards; nil: from the store
+	target *node         // stRedirect
+	retry  time.Duration // stBusy
+	from   *call         // the server's fetch whose bytes it forwards; nil: from the store
 	size   float64
 	fl     flow
 }
@@ -558,12 +566,20 @@ func (n *node) handle(q *request) {
 	} else {
 		a.Failed = q.failed
 	}
+	a.Deflect = q.kind == reqDirect && !s.cfg.NoDeflect
 	ev := exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a}
-	if q.kind == reqHedge {
-		ev.Backlog = exchange.Backlog{Bytes: n.backlog(), Known: true}
+	if q.kind == reqHedge || (a.Grouped && !s.cfg.NoDeflect) {
+		// The bytes handed on feed the drain rate (a deflectable
+		// GET_DIRECT's BUSY): every child's ask, as the server does.
+		b, sent := n.backlog()
+		ev.Backlog = exchange.Backlog{Bytes: b, Sent: sent, Known: true}
 	}
 	d := n.serve.Step(s.wallNow(), ev)
 	switch d.Action {
+	case exchange.ActBusy:
+		s.directsBusy++
+		n.ready(&reply{req: q, status: stBusy, retry: d.Wait})
+		return
 	case exchange.ActDecline:
 		s.hedgesDeclined++
 		if d.Busy {
@@ -577,12 +593,18 @@ func (n *node) handle(q *request) {
 			panic(fmt.Sprintf("sim: redirect to unknown peer %s", d.Target))
 		}
 		s.redirects++
+		if q.kind == reqDirect {
+			s.directsRedirected++
+		}
 		s.noteDepth(q.cli, q.chunk, int(target.depth[q.chunk])+1)
 		n.ready(&reply{req: q, status: stRedirect, target: target})
 		return
 	}
 	if n.role == roleHead && q.kind != reqHedge {
 		s.noteDepth(q.cli, q.chunk, 1)
+	}
+	if q.kind == reqDirect && n.role == roleHead {
+		s.directsServed++
 	}
 	if n.have[q.chunk] {
 		if q.kind == reqHedge && n.role == roleHead {
@@ -615,9 +637,12 @@ func (n *node) handle(q *request) {
 // queued reply's bytes in the store, or brought by the fetch it
 // forwards). The engine counts the bytes its writers hold in writes the
 // streams have not taken; with no buffers modelled, that is this.
-func (n *node) backlog() int64 {
+//
+// It also returns the chunk bytes n has handed its children so far
+// (Backlog.Sent): those of replies done and of the ones being written.
+func (n *node) backlog() (b, sent int64) {
 	s := n.s
-	var b int64 // whole bytes: the sum does not depend on the map's order
+	sent = n.childOut // whole bytes: the sums do not depend on the map's order
 	for cli, c := range n.served {
 		if cli.parent != n {
 			continue
@@ -625,6 +650,7 @@ func (n *node) backlog() int64 {
 		for _, l := range c.lanes {
 			if p := l.cur; p != nil {
 				b += int64(math.Max(p.fl.avail(s.now)-p.fl.xAt(s.now), 0))
+				sent += int64(p.fl.xAt(s.now))
 			}
 			for _, p := range l.queue {
 				switch {
@@ -637,7 +663,7 @@ func (n *node) backlog() int64 {
 			}
 		}
 	}
-	return b
+	return b, sent
 }
 
 // noteDepth records that worker w gets chunk i through depth hops from
@@ -715,6 +741,16 @@ func (p *reply) flowSent(f *flow) {
 	default:
 		s.siblingOut += f.size
 	}
+	if q.cli.parent == q.srv && p.status == stOK && q.kind != reqPush {
+		// The child's stream took the last byte: it holds the chunk
+		// complete (server.writeReplies' written, ServeDelivered).
+		q.srv.childOut += int64(f.size)
+		a := exchange.Ask{Blob: s.blob, Index: uint32(q.chunk), Child: q.cli.id, Grouped: true, Group: s.group}
+		if q.cli.role == roleHead {
+			a.Group = "head " + s.group
+		}
+		q.srv.serve.Step(s.wallNow(), exchange.ServeEvent{Kind: exchange.ServeDelivered, Ask: a})
+	}
 	s.q.schedule(&p.ev, s.now+q.c.lat+s.jitter())
 	q.c.lanes[q.lane].cur = nil
 	q.c.kick(q.lane)
@@ -754,9 +790,15 @@ func (n *node) receive(p *reply) {
 		}
 	default: // a request of a followed redirect
 		var act exchange.HedgeAction
-		if p.status == stOK {
+		switch {
+		case p.status == stOK:
 			act = n.hedger.Arrived(cl.sf, n.s.wallNow(), q.hreq)
-		} else {
+		case q.hreq == exchange.ReqDirect && p.status == stRedirect:
+			act = n.hedger.Redirected(cl.sf, n.s.wallNow(), p.target.id)
+			cl.sibling = p.target // the target of act.Follow
+		case q.hreq == exchange.ReqDirect && p.status == stBusy:
+			act = n.hedger.Busy(cl.sf, n.s.wallNow(), p.retry)
+		default:
 			act = n.hedger.Failed(cl.sf, n.s.wallNow(), q.hreq)
 		}
 		switch {
@@ -823,8 +865,15 @@ func (cl *call) carryOut(act exchange.HedgeAction) {
 		s.directs++
 		q := n.send(reqDirect, n.parent, cl.chunk, cl)
 		q.hreq = exchange.ReqDirect
-		q.failed = cl.sibling.id
+		q.failed = act.Failed
 		cl.reqs[exchange.ReqDirect] = q
+	}
+	if act.Follow != "" {
+		// fetch 1.4.0: the relay sent the plain request to a complete
+		// holder (cl.sibling, set by receive).
+		q := n.send(reqSibling, cl.sibling, cl.chunk, cl)
+		q.hreq = exchange.ReqSibling
+		cl.reqs[exchange.ReqSibling] = q
 	}
 	if act.Wake.IsZero() {
 		s.q.cancel(&cl.timer)

@@ -254,19 +254,24 @@ type Deflection struct {
 
 // Deflect decides a child's deflectable GET_DIRECT a (a.Deflect, fetch
 // 1.4.0) before Decide, at now; busy says the relay's port has more than
-// its bound to write to its children (and it can say when to ask again).
-// The holder a names failed is counted against it once per child and
-// chunk (however often the child asks again) and is never its target.
-// While fewer than MaxDeflect of the child's GET_DIRECTs for the chunk
-// were deflected: to a holder of its group that has the chunk complete
-// (NoteComplete), other than the child and those it named failed, not
-// failed MaxFailures times for the blob nor reported slow, the one that
-// fed the fewest siblings of the blob (then the earliest), whatever its
-// fanout, which then feeds the child (the child is a holder one hop below
-// it); else, busy, Busy. Otherwise (the zero Deflection) the chunk is
-// served: the caller then calls Decide with a.Failed cleared (counted
-// here).
-func (d *Distributor) Deflect(now time.Time, a Ask, busy bool) Deflection {
+// its bound to write to its children, and canWait that it can say when to
+// ask again (it measured how fast the port drains). The holder a names
+// failed is counted against it once per child and chunk (however often
+// the child asks again) and is never its target. Only while busy (many
+// siblings late at once: serving them would share the port with the first
+// copies) and fewer than MaxDeflect of the child's GET_DIRECTs for the
+// chunk were deflected: to a holder of its group that has the chunk
+// complete (NoteComplete), other than the child and those it named failed,
+// reported failed by no child for the blob and not reported slow, the one
+// that fed the fewest siblings of the blob (then the earliest), whatever
+// its fanout, which then feeds the child (the child is a holder one hop
+// below it); else, canWait, Busy. Otherwise (the zero Deflection) the
+// chunk is served, as in 1.3.0: the caller then calls Decide with
+// a.Failed cleared (counted here). (Deflected while the port is idle too,
+// a child whose sibling was stuck was sent to another holder that might be
+// stuck as well, a give-up's time each: the stuck-sibling tests took up
+// to 3.7 s against 1.1-2.5 s.)
+func (d *Distributor) Deflect(now time.Time, a Ask, busy, canWait bool) Deflection {
 	b := d.blob(now, a.Blob)
 	c := b.chunk(a.Index)
 	rec := c.deflects[a.Child]
@@ -289,14 +294,14 @@ func (d *Distributor) Deflect(now time.Time, a Ask, busy bool) Deflection {
 		b.failures[a.Failed]++
 		c.remove(a.Failed)
 	}
-	if rec.n >= d.cfg.MaxDeflect {
+	if !busy || rec.n >= d.cfg.MaxDeflect {
 		return Deflection{}
 	}
 	best := -1
 	for i := range c.holders {
 		h := &c.holders[i]
 		if !h.complete || h.group != a.Group || h.peer == a.Child || slices.Contains(rec.avoid, h.peer) ||
-			b.failures[h.peer] >= d.cfg.MaxFailures || now.Before(b.slow[h.peer]) {
+			b.failures[h.peer] > 0 || now.Before(b.slow[h.peer]) {
 			continue
 		}
 		if best < 0 || b.fed[h.peer] < b.fed[c.holders[best].peer] {
@@ -317,7 +322,7 @@ func (d *Distributor) Deflect(now time.Time, a Ask, busy bool) Deflection {
 		}
 		return Deflection{Target: t}
 	}
-	if busy {
+	if canWait {
 		rec.n++
 		return Deflection{Busy: true}
 	}

@@ -292,13 +292,16 @@ func (s *ServeState) ask(now time.Time, a Ask, pace Pace, bl Backlog) ServeDecis
 		s.drain.Note(now, bl.Sent, bl.Bytes)
 	}
 	if a.Direct && a.Deflect && a.Grouped && !a.Hedge {
-		// A GET_DIRECT that takes a REDIRECT or BUSY (fetch 1.4.0): to
-		// a sibling that holds the chunk complete, else, with the port
-		// busy, asked again once its backlog has drained; at most
-		// MaxDeflect times per child and chunk, then served.
+		// A GET_DIRECT that takes a REDIRECT or BUSY (fetch 1.4.0):
+		// while the port has more than HedgeBacklog to write, to a
+		// sibling that holds the chunk complete, else asked again once
+		// the backlog has drained; at most MaxDeflect times per child
+		// and chunk, then served; served at once while the port is not
+		// busy.
 		s.tick(now)
-		retry, busy := s.busyFor(bl)
-		switch df := s.dist.Deflect(now, a, busy); {
+		busy := bl.Known && s.backlog >= 0 && bl.Bytes > s.backlog
+		retry, canWait := s.busyFor(bl)
+		switch df := s.dist.Deflect(now, a, busy, canWait); {
 		case df.Target != "":
 			return ServeDecision{Action: ActRedirect, Target: df.Target}
 		case df.Busy:
