@@ -33,7 +33,13 @@
 //     requests (coalesce.measured: a chunk's time, a REDIRECT's or a
 //     declined hedge's round trip; Config.ConstantTimers: none fed); a
 //     request given up on is forgotten (its timing lost) but its reply
-//     still crosses the links and is dropped;
+//     still crosses the links and is dropped; a plain GET_DIRECT carries
+//     the deflect flag (fetch 1.4.0; Config.NoDeflect: not), so that a
+//     head whose port is busy may answer it with a REDIRECT to a worker
+//     it wrote the whole chunk to (its last byte left: ServeDelivered) or
+//     with BUSY and the time its backlog takes to drain at the rate its
+//     asks measured (the Backlog's bytes handed on), which the Hedger
+//     follows (Redirected) or waits out (Busy);
 //   - forwarding: whole chunks, each verified before it is served (today),
 //     or, with PieceSize, each piece as soon as it is in (the protocol of
 //     issue 25): a reply then starts with the first piece of its chunk

@@ -232,3 +232,28 @@ func TestRelaxationDepth(t *testing.T) {
 	}
 	t.Logf("last worker %.3f s bounded, %.3f s relaxed deeper; truncated %d, %d", bounded.Last, deep.Last, bounded.Truncated, deep.Truncated)
 }
+
+// TestDeflectedDirectsInAStorm: 2 × 32 workers at a quarter of the rates,
+// whole chunks: chains 32 deep make the workers give up on late siblings,
+// and their GET_DIRECTs (fetch 1.3.0, NoDeflect) are each a copy of a
+// chunk from the head (7.8 copies into a site at seed 1). With fetch 1.4.0
+// the head, its port busy, sends most of them to workers that hold the
+// chunk complete or tells them to ask again: fewer copies (2.8), no
+// later.
+func TestDeflectedDirectsInAStorm(t *testing.T) {
+	c := Config{Sites: 2, Workers: 32, BlobSize: 16 << 20, ChunkSize: 1 << 20, WANRate: 25e6, LANRate: 50e6,
+		WANLatency: 20 * time.Millisecond, LANLatency: 100 * time.Microsecond, StartJitter: 2 * time.Millisecond,
+		MessageJitter: 200 * time.Microsecond, Seed: 1}
+	off := c
+	off.NoDeflect = true
+	ron, roff := run(t, c), run(t, off)
+	t.Logf("1.4.0: %.2f s, head %.2f copies, GET_DIRECTs %d (redirected %d, busy %d, served %d); 1.3.0: %.2f s, head %.2f copies, GET_DIRECTs %d (served %d)",
+		ron.Last, ron.HeadCopies, ron.Directs, ron.DirectsRedirected, ron.DirectsBusy, ron.DirectsServed, roff.Last, roff.HeadCopies, roff.Directs, roff.DirectsServed)
+	if roff.Directs < 50 || roff.DirectsRedirected+roff.DirectsBusy != 0 || roff.DirectsServed != roff.Directs {
+		t.Fatalf("1.3.0: %d GET_DIRECTs, %d redirected, %d busy, %d served: want a storm, every one served", roff.Directs, roff.DirectsRedirected, roff.DirectsBusy, roff.DirectsServed)
+	}
+	if ron.DirectsRedirected == 0 || ron.HeadCopies > roff.HeadCopies/2 || ron.Last > roff.Last {
+		t.Fatalf("1.4.0: %d redirected, head %.2f copies (1.3.0: %.2f), %.2f s (1.3.0: %.2f s): want the copies halved, no later",
+			ron.DirectsRedirected, ron.HeadCopies, roff.HeadCopies, ron.Last, roff.Last)
+	}
+}
