@@ -69,33 +69,27 @@ func testDirectRedirected(t *testing.T, relay130 bool) {
 	// w2 stops serving (its tree session stays up: still a target); w3 is
 	// sent to it, finds it gone, and asks the relay plainly.
 	w2.eng.Close()
-	// A fourth child keeps the relay's port busy: 4 MiB of first copies
-	// at 2 MiB/s, read as they come.
-	y := randBlob(4<<20, 53)
+	// A fourth child keeps the relay's port busy until w3 is done: 16 MiB
+	// of first copies at 2 MiB/s, read as they come.
+	y := randBlob(16<<20, 53)
 	ry := putBlob(t, relay.mem, "y", y, 1<<20)
 	hog := newEngine(t, nil, relay)
 	gs.connect(hog, true)
-	hogDone := make(chan []byte, 1)
+	hogCtx, stopHog := context.WithTimeout(context.Background(), 30*time.Second)
+	hogDone := make(chan struct{})
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		rc, err := hog.eng.Open(ctx, ry)
+		defer close(hogDone)
+		rc, err := hog.eng.Open(hogCtx, ry)
 		if err != nil {
-			hogDone <- nil
 			return
 		}
 		defer rc.Close()
-		b, _ := io.ReadAll(rc)
-		hogDone <- b
+		_, _ = io.Copy(io.Discard, rc)
 	}()
 	for deadline := time.Now().Add(5 * time.Second); relay.eng.Status().BytesOut["child"] < uint64(len(x))*2+1<<20 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond) // until the relay writes to the hog
 	}
-	defer func() {
-		if b := <-hogDone; !bytes.Equal(b, y) {
-			t.Error("the busy child got wrong bytes")
-		}
-	}()
+	defer func() { stopHog(); <-hogDone }()
 	before := relay.eng.Status()
 	if got := readBlob(t, w3, rx); !bytes.Equal(got, x) {
 		t.Fatal("w3: wrong bytes")
