@@ -341,26 +341,29 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 	type result struct {
 		req  exchange.HedgeReq
 		sib  peer.ID // ReqSibling: the sibling asked
+		gen  int     // ReqSibling: which request to a sibling (askSibling)
 		data []byte
 		err  error
 	}
 	sibling := source.Source{ID: rd.Peer, Kind: source.KindSibling}
 	from := [exchange.NumHedgeReqs]source.Source{exchange.ReqSibling: sibling, exchange.ReqHedge: relay, exchange.ReqDirect: relay}
-	// The policy keeps at most one request of each kind open, and follows
-	// at most fetchwire.MaxDeflections more siblings (each earlier one's
-	// request cancelled, its answer dropped): no send blocks, even after
-	// this function has returned.
-	results := make(chan result, exchange.NumHedgeReqs+fetchwire.MaxDeflections+1)
+	// The policy keeps at most one request of each kind open, and asks at
+	// most fetchwire.MaxDeflections more siblings, and one late sibling
+	// again (each earlier request cancelled, its answer dropped): no send
+	// blocks, even after this function has returned.
+	results := make(chan result, exchange.NumHedgeReqs+fetchwire.MaxDeflections+2)
 	sctx, scancel := context.WithCancel(ctx)
 	defer func() { scancel() }()
+	gen := 0 // of the request to a sibling now open
 	askSibling := func(p peer.ID) {
 		sctx, scancel = context.WithCancel(ctx)
 		sibling = source.Source{ID: p, Kind: source.KindSibling}
 		from[exchange.ReqSibling] = sibling
-		go func(sctx context.Context, sib source.Source) {
+		gen++
+		go func(sctx context.Context, sib source.Source, g int) {
 			data, err := c.fetchVerified(sctx, sib, q, sink)
-			results <- result{exchange.ReqSibling, sib.ID, data, err}
-		}(sctx, sibling)
+			results <- result{exchange.ReqSibling, sib.ID, g, data, err}
+		}(sctx, sibling, gen)
 	}
 	c.hedgeMu.Lock()
 	followed := time.Now()
@@ -382,7 +385,7 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 					Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, wire.Malformed("REDIRECT in reply to GET_DIRECT"))}
 				c.cfg.NotePeerError(relay.ID, "fetch chunk", err)
 			}
-			results <- result{req, "", data, err}
+			results <- result{req, "", 0, data, err}
 		}()
 	}
 	timer := time.NewTimer(time.Hour)
@@ -421,7 +424,11 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 			askRelay(exchange.ReqDirect, dq)
 		}
 		if act.Follow != "" {
-			c.cfg.Stats.RedirectsTaken.Add(1)
+			// fetch 1.4.0: the relay's REDIRECT to a complete holder, or
+			// after its BUSY the sibling given up on for lateness again.
+			if act.Follow != sibling.ID {
+				c.cfg.Stats.RedirectsTaken.Add(1)
+			}
 			scancel()
 			askSibling(act.Follow)
 		}
@@ -437,8 +444,8 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 			if r.err != nil && ctx.Err() != nil {
 				return nil, source.Source{}, ctx.Err() // not the requests' failure: nothing more to ask
 			}
-			if r.req == exchange.ReqSibling && r.sib != sibling.ID && r.err != nil {
-				continue // a sibling given up on before the one followed now
+			if r.req == exchange.ReqSibling && r.gen != gen && r.err != nil {
+				continue // a request to a sibling given up on before the one open now
 			}
 			rde, redirected := errors.AsType[*fetchclient.RedirectError](r.err)
 			busy, isBusy := errors.AsType[*fetchclient.BusyError](r.err)

@@ -191,6 +191,7 @@ type SiblingFetch struct {
 	// answered BUSY is to be asked again (zero: none due).
 	deflected int
 	directAt  time.Time
+	late      bool // the sibling was given up on for lateness (not a failure): asked again on a BUSY
 	relay     peer.ID // who redirected: a sibling it names anew is followed with its timers
 	size      int
 }
@@ -273,7 +274,7 @@ func (h *Hedger) Redirected(f *SiblingFetch, now time.Time, p peer.ID) HedgeActi
 	if f.deflected++; f.deflected > fetchwire.MaxDeflections {
 		return h.Failed(f, now, ReqDirect)
 	}
-	f.open[ReqDirect], f.direct = false, false
+	f.open[ReqDirect], f.direct, f.late = false, false, false
 	st := h.stat(p)
 	f.arm(now, p, h.Timers(p, f.relay, f.size), h.timeout)
 	if now.Before(st.skipUntil) {
@@ -288,8 +289,12 @@ func (h *Hedger) Redirected(f *SiblingFetch, now time.Time, p peer.ID) HedgeActi
 
 // Busy applies, at now, the relay's BUSY in answer to this redirect's
 // plain request (fetch 1.4.0): the same request is made again after
-// retry. After fetchwire.MaxDeflections REDIRECTs and BUSYs for the chunk
-// it failed (Redirected).
+// retry. A sibling given up on for lateness (not failed) is asked again
+// meanwhile (Follow, once), until the sibling timeout: the relay is busy
+// because many siblings are late at once, and the late sibling may well
+// deliver before the relay would; the first copy wins. After
+// fetchwire.MaxDeflections REDIRECTs and BUSYs for the chunk it failed
+// (Redirected).
 func (h *Hedger) Busy(f *SiblingFetch, now time.Time, retry time.Duration) HedgeAction {
 	if f.done || !f.open[ReqDirect] {
 		return HedgeAction{Wake: f.wake()}
@@ -299,7 +304,14 @@ func (h *Hedger) Busy(f *SiblingFetch, now time.Time, retry time.Duration) Hedge
 	}
 	f.open[ReqDirect] = false
 	f.directAt = now.Add(max(retry, 0))
-	return HedgeAction{Wake: f.wake()}
+	var act HedgeAction
+	if f.late && !f.open[ReqSibling] && now.Before(f.hardAt) {
+		f.late = false
+		f.open[ReqSibling], f.giveUpAt = true, f.hardAt
+		act.Follow = f.sibling
+	}
+	act.Wake = f.wake()
+	return act
 }
 
 // stat returns p's counts, made if new, with one more redirect to it.
@@ -458,6 +470,7 @@ func (h *Hedger) Tick(f *SiblingFetch, now time.Time) HedgeAction {
 			f.open[ReqSibling] = false
 			direct := act.Direct
 			act = f.giveUp()
+			f.late = act.Direct // the first give-up, for lateness
 			act.Direct = act.Direct || direct
 			act.TimedOut = true
 			h.unanswered(now, f.sibling)
