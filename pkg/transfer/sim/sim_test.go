@@ -236,10 +236,10 @@ func TestRelaxationDepth(t *testing.T) {
 // TestDeflectedDirectsInAStorm: 2 × 32 workers at a quarter of the rates,
 // whole chunks: chains 32 deep make the workers give up on late siblings,
 // and their GET_DIRECTs (fetch 1.3.0, NoDeflect) are each a copy of a
-// chunk from the head (7.8 copies into a site at seed 1). With fetch 1.4.0
-// the head, its port busy, sends most of them to workers that hold the
-// chunk complete or tells them to ask again: fewer copies (2.8), no
-// later.
+// chunk from the head (7.84 copies into a site at seed 1, 30.4 s). With
+// fetch 1.4.0 the head, its port busy, sends most of them to workers that
+// hold the chunk complete or tells them to ask again: fewer copies (1.97,
+// 221 of 227 redirected), no later (20.9 s).
 func TestDeflectedDirectsInAStorm(t *testing.T) {
 	c := Config{Sites: 2, Workers: 32, BlobSize: 16 << 20, ChunkSize: 1 << 20, WANRate: 25e6, LANRate: 50e6,
 		WANLatency: 20 * time.Millisecond, LANLatency: 100 * time.Microsecond, StartJitter: 2 * time.Millisecond,

@@ -12,13 +12,20 @@
 //     a chunk, redirect its asker, or decline a hedge (for the hedge grace,
 //     HedgeGraceFor: from the site's pace as the server measured it, the
 //     constant HedgeGrace before; past it, while the server has more than
-//     HedgeBacklog bytes to write to its children); who left.
+//     HedgeBacklog bytes to write to its children); deflect a 1.4.0
+//     child's GET_DIRECT while that backlog is above the bound (a
+//     REDIRECT to a holder it wrote the whole chunk to, else BUSY for the
+//     time the backlog takes to drain at the rate measured,
+//     peerrate.Drain; Distributor.Deflect); who left.
 //   - Hedger (hedge.go): what a node does while it follows a redirect to a
 //     sibling: when to hedge (ask the relay too), when to give up on the
 //     sibling (or not ask one that left its last requests unanswered),
 //     which copy wins; and what it learned of each sibling. Its timers
 //     come from the rates the node measured of its peers (peerrate.Table),
-//     the constants tuned at 200 Mbit/s before any.
+//     the constants tuned at 200 Mbit/s before any. A relay's REDIRECT
+//     of its plain request is followed as the first sibling was
+//     (Redirected), a BUSY waited out while a sibling given up on for
+//     lateness is asked again (Busy).
 //
 // Invariants: a child is only ever redirected to a connected child of its
 // own group (site), never to itself, and never to a peer that left
@@ -31,7 +38,11 @@
 // holder's depth is its feeder's plus one (the relay's copies: 1), and
 // hedges are declined no longer than maxGrace; the holders remembered per
 // chunk are bounded (maxHolders), and a blob's state is forgotten once it
-// was not asked for during Idle. A followed redirect
+// was not asked for during Idle. A child's GET_DIRECTs for one chunk are
+// deflected at most MaxDeflect times (<= fetchwire.MaxDeflections), never
+// to the child nor a holder it named failed, and only while the relay's
+// backlog is above HedgeBacklog; a BUSY's retry-after is within [50 ms,
+// 2 s]. A followed redirect
 // keeps at most one request of each kind open, asks the relay plainly at
 // most once, and ends (delivers or fails) exactly once. pkg/transfer's
 // server and its redirect follower feed these and carry their decisions

@@ -1,5 +1,6 @@
 // Package server is the server side of omst's fetch protocol
-// (/omst/fetch/1.3.0, 1.2.0 and 1.1.0): it resolves a stream's tagged
+// (/omst/fetch/1.4.0, 1.3.0, 1.2.0 and 1.1.0; 1.4.0's BUSY and deflected
+// GET_DIRECTs come from exchange.ServeState): it resolves a stream's tagged
 // requests concurrently and writes each reply as soon as it is ready. On a
 // 1.3.0 stream a chunk goes out in verified pieces (its outboard, then its
 // bytes): one that this node is itself still fetching is passed on piece
