@@ -191,7 +191,7 @@ type SiblingFetch struct {
 	// answered BUSY is to be asked again (zero: none due).
 	deflected int
 	directAt  time.Time
-	late      bool // the sibling was given up on for lateness (not a failure): asked again on a BUSY
+	late      bool    // the sibling was given up on for lateness (not a failure): asked again on a BUSY
 	relay     peer.ID // who redirected: a sibling it names anew is followed with its timers
 	size      int
 }
