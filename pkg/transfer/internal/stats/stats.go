@@ -37,6 +37,8 @@ type Counters struct {
 	Directs        atomic.Uint64 // plain GET_DIRECTs this node sent after giving up on a sibling
 	DirectsServed  atomic.Uint64 // plain GET_DIRECTs this relay answered with the chunk
 	// DirectsRedirected and DirectsBusy: plain GET_DIRECTs this relay
+	// answered (fetch 1.4.0) with a REDIRECT to a complete holder, and
+	// with BUSY.
 	DirectsRedirected, DirectsBusy atomic.Uint64
 	BytesPassedOn                  atomic.Uint64 // chunk bytes sent in pieces before the whole chunk was here
 	PushSent                       atomic.Uint64 // chunk bytes pushed after a FOUND
