@@ -82,6 +82,14 @@ type config struct {
 	logLevel  string
 	transport string // tcp or quic
 	keepHome  bool
+	// trustedLAN runs every daemon with --trusted-lan: bulk bytes between
+	// two daemons of one site go in plain text, as on a cluster LAN its
+	// operator trusts (across sites they stay encrypted).
+	trustedLAN bool
+
+	// idle: how long the daemons are left doing nothing while their CPU
+	// is measured.
+	idleFor time.Duration
 
 	// grid: the root makes a grid (omst grid init) and every other daemon
 	// joins it with a token of its own (--join); see grid.go.
@@ -89,7 +97,7 @@ type config struct {
 }
 
 // defaultBlobSize per case, as in manifest.toml.
-var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0", "rmprefix": "0", "taskfarm": "16MiB", "smallgather": "0"}
+var defaultBlobSize = map[string]string{"broadcast": "64MiB", "failover": "256MiB", "churn": "128MiB", "gather": "0", "dht": "0", "rmprefix": "0", "taskfarm": "16MiB", "smallgather": "0", "idle": "0"}
 
 // defaultResultSize per case, as in manifest.toml.
 var defaultResultSize = map[string]string{"dht": "16MiB", "taskfarm": "1MiB"}
@@ -126,6 +134,8 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 		logLevel:       p.str("log_level", "warn"),
 		transport:      p.str("transport", "tcp"),
 		keepHome:       p.bool("keep_home", false),
+		trustedLAN:     p.bool("trusted_lan", false),
+		idleFor:        p.duration("idle_for", "60s"),
 		grid:           p.bool("grid", false),
 		rmNames:        p.int("rm_names", 10000),
 		smallCount:     p.int("small_count", 128),
@@ -155,6 +165,9 @@ func loadConfig(re *runtime.RunEnv) (*config, error) {
 	}
 	if re.TestCase == "smallgather" && (c.smallCount < 1 || c.smallSize < 1 || c.sites*c.workersPerSite < 1) {
 		return nil, fmt.Errorf("param small_count=%d, small_size=%d: want at least 1 each, and at least one worker", c.smallCount, c.smallSize)
+	}
+	if re.TestCase == "idle" && (c.idleFor <= 0 || c.idleFor >= c.timeout) {
+		return nil, fmt.Errorf("param idle_for=%s: want more than 0 and less than timeout=%s", c.idleFor, c.timeout)
 	}
 	if re.TestCase == "dht" && (c.puttersPerSite < 0 || c.puttersPerSite > c.workersPerSite) {
 		return nil, fmt.Errorf("param putters_per_site=%d: want 0 (every worker) .. workers_per_site=%d", c.puttersPerSite, c.workersPerSite)

@@ -30,6 +30,7 @@ type daemonSpec struct {
 	relayMode string // "" = the daemon's default
 	// noSiblings runs the daemon with --no-sibling-exchange.
 	noSiblings bool
+	trustedLAN bool // --trusted-lan
 	window     int
 	cacheSize  string
 	chunkSize  int64
@@ -112,6 +113,9 @@ func startDaemon(ctx context.Context, tag string, spec daemonSpec) (*daemon, err
 	}
 	if spec.noSiblings {
 		args = append(args, "--no-sibling-exchange")
+	}
+	if spec.trustedLAN {
+		args = append(args, "--trusted-lan")
 	}
 	if spec.window > 0 {
 		args = append(args, "--window", fmt.Sprint(spec.window))

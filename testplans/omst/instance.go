@@ -388,7 +388,7 @@ func (in *instance) daemonSpec(parents, bootstrap []string) daemonSpec {
 		bin: cfg.omstBin, ip: in.ip, transport: cfg.transport, parents: parents,
 		bootstrap: bootstrap, noDHT: !cfg.dht,
 		window: cfg.window, cacheSize: cfg.cacheSize, chunkSize: cfg.chunkSize,
-		logLevel: cfg.logLevel, keepHome: cfg.keepHome,
+		logLevel: cfg.logLevel, keepHome: cfg.keepHome, trustedLAN: cfg.trustedLAN,
 		logPath:  filepath.Join(in.re.TestOutputsPath, "daemon.log"),
 		gridInit: cfg.grid && in.role == roleRoot,
 		join:     in.joinToken,

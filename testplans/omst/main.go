@@ -1,6 +1,6 @@
 // Command omst is the testground plan for omst: a root, one head node per
 // site and workers, each instance one host running its own `omst daemon`.
-// Test cases: broadcast, gather, failover, churn, dht, rmprefix, smallgather, taskfarm (see README.md and
+// Test cases: broadcast, gather, failover, churn, dht, rmprefix, smallgather, taskfarm, idle (see README.md and
 // manifest.toml).
 package main
 
@@ -33,6 +33,7 @@ func main() {
 		"rmprefix":    testCase(rmprefixCase{}),
 		"smallgather": testCase(smallgatherCase{}),
 		"taskfarm":    testCase(&taskfarmCase{}),
+		"idle":        testCase(idleCase{}),
 	})
 	if failed.Load() {
 		os.Exit(1)

@@ -67,6 +67,8 @@ type record struct {
 	// used when the counters were read (from /proc; 0 where unreadable).
 	DuplicateBytes uint64  `json:"duplicate_bytes,omitempty"`
 	CPUSeconds     float64 `json:"cpu_seconds,omitempty"`
+	// IdleCPUSeconds (idle case) is the CPU its daemon used while idle.
+	IdleCPUSeconds float64 `json:"idle_cpu_seconds,omitempty"`
 	// Chunk bytes pushed with lookups' answers across sites (names 1.2.0).
 	PushSent     uint64 `json:"push_sent,omitempty"`
 	PushReceived uint64 `json:"push_received,omitempty"`
@@ -141,6 +143,12 @@ type summary struct {
 	// Waste is, per site, what its hedging and its GET_DIRECTs cost
 	// (siteWaste), with the CPU seconds of its daemons.
 	Waste []siteWaste `json:"waste,omitempty"`
+	// CPUByRole is the CPU seconds of the daemons by role (root, head,
+	// worker) when the counters were read at the end, from their start:
+	// mean and most of one. IdleCPUByRole (idle case) is the same over
+	// the idle time only.
+	CPUByRole     map[string]roleCPU `json:"cpu_by_role,omitempty"`
+	IdleCPUByRole map[string]roleCPU `json:"idle_cpu_by_role,omitempty"`
 	// dht case: the topology, whether the daemons ran the DHT, what the
 	// root served while the results were read (bytes, and as a share of
 	// the bytes the workers read).
@@ -252,6 +260,7 @@ func (in *instance) collect(ctx context.Context, own record) error {
 	s.HeadToChildren, s.SiteIn = siteBytes(in.cfg, all, s.Bytes)
 	s.SiteInWire, s.SiteOutWire = siteWire(in.cfg, all, s.Bytes)
 	s.Waste = wasteBySite(in.cfg, all, s.Bytes)
+	s.CPUByRole = cpuByRole(all, func(r record) float64 { return r.CPUSeconds })
 	s.Notes = append(s.Notes, caseNotes(in, all)...)
 	if in.cfg.grid {
 		s.Notes = append(s.Notes, gridNote(all))
@@ -394,6 +403,39 @@ func wasteBySite(cfg *config, all []record, size int64) []siteWaste {
 		}
 	}
 	return w
+}
+
+// roleCPU is the CPU seconds of the daemons of one role.
+type roleCPU struct {
+	Daemons int     `json:"daemons"`
+	Mean    float64 `json:"mean"`
+	Max     float64 `json:"max"`
+}
+
+// cpuByRole returns, per role, the mean and most of seconds(r) over the
+// records that have a positive figure (a daemon whose /proc was
+// unreadable has none); nil when none has.
+func cpuByRole(all []record, seconds func(record) float64) map[string]roleCPU {
+	var m map[string]roleCPU
+	for _, r := range all {
+		s := seconds(r)
+		if s <= 0 || r.Role == "" {
+			continue
+		}
+		if m == nil {
+			m = map[string]roleCPU{}
+		}
+		c := m[r.Role]
+		c.Mean += s // the sum until the division below
+		c.Max = max(c.Max, s)
+		c.Daemons++
+		m[r.Role] = c
+	}
+	for role, c := range m {
+		c.Mean /= float64(c.Daemons)
+		m[role] = c
+	}
+	return m
 }
 
 // siteWire returns, per site, the bytes its head's WAN interface received

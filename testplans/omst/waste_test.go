@@ -67,3 +67,32 @@ func TestDuplicateBytes(t *testing.T) {
 		t.Errorf("duplicateBytes of a short count = %d, want 0", got)
 	}
 }
+
+func TestCPUByRole(t *testing.T) {
+	all := []record{
+		{Role: roleRoot, Site: -1, CPUSeconds: 9, IdleCPUSeconds: 0.5},
+		{Role: roleHead, Site: 0, CPUSeconds: 4, IdleCPUSeconds: 0.25},
+		{Role: roleHead, Site: 1, CPUSeconds: 2},
+		{Role: roleWorker, Site: 0, CPUSeconds: 1, IdleCPUSeconds: 0.1},
+		{Role: roleWorker, Site: 0, CPUSeconds: 3, IdleCPUSeconds: 0.3},
+		{Role: roleWorker, Site: 1}, // unreadable: not counted
+		{Role: "root-fetch", Site: 0},
+	}
+	got := cpuByRole(all, func(r record) float64 { return r.CPUSeconds })
+	want := map[string]roleCPU{roleRoot: {1, 9, 9}, roleHead: {2, 3, 4}, roleWorker: {2, 2, 3}}
+	if len(got) != len(want) {
+		t.Fatalf("cpuByRole = %v, want %v", got, want)
+	}
+	for role, w := range want {
+		if got[role] != w {
+			t.Errorf("%s: %+v, want %+v", role, got[role], w)
+		}
+	}
+	idle := cpuByRole(all, func(r record) float64 { return r.IdleCPUSeconds })
+	if idle[roleHead] != (roleCPU{1, 0.25, 0.25}) || idle[roleWorker].Daemons != 2 || idle[roleWorker].Max != 0.3 {
+		t.Errorf("idle cpuByRole = %v", idle)
+	}
+	if m := cpuByRole(all[5:], func(r record) float64 { return r.CPUSeconds }); m != nil {
+		t.Errorf("no figures: %v, want nil", m)
+	}
+}
