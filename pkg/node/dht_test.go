@@ -582,3 +582,15 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestDHTModeWait: dhtModeLoop looks every 200 ms only until a parent has
+// welcomed the node, then every 2 s (each look woke the daemon: half of an
+// idle worker's wake-ups when it looked every 200 ms for good).
+func TestDHTModeWait(t *testing.T) {
+	if got := dhtModeWait(false); got != 200*time.Millisecond {
+		t.Errorf("not welcomed yet: wait %v, want 200ms", got)
+	}
+	if got := dhtModeWait(true); got != 2*time.Second {
+		t.Errorf("welcomed: wait %v, want 2s", got)
+	}
+}

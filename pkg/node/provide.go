@@ -148,26 +148,46 @@ func (n *Node) provideLoop(ctx context.Context) {
 // dhtModeLoop keeps a node with a parent a DHT server while it is a
 // gateway (a head: its parent in another site) and makes it a client while
 // it is a worker (its parent in its own site), checking as the parent
-// session comes and goes, until ctx ends. A node with no parent stays a
-// server.
+// session comes and goes (dhtModeWait), until ctx ends. A node with no
+// parent stays a server and does not look again.
 func (n *Node) dhtModeLoop(ctx context.Context) {
-	t := time.NewTicker(dhtModeEvery)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		if n.tree.Welcomed() {
-			n.dht.SetServer(n.tree.Gateway())
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		welcomed := n.tree.Welcomed()
+		if welcomed {
+			n.dht.SetServer(n.tree.Gateway())
+		}
+		if len(n.tree.Parents()) == 0 {
+			return
+		}
+		t.Reset(dhtModeWait(welcomed))
 	}
 }
 
-// dhtModeEvery is how often dhtModeLoop looks (the first parent session
-// takes a round trip or two).
-const dhtModeEvery = 200 * time.Millisecond
+// dhtModeEvery is how often dhtModeLoop looks until a parent has welcomed
+// this node (the first parent session takes a round trip or two);
+// dhtModeSettled how often after that, when the mode changes only with
+// the parent (a failover to a parent of another site, or back), where a
+// few seconds in the old mode do no harm. Looking every 200 ms for good
+// was half of an idle worker's wake-ups.
+const (
+	dhtModeEvery   = 200 * time.Millisecond
+	dhtModeSettled = 2 * time.Second
+)
+
+// dhtModeWait is how long dhtModeLoop waits before it looks again.
+func dhtModeWait(welcomed bool) time.Duration {
+	if welcomed {
+		return dhtModeSettled
+	}
+	return dhtModeEvery
+}
 
 // heldBlobs lists the named blobs held here in full (what the DHT
 // reprovides).
