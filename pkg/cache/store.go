@@ -601,11 +601,15 @@ func (s *Store) flushLoop(ctx context.Context) {
 		case <-t.C:
 		case <-s.flushKick:
 		}
-		if err := s.flush(); err != nil {
-			s.log.Warn("flush chunk index", "err", err)
-		}
+		// Compact first: with no compactor of Badger's own, a write that
+		// met a stall (15 level-0 tables, written by the store's other
+		// writers since the last look) would wait for this loop, and the
+		// flush writes.
 		if err := s.compactIndex(); err != nil {
 			s.log.Warn("compact chunk index", "err", err)
+		}
+		if err := s.flush(); err != nil {
+			s.log.Warn("flush chunk index", "err", err)
 		}
 		if time.Since(lastGC) >= valueLogGCInterval {
 			lastGC = time.Now()
