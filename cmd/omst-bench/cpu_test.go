@@ -32,16 +32,20 @@ func TestCPUSecondsOwnProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := 0
-	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
-		x++
-	}
-	after, err := cpuSeconds(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
+	// Spin until it has grown by 0.1 s (clock ticks of 10 ms), for at most
+	// 10 s of wall time: on a loaded machine 300 ms of wall time gave
+	// less than 0.1 s of CPU.
+	x, after := 0, before
+	for deadline := time.Now().Add(10 * time.Second); after-before < 0.1 && time.Now().Before(deadline); {
+		for range 1 << 20 {
+			x++
+		}
+		if after, err = cpuSeconds(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if after-before < 0.1 {
-		t.Fatalf("CPU seconds grew by %.2f over 300 ms of spinning (%d loops), want >= 0.1", after-before, x)
+		t.Fatalf("CPU seconds grew by %.2f over 10 s of spinning (%d loops), want >= 0.1", after-before, x)
 	}
 	if _, err := cpuSeconds(-1); err == nil {
 		t.Fatal("cpuSeconds(-1): no error")
