@@ -296,13 +296,17 @@ func (s *Store) ReadChunkInto(h blob.Hash, buf []byte) (int, error) {
 	return n, nil
 }
 
-// RecheckChunk forgets any verified copy of chunk h held in memory, reads
+// RecheckChunk forgets any verified copy of chunk h held in memory and
+// its kept outboard (PutOutboard), reads
 // its file again and verifies it, as when a peer reports that the bytes it
 // received from this node did not match h. A damaged chunk is dropped (as
 // by ReadChunk) and RecheckChunk reports true; an intact or absent chunk
 // reports false. Errors other than damage (e.g. EIO) are returned.
 func (s *Store) RecheckChunk(h blob.Hash) (damaged bool, err error) {
 	s.verified.remove(h)
+	if err := s.ForgetOutboard(h); err != nil {
+		s.log.Warn("recheck chunk", "chunk", h.String(), "err", err)
+	}
 	present := s.HasChunk(h)
 	f, size, err := s.OpenChunk(h)
 	switch {

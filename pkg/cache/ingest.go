@@ -18,8 +18,8 @@ import (
 var syncFS = syncFileSystem
 
 // Ingest pipeline sizing: chunk buffers in flight are bounded by
-// ingestMemory (at least minIngestBuffers), written by ingestWriters
-// goroutines while the calling goroutine reads and hashes.
+// ingestMemory (at least minIngestBuffers), hashed and written by
+// ingestWriters goroutines while the calling goroutine reads.
 const (
 	ingestMemory     = 32 << 20
 	minIngestBuffers = 3
@@ -99,9 +99,10 @@ func (s *Store) IngestWith(ctx context.Context, name string, r io.Reader, chunkS
 // ingestRun is the state of one Ingest call.
 type ingestRun struct {
 	s       *Store
-	held    map[blob.Hash]struct{} // chunks this run protects from eviction (reader goroutine only until the end)
 	mu      sync.Mutex
-	written []writtenChunk // chunks whose files this run created
+	held    map[blob.Hash]struct{} // chunks this run protects from eviction (under mu until the writers end)
+	hashes  []blob.Hash            // the chunks' hashes in blob order (under mu until the writers end)
+	written []writtenChunk         // chunks whose files this run created (under mu)
 	opts    IngestOptions
 	// quotaLeft is what the user's quota leaves for this put (-1: no quota).
 	quotaLeft int64
@@ -115,7 +116,6 @@ type writtenChunk struct {
 
 type ingestJob struct {
 	i   int
-	h   blob.Hash
 	buf []byte // the whole pooled buffer
 	n   int
 }
@@ -148,13 +148,28 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 		wg.Go(func() {
 			for j := range jobs {
 				if ctx.Err() == nil {
-					e, at, err := s.storeChunk(j.h, j.buf[:j.n], true)
+					// Hashed here, not by the reader: the writers hash
+					// in parallel while the reader reads on.
+					h, ob := s.hashChunk(j.buf[:j.n])
+					ig.mu.Lock()
+					ig.hold(h)
+					for len(ig.hashes) <= j.i {
+						ig.hashes = append(ig.hashes, blob.Hash{})
+					}
+					ig.hashes[j.i] = h
+					ig.mu.Unlock()
+					e, at, err := s.storeChunk(h, j.buf[:j.n], true)
 					if err != nil {
 						cancel(fmt.Errorf("store chunk %d: %w", j.i, err))
-					} else if e != nil {
-						ig.mu.Lock()
-						ig.written = append(ig.written, writtenChunk{e, at})
-						ig.mu.Unlock()
+					} else {
+						if ob != nil {
+							s.PutOutboard(h, ob)
+						}
+						if e != nil {
+							ig.mu.Lock()
+							ig.written = append(ig.written, writtenChunk{e, at})
+							ig.mu.Unlock()
+						}
 					}
 				}
 				free <- j.buf
@@ -164,6 +179,7 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 
 	m := &blob.Manifest{ChunkSize: uint32(chunkSize)}
 	maxChunks := blob.MaxChunksFor(chunkSize)
+	chunks := 0 // read and queued; the writers hash them (ig.hashes)
 	var rerr error
 	for i := 0; ; i++ {
 		var buf []byte
@@ -188,7 +204,7 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 			break
 		}
 		if n > 0 {
-			if len(m.Chunks) >= maxChunks {
+			if chunks >= maxChunks {
 				free <- buf
 				rerr = blob.TooBig(0, chunkSize)
 				break
@@ -198,11 +214,9 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 				rerr = quotaErr(ig.opts.User, ig.opts.Quota-uint64(ig.quotaLeft), m.Size+uint64(n), ig.opts.Quota)
 				break
 			}
-			h := blob.HashChunk(buf[:n])
-			m.Chunks = append(m.Chunks, h)
+			chunks++
 			m.Size += uint64(n)
-			ig.hold(h)
-			jobs <- ingestJob{i: i, h: h, buf: buf, n: n} // never blocks: at most nbuf buffers exist
+			jobs <- ingestJob{i: i, buf: buf, n: n} // never blocks: at most nbuf buffers exist
 		} else {
 			free <- buf
 		}
@@ -224,10 +238,15 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 	if ctx.Err() != nil {
 		return blob.Record{}, context.Cause(ctx)
 	}
+	if len(ig.hashes) != chunks { // never: every chunk queued was hashed
+		return blob.Record{}, fmt.Errorf("ingest: %d chunks read, %d hashed", chunks, len(ig.hashes))
+	}
+	m.Chunks = ig.hashes
 	return ig.commit(name, m, origin)
 }
 
-// hold protects h from eviction until the run ends.
+// hold protects h from eviction until the run ends; ig.mu is held (or
+// the writers have ended).
 func (ig *ingestRun) hold(h blob.Hash) {
 	if _, ok := ig.held[h]; ok {
 		return

@@ -76,6 +76,14 @@ type Options struct {
 	// Now is the clock the namespace rules' TTLs are judged by (rules.go);
 	// nil is time.Now.
 	Now func() time.Time
+	// ChunkOutboard, if set, hashes a chunk for Ingest and returns its
+	// hash with the chunk's outboard (pkg/transfer.ChunkOutboard: the
+	// inner nodes of its BLAKE3 tree, whose root is the hash), which the
+	// store keeps with the chunk (PutOutboard), so that the chunk can be
+	// served in verified pieces without hashing it again. It must return
+	// blob.HashChunk(data) as the hash. nil: Ingest hashes with
+	// blob.HashChunk and keeps no outboard.
+	ChunkOutboard func(data []byte) (blob.Hash, []byte)
 }
 
 // Usage is a snapshot of the store's accounting. Byte counts are chunk
@@ -133,8 +141,13 @@ type Store struct {
 	damaged     uint64
 	capBytes    int64
 	dirty       map[blob.Hash]struct{} // chunk entries whose index record is stale
-	closed      bool
-	sinks       map[blob.Hash]*Sink // the open sink that receives each chunk (blobfile.go)
+	// obPending holds the outboards given to PutOutboard that the next
+	// flush writes to the index (keyOutboard) with their chunk's entry.
+	obPending map[blob.Hash][]byte
+	// chunkOutboard is Options.ChunkOutboard (nil: ingest hashes only).
+	chunkOutboard func(data []byte) (blob.Hash, []byte)
+	closed        bool
+	sinks         map[blob.Hash]*Sink // the open sink that receives each chunk (blobfile.go)
 
 	// evictions and evictedBytes (under mu) count chunks evicted to make room
 	// (Usage.Evictions, Usage.EvictedBytes).
@@ -188,6 +201,7 @@ const (
 	keyUser     = "u/" // + name                 -> u32 uid of the local user that put the current record here
 	keyRule     = "x/" // + kind u8 + scope      -> encoded namespace rule (rules.go)
 	keyVersion  = "v"  //                        -> format version u32
+	keyOutboard = "o/" // + hash (32 bytes)      -> the chunk's outboard (PutOutboard), written and deleted with its chunk entry
 )
 
 // indexVersion 2: records are encoded without via (blob record version 2);
@@ -213,24 +227,26 @@ func Open(dir string, opts Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		sync:      opts.Sync,
-		dir:       dir,
-		chunkDir:  filepath.Join(dir, "chunks"),
-		tmpDir:    filepath.Join(dir, "tmp"),
-		blobDir:   filepath.Join(dir, "blobs"),
-		log:       log,
-		chunks:    make(map[blob.Hash]*chunkEntry),
-		verified:  newMemo[blob.Hash, []byte](verifiedMemoBytes(opts.VerifiedMemoBytes)),
-		manifests: newMemo[string, *blob.Manifest](manifestMemoBytes),
-		lru:       list.New(),
-		pinCount:  make(map[blob.Hash]int32),
-		pins:      make(map[string]*pinnedBlob),
-		owned:     make(map[string]map[string]struct{}),
-		dirty:     make(map[blob.Hash]struct{}),
-		capBytes:  opts.MaxBytes,
-		now:       opts.Now,
-		flushKick: make(chan struct{}, 1),
-		flushDone: make(chan struct{}),
+		sync:          opts.Sync,
+		dir:           dir,
+		chunkDir:      filepath.Join(dir, "chunks"),
+		tmpDir:        filepath.Join(dir, "tmp"),
+		blobDir:       filepath.Join(dir, "blobs"),
+		log:           log,
+		chunks:        make(map[blob.Hash]*chunkEntry),
+		verified:      newMemo[blob.Hash, []byte](verifiedMemoBytes(opts.VerifiedMemoBytes)),
+		manifests:     newMemo[string, *blob.Manifest](manifestMemoBytes),
+		lru:           list.New(),
+		pinCount:      make(map[blob.Hash]int32),
+		pins:          make(map[string]*pinnedBlob),
+		owned:         make(map[string]map[string]struct{}),
+		dirty:         make(map[blob.Hash]struct{}),
+		obPending:     make(map[blob.Hash][]byte),
+		chunkOutboard: opts.ChunkOutboard,
+		capBytes:      opts.MaxBytes,
+		now:           opts.Now,
+		flushKick:     make(chan struct{}, 1),
+		flushDone:     make(chan struct{}),
 	}
 	for _, d := range []string{dir, s.chunkDir, s.tmpDir, s.blobDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -675,6 +691,9 @@ func (s *Store) flush() error {
 				continue
 			}
 			u.val = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(e.size)), uint64(e.lastUse))
+			u.ob = s.obPending[h]
+		} else {
+			delete(s.obPending, h)
 		}
 		ups = append(ups, u)
 	}
@@ -692,9 +711,11 @@ func (s *Store) flush() error {
 		k := chunkKey(u.h)
 		var err error
 		if u.val == nil {
-			err = wb.Delete(k)
-		} else {
-			err = wb.Set(k, u.val)
+			if err = wb.Delete(k); err == nil {
+				err = wb.Delete(outboardKey(u.h))
+			}
+		} else if err = wb.Set(k, u.val); err == nil && u.ob != nil {
+			err = wb.Set(outboardKey(u.h), u.ob)
 		}
 		if err != nil {
 			s.redirty(ups)
@@ -705,13 +726,21 @@ func (s *Store) flush() error {
 		s.redirty(ups)
 		return fmt.Errorf("flush chunk index: %w", err)
 	}
+	s.mu.Lock()
+	for _, u := range ups {
+		if u.ob != nil && len(s.obPending[u.h]) > 0 && &s.obPending[u.h][0] == &u.ob[0] {
+			delete(s.obPending, u.h) // in the index now
+		}
+	}
+	s.mu.Unlock()
 	return nil
 }
 
 // chunkUpdate is one chunk index write of a flush.
 type chunkUpdate struct {
 	h   blob.Hash
-	val []byte // nil = delete
+	val []byte // nil = delete (the outboard too)
+	ob  []byte // the chunk's outboard to write, if any
 }
 
 // redirty marks the entries of a failed flush dirty again.
@@ -724,6 +753,8 @@ func (s *Store) redirty(ups []chunkUpdate) {
 }
 
 func chunkKey(h blob.Hash) []byte { return append([]byte(keyChunk), h[:]...) }
+
+func outboardKey(h blob.Hash) []byte { return append([]byte(keyOutboard), h[:]...) }
 
 // chunkPath returns DIR/chunks/ab/<hex>. One level of 256 shards, created
 // at Open: a second level (65536 directories) made nearly every new chunk

@@ -69,7 +69,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err = n.startMetrics(); err != nil {
 		return nil, err
 	}
-	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger, Sync: cfg.Sync}); err != nil {
+	if n.store, err = cache.Open(filepath.Join(cfg.Home, "cache"), cache.Options{MaxBytes: cfg.CacheSize, Logger: cfg.Logger, Sync: cfg.Sync, ChunkOutboard: transfer.ChunkOutboard}); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	if err = started("starting the host"); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/omst-project/omst/pkg/transfer/internal/coalesce"
 	"github.com/omst-project/omst/pkg/transfer/internal/exchange"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 	"github.com/omst-project/omst/pkg/transfer/internal/server"
 	"github.com/omst-project/omst/pkg/transfer/internal/source"
 	"github.com/omst-project/omst/pkg/transfer/internal/stats"
@@ -461,6 +462,11 @@ type Status struct {
 	// CorruptReports counts peers' reports that a chunk this node sent them
 	// did not match its hash.
 	CorruptReports uint64
+	// ServedUnhashed counts the chunks this node read from its store and
+	// sent in pieces with the outboard it keeps for them, without hashing
+	// them (the receivers verify every piece; a damaged copy comes back
+	// as a REPORT, counted in CorruptReports).
+	ServedUnhashed uint64
 	// ReplyBytesHeld is the reply bytes held for peers now: replies being
 	// made or waiting to be written (Config.PeerReplyBytes per peer).
 	ReplyBytesHeld int64
@@ -532,6 +538,7 @@ func (e *Engine) Status() Status {
 		PeerErrors:        e.stats.PeerErrors.Load(),
 		CorruptReceived:   e.stats.CorruptReceived.Load(),
 		CorruptReports:    e.stats.ReportsReceived.Load(),
+		ServedUnhashed:    e.stats.ServedUnhashed.Load(),
 
 		ReplyBytesHeld:      e.stats.ReplyHeld.Load(),
 		ReplicationsWaiting: e.stats.ReplWaiting.Load(),
@@ -566,3 +573,10 @@ func (e *Engine) notePeerError(p peer.ID, what string, err error) {
 	e.stats.PeerError(p)
 	e.log.Warn("peer error", "peer", e.describe(p), "what", what, "err", err)
 }
+
+// ChunkOutboard returns the chunk hash of data (blob.HashChunk's) and the
+// chunk's Bao outboard (docs/protocol.md, "A chunk in pieces"), in one
+// pass over data: a store that keeps it with the chunk
+// (pkg/cache.Options.ChunkOutboard) lets the engine serve the chunk in
+// verified pieces without hashing it again. data must not be empty.
+func ChunkOutboard(data []byte) (blob.Hash, []byte) { return piece.HashOutboard(data) }

@@ -25,11 +25,19 @@ func (c *countingCache) ReadChunkVerifiedBy(h blob.Hash, verify func([]byte) err
 	return c.Store.ReadChunkVerifiedBy(h, verify)
 }
 
-// A head on a real store sends chunks from it in pieces after one pass
-// over each: the outboard it computes is the verification of what the
-// store read (ReadChunkVerifiedBy). A chunk file damaged on disk fails it:
-// the store drops the chunk (counted as damaged), the head fetches a
-// fresh copy from the root, and the worker never sees a corrupt byte.
+// noOutboards is a countingCache that keeps no outboards (a store of an
+// older node, or chunks stored whole): the server verifies what it reads.
+type noOutboards struct{ *countingCache }
+
+func (noOutboards) Outboard(blob.Hash) ([]byte, bool) { return nil, false }
+func (noOutboards) PutOutboard(blob.Hash, []byte)     {}
+
+// A head on a real store that keeps no outboards sends chunks from it in
+// pieces after one pass over each: the outboard it computes is the
+// verification of what the store read (ReadChunkVerifiedBy). A chunk file
+// damaged on disk fails it: the store drops the chunk (counted as
+// damaged), the head fetches a fresh copy from the root, and the worker
+// never sees a corrupt byte.
 func TestStoreReadVerifiedByOutboard(t *testing.T) {
 	dir := t.TempDir()
 	cs, err := cache.Open(dir, cache.Options{MaxBytes: 1 << 30, VerifiedMemoBytes: -1})
@@ -39,7 +47,7 @@ func TestStoreReadVerifiedByOutboard(t *testing.T) {
 	t.Cleanup(func() { cs.Close() })
 	store := &countingCache{Store: cs}
 	root := newNode(t, nil, "master", nil)
-	head := newNode(t, root, "siteA", func(*memStore) nodeStore { return store })
+	head := newNode(t, root, "siteA", func(*memStore) nodeStore { return noOutboards{store} })
 	w := newNode(t, head, "siteA", nil)
 	waitConnected(t, head, w)
 	data := randBlob(300<<10, 7)
@@ -77,6 +85,83 @@ func TestStoreReadVerifiedByOutboard(t *testing.T) {
 	}
 	if st := w.eng.Status(); st.CorruptReceived != 0 {
 		t.Fatalf("worker received %d corrupt chunks, want 0", st.CorruptReceived)
+	}
+	if got, err := cs.ReadChunk(bad); err != nil || bad.Verify(got) != nil {
+		t.Fatalf("the head did not store a fresh copy: %v", err)
+	}
+}
+
+// A head on a real store keeps the outboard of every chunk that reached it
+// in pieces (PutOutboard) and sends the chunk from its store with it,
+// read from disk and not hashed (Status.ServedUnhashed; no
+// ReadChunkVerifiedBy). A chunk file damaged on disk (same size) is
+// caught by the worker's verification of the piece: counted as corrupt,
+// REPORTed to the head, which re-reads and verifies its copy, drops it
+// (counted as damaged) and forgets its outboard; the worker asks again and
+// is served a fresh copy the head fetched from the root. The worker's
+// bytes are right.
+func TestStoreServesKeptOutboardUnhashed(t *testing.T) {
+	dir := t.TempDir()
+	cs, err := cache.Open(dir, cache.Options{MaxBytes: 1 << 30, VerifiedMemoBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	store := &countingCache{Store: cs}
+	root := newNode(t, nil, "master", nil)
+	head := newNode(t, root, "siteA", func(*memStore) nodeStore { return store })
+	w := newNode(t, head, "siteA", nil)
+	waitConnected(t, head, w)
+	data := randBlob(300<<10, 8)
+	rec := put(t, root, "x", data, 16<<10)
+	if b := readAll(t, head, "x"); !bytes.Equal(b, data) { // the head stores the blob
+		t.Fatal("wrong bytes at the head")
+	}
+	m, _ := root.store.Manifest(rec.ID)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		kept := 0
+		for _, h := range m.Chunks {
+			if _, ok := cs.Outboard(h); ok {
+				kept++
+			}
+		}
+		if kept == len(m.Chunks) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the head keeps the outboards of %d of the %d chunks it fetched in pieces", kept, len(m.Chunks))
+		}
+	}
+	bad := m.Chunks[7]
+	x := bad.String()
+	path := filepath.Join(dir, "chunks", x[:2], x)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the head's chunk file: %v", err)
+	}
+	b[len(b)/3] ^= 0x81
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if b := readAll(t, w, "x"); !bytes.Equal(b, data) {
+		t.Fatal("wrong bytes at the worker")
+	}
+	hs := head.eng.Status()
+	if hs.ServedUnhashed < uint64(len(m.Chunks)) {
+		t.Fatalf("the head served %d chunks unhashed, want all %d it sent with a kept outboard (and the damaged one)", hs.ServedUnhashed, len(m.Chunks))
+	}
+	if n := store.verifiedBy.Load(); n > 1 {
+		t.Fatalf("the head read %d chunks through ReadChunkVerifiedBy, want at most the refetched one", n)
+	}
+	if st := w.eng.Status(); st.CorruptReceived != 1 {
+		t.Fatalf("worker received %d corrupt chunks, want 1 (the damaged file, caught by its verification)", st.CorruptReceived)
+	}
+	if hs.CorruptReports != 1 {
+		t.Fatalf("the head received %d reports, want 1", hs.CorruptReports)
+	}
+	if u := cs.Usage(); u.DamagedChunks != 1 {
+		t.Fatalf("the head's store counted %d damaged chunks, want 1", u.DamagedChunks)
 	}
 	if got, err := cs.ReadChunk(bad); err != nil || bad.Verify(got) != nil {
 		t.Fatalf("the head did not store a fresh copy: %v", err)

@@ -223,6 +223,13 @@ func (c *Chunks) Complete(call *Call, h blob.Hash, data []byte, from source.Sour
 	if err == nil {
 		if perr := c.cfg.Store.PutVerifiedChunk(h, data); perr != nil {
 			c.cfg.Log.Warn("store chunk", "hash", h, "err", perr)
+		} else if os, ok := c.cfg.Store.(outboardKeeper); ok {
+			// Arrived in pieces: its outboard, verified against h and of
+			// the chunk's length, is kept with it (served later without
+			// hashing the chunk again).
+			if st := call.partial.State(); st.Outboard != nil && st.Len == len(data) {
+				os.PutOutboard(h, st.Outboard)
+			}
 		}
 	}
 	c.mu.Lock()
@@ -231,6 +238,12 @@ func (c *Chunks) Complete(call *Call, h blob.Hash, data []byte, from source.Sour
 	}
 	c.mu.Unlock()
 	close(call.stored)
+}
+
+// outboardKeeper is a Store that keeps chunks' outboards (pkg/cache.Store
+// does: PutOutboard states the contract).
+type outboardKeeper interface {
+	PutOutboard(h blob.Hash, ob []byte)
 }
 
 // Fetching reports whether a fetch (or an expected push) of chunk h is in

@@ -52,15 +52,24 @@ var ErrCorrupt = fmt.Errorf("piece: %w", blob.ErrCorrupt)
 // of a whole-chunk hash (cvhash), so that it can take the place of a
 // verification of data against h.
 func Outboard(data []byte, h blob.Hash) ([]byte, error) {
+	got, ob := HashOutboard(data)
+	if got != h {
+		return nil, fmt.Errorf("%w: %d bytes do not hash to %s", ErrCorrupt, len(data), h)
+	}
+	return ob, nil
+}
+
+// HashOutboard returns the chunk hash of data (blob.HashChunk's) and its
+// outboard, in one pass over data: what a node that stores a chunk it
+// hashes (a put) keeps so that it can serve the chunk in pieces without
+// hashing it again. data must not be empty.
+func HashOutboard(data []byte) (blob.Hash, []byte) {
 	n := len(data)
 	ob := make([]byte, OutboardLen(n))
 	binary.LittleEndian.PutUint64(ob, uint64(n))
 	if n <= GroupSize {
 		// One group, the root: no inner nodes.
-		if blob.HashChunk(data) != h {
-			return nil, fmt.Errorf("%w: %d bytes do not hash to %s", ErrCorrupt, n, h)
-		}
-		return ob, nil
+		return blob.HashChunk(data), ob
 	}
 	g := (n + GroupSize - 1) / GroupSize
 	levels := [][]cvhash.CV{make([]cvhash.CV, g)}
@@ -69,9 +78,9 @@ func Outboard(data []byte, h blob.Hash) ([]byte, error) {
 		levels = append(levels, cvhash.Parents(slices.Clone(levels[len(levels)-1])))
 	}
 	top := levels[len(levels)-1]
-	if guts.ChainingValue(guts.ParentNode(top[0], top[1], &guts.IV, guts.FlagRoot)) != bytesToCV(h[:]) {
-		return nil, fmt.Errorf("%w: %d bytes do not hash to %s", ErrCorrupt, n, h)
-	}
+	var h blob.Hash
+	root := guts.ChainingValue(guts.ParentNode(top[0], top[1], &guts.IV, guts.FlagRoot))
+	putCV(h[:], &root)
 	// The subtree over groups [lo, lo+c) is levels[L][lo>>L] with 2^L the
 	// least power of two >= c: each level pairs its values in order and
 	// carries an odd last one up, as BLAKE3's left-balanced tree does.
@@ -93,7 +102,7 @@ func Outboard(data []byte, h blob.Hash) ([]byte, error) {
 		rec(lo+mid, c-mid)
 	}
 	rec(0, g)
-	return ob, nil
+	return h, ob
 }
 
 // groupCVs sets out[i] to the chaining value of the i-th group of data,

@@ -305,3 +305,22 @@ func BenchmarkVerifyOutboard(b *testing.B) {
 		}
 	}
 }
+
+// HashOutboard's hash is blob.HashChunk's and its outboard Outboard's,
+// for chunks of one group, of whole groups and of a partial last group.
+func TestHashOutboard(t *testing.T) {
+	for i, n := range []int{1, GroupSize, GroupSize + 1, 3*GroupSize + 100, 1 << 20, 1<<20 - 7} {
+		data := randBytes(n, uint64(20+i))
+		h, ob := HashOutboard(data)
+		if want := blob.HashChunk(data); h != want {
+			t.Fatalf("%d bytes: hash %s, want %s", n, h, want)
+		}
+		want, err := Outboard(data, h)
+		if err != nil || !bytes.Equal(ob, want) {
+			t.Fatalf("%d bytes: outboard differs from Outboard's (%v)", n, err)
+		}
+		if _, err := VerifyOutboard(ob, h, blob.MaxChunkSize); err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+	}
+}

@@ -142,13 +142,49 @@ type verifyingStore interface {
 	ReadChunkVerifiedBy(h blob.Hash, verify func(data []byte) error) ([]byte, error)
 }
 
-// readStore reads chunk h from the store for a reply, verified; ok false
-// when it is not here (absent, or damaged and dropped: it is then fetched
-// afresh as if it never was). For a reply in pieces (pc) whose outboard is
-// not kept it computes the outboard as the verification of what the store
-// reads (verifyingStore), or else after the store's verification
-// (fromStore).
+// outboardStore is a Store that keeps chunks' outboards (pkg/cache.Store
+// does: PutOutboard, Outboard, ReadChunkUnverified state the contracts),
+// so that a chunk sent in pieces is read from disk and sent without being
+// hashed here: every receiver verifies every piece against the outboard,
+// and the outboard against the chunk hash.
+type outboardStore interface {
+	Outboard(h blob.Hash) ([]byte, bool)
+	PutOutboard(h blob.Hash, ob []byte)
+	ReadChunkUnverified(h blob.Hash) ([]byte, error)
+}
+
+// readStore reads chunk h from the store for a reply; ok false when it is
+// not here (absent, or damaged and dropped: it is then fetched afresh as
+// if it never was). For a reply in pieces (pc) whose outboard this server
+// or the store keeps (outboardStore), the bytes are read without a hash
+// (the checks that need none stand: the store's size check and damage
+// marks; each receiver verifies every piece, and a damaged copy comes back
+// as a REPORT: serveReport). Otherwise the bytes are verified: for a reply
+// in pieces by computing the outboard as the verification of what the
+// store reads (verifyingStore), or else after the store's verification
+// (fromStore); the outboard computed is kept, by the store too.
 func (srv *Server) readStore(h blob.Hash, pc *pieceSender) (data []byte, ok bool) {
+	obs, keeps := srv.cfg.Store.(outboardStore)
+	if keeps && pc != nil {
+		ob := srv.outboards.any(h)
+		if ob == nil {
+			ob, _ = obs.Outboard(h)
+		}
+		if ob != nil {
+			data, err := obs.ReadChunkUnverified(h)
+			if err != nil {
+				return nil, false
+			}
+			if n, err := piece.ChunkLen(ob, blob.MaxChunkSize); err == nil && n == len(data) {
+				srv.outboards.put(h, ob)
+				srv.cfg.Stats.ServedUnhashed.Add(1)
+				return data, true
+			}
+			// An outboard of another length: not this chunk's. Verified
+			// below, and the outboard computed afresh.
+			srv.outboards.remove(h)
+		}
+	}
 	if vs, can := srv.cfg.Store.(verifyingStore); can && pc != nil && !srv.outboards.has(h) {
 		var ob []byte
 		data, err := vs.ReadChunkVerifiedBy(h, func(b []byte) (err error) {
@@ -162,6 +198,9 @@ func (srv *Server) readStore(h blob.Hash, pc *pieceSender) (data []byte, ok bool
 			return nil, false
 		}
 		srv.outboards.put(h, ob)
+		if keeps {
+			obs.PutOutboard(h, ob)
+		}
 		return data, true
 	}
 	data, err := srv.cfg.Store.ReadChunk(h)
@@ -260,6 +299,28 @@ func (c *outboardCache) get(h blob.Hash, n int) []byte {
 	}
 	c.order.MoveToFront(e)
 	return c.obs[h]
+}
+
+// any returns h's outboard if kept, whatever chunk length it states.
+func (c *outboardCache) any(h blob.Hash) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[h]; e != nil {
+		c.order.MoveToFront(e)
+		return c.obs[h]
+	}
+	return nil
+}
+
+// remove forgets h's outboard.
+func (c *outboardCache) remove(h blob.Hash) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[h]; e != nil {
+		c.order.Remove(e)
+		delete(c.m, h)
+		delete(c.obs, h)
+	}
 }
 
 // has reports whether h's outboard is kept.

@@ -729,6 +729,9 @@ func (srv *Server) ChildLeft(p peer.ID) {
 // served from a fresh copy (pulled from this node's own sources).
 func (srv *Server) serveReport(p peer.ID, q fetchwire.Request, sl *fetchSlot) {
 	srv.cfg.Stats.ReportsReceived.Add(1)
+	// The outboard sent may be what was damaged (a kept one is sent
+	// unhashed): forgotten here, and by the store's RecheckChunk.
+	srv.outboards.remove(q.Hash)
 	damaged, err := srv.cfg.Store.RecheckChunk(q.Hash)
 	srv.cfg.Log.Warn("peer reports that a chunk it received from us does not match its hash",
 		"peer", srv.cfg.Describe(p), "blob", q.ID, "chunk", q.Index, "hash", q.Hash, "our_copy_damaged", damaged, "err", err)

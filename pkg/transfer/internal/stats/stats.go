@@ -49,6 +49,7 @@ type Counters struct {
 	PeerErrors                     atomic.Uint64
 	CorruptReceived                atomic.Uint64
 	ReportsReceived                atomic.Uint64
+	ServedUnhashed                 atomic.Uint64 // chunks read from the store and sent in pieces with a kept outboard, not hashed here
 	BulkOpened                     atomic.Uint64 // bulk connections opened to peers
 	BulkFallbacks                  atomic.Uint64 // bulk connections that could not be opened (libp2p streams used)
 
