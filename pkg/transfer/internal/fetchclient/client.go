@@ -597,23 +597,46 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 	if at != pr.next || at+k > pr.n || (k%piece.GroupSize != 0 && at+k != pr.n) {
 		return false, wire.Malformed("PIECE of %d bytes at offset %d (expected offset %d, chunk of %d bytes)", k, at, pr.next, pr.n)
 	}
-	if fs.scratch == nil {
-		fs.scratch = make([]byte, scratchGroups*piece.GroupSize)
-	}
 	for k > 0 {
-		g := fs.scratch[:min(k, len(fs.scratch))]
+		u := min(k, scratchGroups*piece.GroupSize)
+		// Read into the chunk's own buffer where it can (a claim at the
+		// verified end: Partial.Claim), verified there and published, so
+		// that a piece is not copied once read; else into scratch, then
+		// copied in (another sender fills the chunk too, or this reply is
+		// of another length than the chunk's).
+		g, claimed := []byte(nil), false
+		if pr.own == nil {
+			g, claimed = pr.sink.Claim(at, u)
+		}
+		if !claimed {
+			if fs.scratch == nil {
+				fs.scratch = make([]byte, scratchGroups*piece.GroupSize)
+			}
+			g = fs.scratch[:u]
+		}
 		if _, err := io.ReadFull(br, g); err != nil {
+			if claimed {
+				pr.sink.Unclaim()
+			}
 			return false, wire.Unexpected(err)
 		}
 		if err := piece.VerifyPiece(g, pr.ob, at, pr.hash); err != nil {
+			if claimed {
+				pr.sink.Unclaim()
+			}
 			return false, corrupt(err)
 		}
-		pr.sink.Add(at, g)
-		if pr.own != nil {
+		switch {
+		case claimed:
+			pr.sink.Publish(at, u)
+		case pr.own != nil:
+			pr.sink.Add(at, g)
 			copy(pr.own[at:], g)
+		default:
+			pr.sink.Add(at, g)
 		}
-		c.cfg.Stats.BytesFetched.Add(uint64(len(g)))
-		at, k = at+len(g), k-len(g)
+		c.cfg.Stats.BytesFetched.Add(uint64(u))
+		at, k = at+u, k-u
 	}
 	pr.next = at
 	if at == pr.n {

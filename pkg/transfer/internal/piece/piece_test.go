@@ -324,3 +324,68 @@ func TestHashOutboard(t *testing.T) {
 		}
 	}
 }
+
+// A sender reads a piece straight into the chunk's buffer (Claim), and
+// what it publishes is the chunk's Data, not a copy. While it holds a
+// claim: no second claim; another sender's Add moves the chunk to a new
+// buffer (the claimant's bytes are added there when published: no byte
+// lost, none torn); a Complete makes Publish change nothing; Unclaim
+// publishes nothing.
+func TestPartialClaim(t *testing.T) {
+	data := randBytes(5*GroupSize+10, 30)
+	h := blob.HashChunk(data)
+	ob, _ := Outboard(data, h)
+	p := NewPartial(h)
+	if _, ok := p.Claim(0, GroupSize); ok {
+		t.Fatal("a claim before the chunk's length is known")
+	}
+	p.Begin(ob, len(data))
+	buf, ok := p.Claim(0, 2*GroupSize)
+	if !ok {
+		t.Fatal("no claim at the verified end")
+	}
+	if _, ok := p.Claim(0, GroupSize); ok {
+		t.Fatal("a second claim while one is held")
+	}
+	copy(buf, data[:2*GroupSize])
+	p.Publish(0, 2*GroupSize)
+	st := p.State()
+	if len(st.Data) != 2*GroupSize || &st.Data[0] != &buf[0] || !bytes.Equal(st.Data, data[:2*GroupSize]) {
+		t.Fatal("the claimed bytes were not published in place")
+	}
+	if _, ok := p.Claim(GroupSize, GroupSize); ok {
+		t.Fatal("a claim behind the verified end")
+	}
+	// Another sender adds the same bytes while a claim is held: the
+	// chunk moves; the claimant's publish then extends it.
+	buf, _ = p.Claim(2*GroupSize, GroupSize)
+	copy(buf, bytes.Repeat([]byte{0xee}, GroupSize)) // half-read: not published yet
+	p.Add(2*GroupSize, data[2*GroupSize:3*GroupSize])
+	copy(buf, data[2*GroupSize:3*GroupSize])
+	if got := p.State().Data; !bytes.Equal(got, data[:3*GroupSize]) || &got[0] == &st.Data[0] {
+		t.Fatal("another sender's Add during a claim: wrong bytes or the claimed buffer")
+	}
+	if !bytes.Equal(st.Data, data[:2*GroupSize]) {
+		t.Fatal("bytes published before changed")
+	}
+	p.Publish(2*GroupSize, GroupSize) // already there: nothing more
+	buf, ok = p.Claim(3*GroupSize, GroupSize)
+	if !ok {
+		t.Fatal("no claim after the buffer moved")
+	}
+	copy(buf, data[3*GroupSize:4*GroupSize])
+	p.Publish(3*GroupSize, GroupSize)
+	buf, _ = p.Claim(4*GroupSize, GroupSize)
+	copy(buf, bytes.Repeat([]byte{1}, GroupSize))
+	p.Unclaim()
+	if got := p.State().Data; !bytes.Equal(got, data[:4*GroupSize]) {
+		t.Fatal("Unclaim published bytes")
+	}
+	buf, _ = p.Claim(4*GroupSize, len(data)-4*GroupSize)
+	p.Complete(data)
+	copy(buf, bytes.Repeat([]byte{2}, len(buf)))
+	p.Publish(4*GroupSize, len(buf))
+	if st := p.State(); !st.Done() || !bytes.Equal(st.Data, data) {
+		t.Fatal("Publish after Complete changed the chunk")
+	}
+}
