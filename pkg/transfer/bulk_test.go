@@ -3,10 +3,13 @@ package transfer
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/omst-project/omst/internal/memstore"
+	"github.com/omst-project/omst/pkg/cache"
 	"github.com/omst-project/omst/pkg/transfer/internal/bulk"
 )
 
@@ -193,5 +196,77 @@ func TestBulkSourceDiesMidTransfer(t *testing.T) {
 	}
 	if st := slow.eng.Status(); st.BulkAccepted == 0 || st.BytesServed >= uint64(len(data)) {
 		t.Errorf("the slow source accepted %d bulk connections, served %d bytes", st.BulkAccepted, st.BytesServed)
+	}
+}
+
+// TestBulkSendFile: a head on a real store (pkg/cache, keeping the
+// outboards of the chunks it fetched in pieces) sends them to a worker
+// over a plain bulk connection from their files with sendfile
+// (Status.ServedSendfile), every byte right. A chunk file damaged on the
+// head's disk (same size) goes out unhashed: the worker's verification
+// catches it, counts it and REPORTs it; the head drops its copy, fetches
+// a fresh one from the root, and the worker's bytes are right.
+func TestBulkSendFile(t *testing.T) {
+	plain := BulkConfig{Listen: "127.0.0.1:0", Conns: 4, TrustedLAN: true, Site: "a"}
+	root := newBulkEngine(t, nil, plain, 0)
+	dir := t.TempDir()
+	cs, err := cache.Open(dir, cache.Options{MaxBytes: 1 << 30, VerifiedMemoBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	head := newBulkEngine(t, cs, plain, 0, root)
+	data := randBlob(3<<20+77, 9)
+	rec := putBlob(t, root.mem, "x", data, 256<<10)
+	if got := readBlob(t, head, rec); !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes at the head")
+	}
+	m, _ := root.mem.Manifest(rec.ID)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		kept := 0
+		for _, h := range m.Chunks {
+			if _, ok := cs.Outboard(h); ok {
+				kept++
+			}
+		}
+		if kept == len(m.Chunks) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the head keeps %d of %d outboards", kept, len(m.Chunks))
+		}
+	}
+	w := newBulkEngine(t, nil, plain, 0, head)
+	if got := readBlob(t, w, rec); !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes at the worker")
+	}
+	hs := head.eng.Status()
+	if hs.ServedSendfile != uint64(len(m.Chunks)) || w.eng.Status().BulkOpened == 0 {
+		t.Fatalf("the head sent %d of %d chunks with sendfile (bulk connections opened: %d)", hs.ServedSendfile, len(m.Chunks), w.eng.Status().BulkOpened)
+	}
+
+	bad := m.Chunks[5]
+	x := bad.String()
+	path := filepath.Join(dir, "chunks", x[:2], x)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x10
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w2 := newBulkEngine(t, nil, plain, 0, head)
+	if got := readBlob(t, w2, rec); !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes at the second worker")
+	}
+	if st := w2.eng.Status(); st.CorruptReceived != 1 {
+		t.Fatalf("the second worker received %d corrupt chunks, want 1", st.CorruptReceived)
+	}
+	if hs := head.eng.Status(); hs.CorruptReports != 1 {
+		t.Fatalf("the head received %d reports, want 1", hs.CorruptReports)
+	}
+	if u := cs.Usage(); u.DamagedChunks != 1 {
+		t.Fatalf("the head's store counted %d damaged chunks, want 1", u.DamagedChunks)
 	}
 }

@@ -467,6 +467,9 @@ type Status struct {
 	// them (the receivers verify every piece; a damaged copy comes back
 	// as a REPORT, counted in CorruptReports).
 	ServedUnhashed uint64
+	// ServedSendfile counts those of them sent from their file with
+	// sendfile(2), on a plain bulk connection: not read into memory.
+	ServedSendfile uint64
 	// ReplyBytesHeld is the reply bytes held for peers now: replies being
 	// made or waiting to be written (Config.PeerReplyBytes per peer).
 	ReplyBytesHeld int64
@@ -539,6 +542,7 @@ func (e *Engine) Status() Status {
 		CorruptReceived:   e.stats.CorruptReceived.Load(),
 		CorruptReports:    e.stats.ReportsReceived.Load(),
 		ServedUnhashed:    e.stats.ServedUnhashed.Load(),
+		ServedSendfile:    e.stats.ServedSendfile.Load(),
 
 		ReplyBytesHeld:      e.stats.ReplyHeld.Load(),
 		ReplicationsWaiting: e.stats.ReplWaiting.Load(),

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,27 @@ func (c *Conn) Reset() error {
 	}
 	c.uncount()
 	return c.raw.Close()
+}
+
+// CanSendFile reports whether SendFile can send on c: a plain connection
+// over TCP (a sealed one's bytes are encrypted in user space).
+func (c *Conn) CanSendFile() bool {
+	_, tcp := c.raw.(*net.TCPConn)
+	return tcp && c.Mode == ModePlain
+}
+
+// SendFile writes n bytes of f from offset off to c with sendfile(2): from
+// the page cache to the socket, not through user space. It moves f's
+// offset. Only where CanSendFile; otherwise an error and nothing sent.
+func (c *Conn) SendFile(f *os.File, off, n int64) (int64, error) {
+	tc, tcp := c.raw.(*net.TCPConn)
+	if !tcp || c.Mode != ModePlain {
+		return 0, fmt.Errorf("bulk: sendfile on a %s connection", c.Mode)
+	}
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("bulk: sendfile: %w", err)
+	}
+	return tc.ReadFrom(&io.LimitedReader{R: f, N: n})
 }
 
 // RemoteAddr is the address of the other end.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -23,6 +24,9 @@ type pieceSender struct {
 	ctx   context.Context
 	sl    *fetchSlot
 	ready chan<- *fetchSlot
+
+	// sendfile: the stream sends file bytes with sendfile (fromFile).
+	sendfile bool
 
 	obSent bool
 	ob     []byte // the outboard sent
@@ -140,6 +144,56 @@ type verifyingStore interface {
 	// bytes read from disk (pkg/cache.Store.ReadChunkVerifiedBy states the
 	// contract): a copy that fails it is dropped from the store.
 	ReadChunkVerifiedBy(h blob.Hash, verify func(data []byte) error) ([]byte, error)
+}
+
+// fileStore is a Store that hands out a stored chunk's file (pkg/cache's
+// OpenChunkAt states the contract: its size checked, not its bytes).
+type fileStore interface {
+	OpenChunkAt(h blob.Hash) (f *os.File, off, size int64, err error)
+}
+
+// fromFile makes the reply chunk h from its file in the store, sent with
+// sendfile (the stream can: pc.sendfile), when the server or the store
+// keeps its outboard: the OUTBOARD frame, then the whole chunk in the
+// final PIECE (the slot's file), not read into memory nor hashed here
+// (every receiver verifies every piece; a damaged copy comes back as a
+// REPORT, as for readStore's unhashed reads). It reports false, having
+// sent nothing, when the chunk or its outboard is not here or the store
+// cannot hand out files: the caller then serves it as before.
+func (pc *pieceSender) fromFile(h blob.Hash) bool {
+	srv := pc.srv
+	fst, okf := srv.cfg.Store.(fileStore)
+	obs, oko := srv.cfg.Store.(outboardStore)
+	if !okf || !oko {
+		return false
+	}
+	ob := srv.outboards.any(h)
+	if ob == nil {
+		if ob, _ = obs.Outboard(h); ob == nil {
+			return false
+		}
+	}
+	f, off, size, err := fst.OpenChunkAt(h)
+	if err != nil {
+		return false
+	}
+	if n, err := piece.ChunkLen(ob, blob.MaxChunkSize); err != nil || int64(n) != size {
+		f.Close()
+		srv.outboards.remove(h)
+		return false
+	}
+	srv.outboards.put(h, ob)
+	if !pc.frame(fetchwire.StatusOutboard, 0, ob) {
+		f.Close()
+		srv.reply(pc.sl, nil, pc.ctx.Err()) // the stream is gone: the reply is its error
+		return true
+	}
+	srv.cfg.Stats.ServedUnhashed.Add(1)
+	srv.cfg.Stats.ServedSendfile.Add(1)
+	pc.obSent, pc.ob, pc.obLen = true, ob, int(size)
+	pc.sl.status, pc.sl.off = fetchwire.StatusPiece, 0
+	pc.sl.file, pc.sl.fileOff, pc.sl.fileLen = f, off, int(size)
+	return true
 }
 
 // outboardStore is a Store that keeps chunks' outboards (pkg/cache.Store

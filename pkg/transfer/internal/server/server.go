@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,6 +211,27 @@ type fetchSlot struct {
 	// handed whole to the stream (a chunk to a connected child: it holds
 	// it complete, exchange.ServeDelivered).
 	written func()
+	// file: the body is fileLen bytes of file from fileOff instead
+	// (a PIECE sent with sendfile: pieceSender.fromFile); the writer
+	// closes it.
+	file    *os.File
+	fileOff int64
+	fileLen int
+}
+
+// bodyLen is the length of sl's body (in memory or in its file).
+func (sl *fetchSlot) bodyLen() int {
+	if sl.file != nil {
+		return sl.fileLen
+	}
+	return len(sl.body)
+}
+
+// fileSender is a Stream that sends file bytes with sendfile(2) (a plain
+// bulk connection: bulk.Conn).
+type fileSender interface {
+	CanSendFile() bool
+	SendFile(f *os.File, off, n int64) (int64, error)
 }
 
 // peerBudget is the reply bytes one peer's fetch streams may hold.
@@ -322,6 +344,13 @@ func (srv *Server) Serve(s Stream, p peer.ID, pieces bool) {
 		defer close(writerDone)
 		srv.writeReplies(ctx, cancel, s, p, ready, room, budget)
 	}()
+	// Chunks from the store go out with sendfile where the stream can
+	// (a plain bulk connection) and nothing needs their bytes in memory
+	// (no upload limit paces them in parts; no fault injection).
+	sendfile := false
+	if fs, ok := s.(fileSender); ok && fs.CanSendFile() && srv.upLimit == nil && !faultinject.Enabled {
+		sendfile = true
+	}
 	var serving sync.WaitGroup
 	br := bufio.NewReaderSize(s, 16<<10)
 	var err error
@@ -358,7 +387,7 @@ func (srv *Server) Serve(s Stream, p peer.ID, pieces bool) {
 				}
 				var pc *pieceSender
 				if pieces {
-					pc = &pieceSender{srv: srv, ctx: ctx, sl: sl, ready: ready}
+					pc = &pieceSender{srv: srv, ctx: ctx, sl: sl, ready: ready, sendfile: sendfile}
 				}
 				srv.serveChunk(ctx, p, q, sl, pc)
 			}
@@ -405,10 +434,26 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 		// limit's pace rather than a chunk at a time.
 		held := int64(0) // this slot's bytes counted in srv.backlog
 		if data && sl.asker == source.KindChild {
-			held = int64(len(sl.body))
+			held = int64(sl.bodyLen())
 			srv.backlog.Add(held)
 		}
+		if sl.file != nil {
+			if !failed && ctx.Err() == nil {
+				hdr = fetchwire.AppendPieceHeader(hdr[:0], sl.tag, sl.off, sl.fileLen)
+				if err := srv.writeFileReply(s.(fileSender), s, bw, hdr, sl.file, sl.fileOff, sl.fileLen); err != nil {
+					failed = true
+					cancel()
+				} else {
+					srv.cfg.Stats.BytesServed.Add(uint64(sl.fileLen))
+					srv.cfg.Stats.BytesOut[sl.asker].Add(uint64(sl.fileLen))
+				}
+			}
+			sl.file.Close()
+		}
 		for part := range srv.parts(sl) {
+			if sl.file != nil {
+				break
+			}
 			if failed || ctx.Err() != nil {
 				break
 			}
@@ -446,7 +491,7 @@ func (srv *Server) writeReplies(ctx context.Context, cancel context.CancelFunc, 
 			}
 		}
 		srv.backlog.Add(-held) // parts not written
-		srv.drainEnd(drain, len(sl.body), !failed && ctx.Err() == nil)
+		srv.drainEnd(drain, sl.bodyLen(), !failed && ctx.Err() == nil)
 		if sl.notFinal {
 			continue
 		}
@@ -518,6 +563,33 @@ func (srv *Server) writeReply(s Stream, bw *bufio.Writer, hdr, body []byte, flus
 	}
 	if flush {
 		return bw.Flush()
+	}
+	return nil
+}
+
+// writeFileReply writes a reply's header through bw, flushes it, and
+// sends its body, n bytes of f from off, with sendfile on s, each piece of
+// at most writePiece bytes within writeStall (as writeReply).
+func (srv *Server) writeFileReply(fs fileSender, s Stream, bw *bufio.Writer, hdr []byte, f *os.File, off int64, n int) error {
+	stall := srv.writeStall()
+	_ = s.SetWriteDeadline(time.Now().Add(stall))
+	if _, err := bw.Write(hdr); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	for left := int64(n); left > 0; {
+		k := min(left, writePiece)
+		_ = s.SetWriteDeadline(time.Now().Add(stall))
+		w, err := fs.SendFile(f, off, k)
+		if err != nil {
+			return err
+		}
+		if w == 0 {
+			return fmt.Errorf("sendfile: %d bytes of the chunk's file missing: %w", left, io.ErrUnexpectedEOF)
+		}
+		off, left = off+w, left-w
 	}
 	return nil
 }
@@ -604,6 +676,10 @@ func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Reques
 	}
 	if a.Grouped {
 		sl.written = func() { srv.serveStep(exchange.ServeEvent{Kind: exchange.ServeDelivered, Ask: a}) }
+	}
+	if pc != nil && pc.sendfile && pc.fromFile(q.Hash) {
+		srv.noteSent(q, srv.countSecond(a))
+		return
 	}
 	if data, ok := srv.readStore(q.Hash, pc); ok {
 		second := srv.countSecond(a)

@@ -50,6 +50,7 @@ type Counters struct {
 	CorruptReceived                atomic.Uint64
 	ReportsReceived                atomic.Uint64
 	ServedUnhashed                 atomic.Uint64 // chunks read from the store and sent in pieces with a kept outboard, not hashed here
+	ServedSendfile                 atomic.Uint64 // of those, chunks sent from their file with sendfile (a plain bulk connection)
 	BulkOpened                     atomic.Uint64 // bulk connections opened to peers
 	BulkFallbacks                  atomic.Uint64 // bulk connections that could not be opened (libp2p streams used)
 
