@@ -6,7 +6,9 @@ daemon and a child daemon on 127.0.0.1; nginx (sendfile) serves the same
 bytes. Each run puts a fresh blob at the parent (a prefix of 16 x k bytes in
 front of the base file: every chunk new), then, alternating:
 `omst get NAME -o /dev/null` at the child, `curl -o /dev/null`,
-`omst get NAME -o FILE` (a second fresh blob), `curl -o FILE`. Each figure
+`omst get NAME -o FILE` (a second fresh blob), `curl -o FILE`; with --put
+also `omst put NAME FILE` of a third fresh file at the parent, then `cp FILE
+NEW` (the put's CPU: the parent daemon and the client). Each figure
 gets the CPU seconds per GiB of the sender (the parent daemon; nginx's
 workers) and the receiver (the child daemon; curl) beside it, and the load
 average at its start. Medians of -runs; every run to the CSV.
@@ -99,6 +101,7 @@ def main():
     ap.add_argument("--daemon-args", default="", help="extra daemon flags (every binary)")
     ap.add_argument("--after-args", default="", help="extra daemon flags for binaries but the first")
     ap.add_argument("--out", default="")
+    ap.add_argument("--put", action="store_true", help="also omst put of a fresh file against cp, alternating")
     a = ap.parse_args()
     size = size_of(a.size)
     gib = size / (1 << 30)
@@ -142,17 +145,37 @@ http {{ access_log off; sendfile on; tcp_nopush on;
         dest = os.path.join(tmp, "out")
         src = os.path.join(tmp, "src")
         k = 0
+        def fresh(k):
+            with open(src, "wb") as f:
+                # A prefix of its own length per blob: every chunk
+                # boundary falls elsewhere in the base bytes, so no
+                # chunk of one blob is a chunk of another.
+                f.write(b"%016d" % k * k)
+            with open(src, "ab") as f, open(base, "rb") as b:
+                shutil.copyfileobj(b, f, 16 << 20)
+
         for run in range(a.runs):
             for label, (root, child) in daemons.items():
+                if a.put:
+                    k += 1
+                    fresh(k)
+                    name = f"bench/put-{k}"
+                    load = os.getloadavg()[0]
+                    secs, s, r = timed([root.bin, "--home", root.home, "-q", "put", name, src], [root.p.pid], [None])
+                    rows.append(dict(run=run, peer=f"omst {label}", mode="put", secs=secs, mbps=size / secs / 1e6,
+                                     sender_cpu_s_gib=r / gib, receiver_cpu_s_gib=s / gib, load=load))
+                    print(f"run {run} omst {label} put: {size/secs/1e6:.0f} MB/s, CPU s/GiB client {r/gib:.2f} daemon {s/gib:.2f} (load {load:.1f})", file=sys.stderr)
+                    time.sleep(2)
+                    root.omst("rm", name)
+                    load = os.getloadavg()[0]
+                    secs, s, r = timed(["cp", src, dest], [], [None])
+                    rows.append(dict(run=run, peer=f"cp ({label})", mode="put", secs=secs, mbps=size / secs / 1e6,
+                                     sender_cpu_s_gib=r / gib, receiver_cpu_s_gib=0, load=load))
+                    print(f"run {run} cp: {size/secs/1e6:.0f} MB/s, CPU s/GiB {r/gib:.2f} (load {load:.1f})", file=sys.stderr)
+                    os.unlink(dest)
                 for mode, target in (("devnull", "/dev/null"), ("file", dest)):
                     k += 1
-                    with open(src, "wb") as f:
-                        # A prefix of its own length per blob: every chunk
-                        # boundary falls elsewhere in the base bytes, so no
-                        # chunk of one blob is a chunk of another.
-                        f.write(b"%016d" % k * k)
-                    with open(src, "ab") as f, open(base, "rb") as b:
-                        shutil.copyfileobj(b, f, 16 << 20)
+                    fresh(k)
                     name = f"bench/http-{k}"
                     root.omst("put", name, src)
                     time.sleep(2)  # the put's background work (announce, provide) done
@@ -181,10 +204,12 @@ http {{ access_log off; sendfile on; tcp_nopush on;
         print("| peer | fetch to | MB/s (median) | runs | sender CPU s/GiB | receiver CPU s/GiB | load |")
         print("|---|---|---:|---|---:|---:|---|")
         for peer in dict.fromkeys(r["peer"] for r in rows):
-            for mode in ("devnull", "file"):
+            for mode in ("devnull", "file", "put"):
                 rs = [r for r in rows if r["peer"] == peer and r["mode"] == mode]
+                if not rs:
+                    continue
                 med = lambda key: statistics.median(r[key] for r in rs)
-                print(f"| {peer} | {'/dev/null' if mode == 'devnull' else 'a new file'} | {med('mbps'):.0f} | "
+                print(f"| {peer} | {dict(devnull='/dev/null', file='a new file', put='put (sender: client; receiver: daemon)')[mode]} | {med('mbps'):.0f} | "
                       f"{', '.join('%.0f' % r['mbps'] for r in rs)} | {med('sender_cpu_s_gib'):.2f} | "
                       f"{med('receiver_cpu_s_gib'):.2f} | {min(r['load'] for r in rs):.0f}-{max(r['load'] for r in rs):.0f} |")
     finally:
