@@ -475,7 +475,7 @@ func (fs *fetchStream) fail(err error) {
 // readReplies delivers replies to the pending requests, by tag.
 func (fs *fetchStream) readReplies() {
 	c := fs.fp.c
-	br := bufio.NewReaderSize(fs.s, 64<<10)
+	br := newReplyReader(fs.s)
 	var hdr [fetchwire.ReplyHeaderLen]byte
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
@@ -645,6 +645,17 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 	}
 	return false, nil
 }
+
+// replyBufSize is the read buffer of a stream's replies: small, so that
+// the bytes of a piece (read in units of up to 64 KiB) mostly bypass it
+// (bufio reads a request at least its size straight into the caller's
+// buffer when it holds nothing), straight into the chunk's own buffer
+// (Partial.Claim): with 64 KiB, every byte was copied once more, from the
+// buffer into the chunk (0.29 CPU s/GiB at a receiver, profiled).
+const replyBufSize = 4 << 10
+
+// newReplyReader buffers a stream's replies (replyBufSize).
+func newReplyReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, replyBufSize) }
 
 // scratchGroups is how many groups readPieces reads, verifies and
 // publishes at a time: a relay passes bytes on in units of at most this
