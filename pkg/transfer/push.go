@@ -12,6 +12,7 @@ import (
 	"github.com/omst-project/omst/pkg/transfer/internal/coalesce"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchclient"
 	"github.com/omst-project/omst/pkg/transfer/internal/fetchwire"
+	"github.com/omst-project/omst/pkg/transfer/internal/piece"
 	"github.com/omst-project/omst/pkg/transfer/internal/schedule"
 )
 
@@ -101,7 +102,18 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 		c := calls[k]
 		calls[k] = nil
 		h := m.Chunks[i]
-		if err := h.Verify(data); err != nil {
+		// Verified whole, and its outboard kept with it (one pass, as
+		// h.Verify: piece.HashOutboard), so that this node serves it in
+		// pieces later without hashing it again.
+		var err error
+		got, ob := blob.Hash{}, []byte(nil)
+		if len(data) > 0 {
+			got, ob = piece.HashOutboard(data)
+		}
+		if got != h {
+			err = fmt.Errorf("%w: %d bytes do not hash to %s", blob.ErrCorrupt, len(data), h)
+		}
+		if err != nil {
 			e.stats.CorruptReceived.Add(1)
 			q := fetchwire.Request{Type: fetchwire.MsgGet, ID: r.ID, Index: uint32(i), Hash: h}
 			e.goTracked(func() { e.chunks.ReportCorrupt(parent, q) })
@@ -110,6 +122,7 @@ func (e *Engine) ExpectPush(r blob.Record, parent peer.ID, first, count int) (fu
 			e.chunks.Complete(c, h, nil, Source{}, perr)
 			return
 		}
+		c.KeepOutboard(ob)
 		e.stats.PushReceived.Add(uint64(len(data)))
 		e.stats.BytesFetched.Add(uint64(len(data)))
 		e.stats.BytesIn[src.Kind].Add(uint64(len(data)))

@@ -119,7 +119,14 @@ type Call struct {
 	err     error
 	waiters int
 	cancel  context.CancelFunc
+	ob      []byte // the chunk's outboard, computed by whoever delivers it whole (KeepOutboard)
 }
+
+// KeepOutboard gives the outboard of the chunk call will be completed
+// with, computed by the caller from those bytes (a push, verified whole
+// with piece.HashOutboard), so that the store keeps it with the chunk as
+// for a chunk that arrived in pieces. Call it before Complete.
+func (call *Call) KeepOutboard(ob []byte) { call.ob = ob }
 
 func newCall(h blob.Hash, src peer.ID, cancel context.CancelFunc) *Call {
 	return &Call{src: src, partial: piece.NewPartial(h), done: make(chan struct{}), stored: make(chan struct{}), cancel: cancel}
@@ -229,6 +236,8 @@ func (c *Chunks) Complete(call *Call, h blob.Hash, data []byte, from source.Sour
 			// hashing the chunk again).
 			if st := call.partial.State(); st.Outboard != nil && st.Len == len(data) {
 				os.PutOutboard(h, st.Outboard)
+			} else if call.ob != nil {
+				os.PutOutboard(h, call.ob)
 			}
 		}
 	}
