@@ -475,7 +475,7 @@ func (fs *fetchStream) fail(err error) {
 // readReplies delivers replies to the pending requests, by tag.
 func (fs *fetchStream) readReplies() {
 	c := fs.fp.c
-	br := newReplyReader(fs.s)
+	br := bufio.NewReaderSize(fs.s, 64<<10)
 	var hdr [fetchwire.ReplyHeaderLen]byte
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
@@ -597,46 +597,23 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 	if at != pr.next || at+k > pr.n || (k%piece.GroupSize != 0 && at+k != pr.n) {
 		return false, wire.Malformed("PIECE of %d bytes at offset %d (expected offset %d, chunk of %d bytes)", k, at, pr.next, pr.n)
 	}
+	if fs.scratch == nil {
+		fs.scratch = make([]byte, scratchGroups*piece.GroupSize)
+	}
 	for k > 0 {
-		u := min(k, scratchGroups*piece.GroupSize)
-		// Read into the chunk's own buffer where it can (a claim at the
-		// verified end: Partial.Claim), verified there and published, so
-		// that a piece is not copied once read; else into scratch, then
-		// copied in (another sender fills the chunk too, or this reply is
-		// of another length than the chunk's).
-		g, claimed := []byte(nil), false
-		if pr.own == nil {
-			g, claimed = pr.sink.Claim(at, u)
-		}
-		if !claimed {
-			if fs.scratch == nil {
-				fs.scratch = make([]byte, scratchGroups*piece.GroupSize)
-			}
-			g = fs.scratch[:u]
-		}
+		g := fs.scratch[:min(k, len(fs.scratch))]
 		if _, err := io.ReadFull(br, g); err != nil {
-			if claimed {
-				pr.sink.Unclaim()
-			}
 			return false, wire.Unexpected(err)
 		}
 		if err := piece.VerifyPiece(g, pr.ob, at, pr.hash); err != nil {
-			if claimed {
-				pr.sink.Unclaim()
-			}
 			return false, corrupt(err)
 		}
-		switch {
-		case claimed:
-			pr.sink.Publish(at, u)
-		case pr.own != nil:
-			pr.sink.Add(at, g)
+		pr.sink.Add(at, g)
+		if pr.own != nil {
 			copy(pr.own[at:], g)
-		default:
-			pr.sink.Add(at, g)
 		}
-		c.cfg.Stats.BytesFetched.Add(uint64(u))
-		at, k = at+u, k-u
+		c.cfg.Stats.BytesFetched.Add(uint64(len(g)))
+		at, k = at+len(g), k-len(g)
 	}
 	pr.next = at
 	if at == pr.n {
@@ -645,17 +622,6 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 	}
 	return false, nil
 }
-
-// replyBufSize is the read buffer of a stream's replies: small, so that
-// the bytes of a piece (read in units of up to 64 KiB) mostly bypass it
-// (bufio reads a request at least its size straight into the caller's
-// buffer when it holds nothing), straight into the chunk's own buffer
-// (Partial.Claim): with 64 KiB, every byte was copied once more, from the
-// buffer into the chunk (0.29 CPU s/GiB at a receiver, profiled).
-const replyBufSize = 4 << 10
-
-// newReplyReader buffers a stream's replies (replyBufSize).
-func newReplyReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, replyBufSize) }
 
 // scratchGroups is how many groups readPieces reads, verifies and
 // publishes at a time: a relay passes bytes on in units of at most this

@@ -20,13 +20,8 @@ type Partial struct {
 	n    int    // the chunk's length; 0 until known
 	data []byte // n bytes; [0, have) verified and published
 	have int
-	// claimed: a sender reads bytes at the verified end straight into
-	// claimBuf (data when it claimed) until it publishes them (Publish)
-	// or lets go (Unclaim).
-	claimed  bool
-	claimBuf []byte
-	err      error
-	wake     chan struct{} // closed, and replaced, on every change
+	err  error
+	wake chan struct{} // closed, and replaced, on every change
 }
 
 // NewPartial returns an empty Partial for the chunk with hash h.
@@ -89,77 +84,8 @@ func (p *Partial) Add(off int, b []byte) {
 	if p.n == 0 || off > p.have || off+len(b) <= p.have || off+len(b) > p.n {
 		return
 	}
-	p.addLocked(off, b)
-}
-
-// addLocked is Add; p.mu is held.
-func (p *Partial) addLocked(off int, b []byte) {
-	if p.n == 0 || off > p.have || off+len(b) <= p.have || off+len(b) > p.n {
-		return
-	}
-	if p.claimed && len(p.data) > 0 && len(p.claimBuf) > 0 && &p.data[0] == &p.claimBuf[0] {
-		// A claimant is reading into the bytes past the verified end of
-		// this buffer: the chunk moves to a new one (its verified prefix
-		// copied; readers keep the old one's, which never changes), and
-		// the claimant's bytes, if still wanted, are copied in when it
-		// publishes them. Rare: two senders of one chunk at once.
-		nd := make([]byte, p.n)
-		copy(nd, p.data[:p.have])
-		p.data = nd
-	}
 	p.have += copy(p.data[p.have:], b[p.have-off:])
 	p.changed()
-}
-
-// Claim lends the caller the buffer for the k bytes at offset off, which
-// must be the verified end (every byte before it published), to read a
-// piece into and verify in place, so that a piece is not copied once read:
-// ok is false (the caller reads elsewhere and Adds) when off is not the
-// end, the piece does not fit the chunk's length, or another sender holds
-// a claim. Bytes past the verified end are not read by anyone, so what
-// the claimant writes there is seen only once published: Publish(off, k)
-// when the bytes verified, Unclaim when not (or when the read failed).
-// Exactly one of them ends a claim.
-func (p *Partial) Claim(off, k int) (buf []byte, ok bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.claimed || p.n == 0 || off != p.have || k <= 0 || off+k > p.n {
-		return nil, false
-	}
-	p.claimed, p.claimBuf = true, p.data
-	return p.data[off : off+k : off+k], true
-}
-
-// Publish ends a claim (Claim) and publishes the k bytes at off, which the
-// claimant read into the buffer lent and verified. Another sender's Add
-// meanwhile moved the chunk to a new buffer: the bytes are added there as
-// Add would (those already published are skipped); a Complete meanwhile
-// (the whole chunk) makes it change nothing.
-func (p *Partial) Publish(off, k int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	buf := p.claimBuf
-	p.claimed, p.claimBuf = false, nil
-	if off < 0 || k <= 0 || off+k > len(buf) {
-		return
-	}
-	if len(p.data) > 0 && &p.data[0] == &buf[0] {
-		if off == p.have && off+k <= p.n {
-			p.have += k
-			p.changed()
-		}
-		return
-	}
-	// The chunk moved to another buffer meanwhile (another sender's Add,
-	// or Complete): the claimant's bytes are added as any sender's.
-	p.addLocked(off, buf[off:off+k])
-}
-
-// Unclaim ends a claim without publishing anything.
-func (p *Partial) Unclaim() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.claimed, p.claimBuf = false, nil
 }
 
 // Complete publishes the whole chunk, verified by the caller (a reply of
