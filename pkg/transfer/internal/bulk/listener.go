@@ -89,6 +89,7 @@ func (c *Conn) CanSendFile() bool {
 // SendFile writes n bytes of f from offset off to c with sendfile(2): from
 // the page cache to the socket, not through user space. It moves f's
 // offset. Only where CanSendFile; otherwise an error and nothing sent.
+// The bytes sent count in Counters as a Write's do.
 func (c *Conn) SendFile(f *os.File, off, n int64) (int64, error) {
 	tc, tcp := c.raw.(*net.TCPConn)
 	if !tcp || c.Mode != ModePlain {
@@ -97,7 +98,9 @@ func (c *Conn) SendFile(f *os.File, off, n int64) (int64, error) {
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return 0, fmt.Errorf("bulk: sendfile: %w", err)
 	}
-	return tc.ReadFrom(&io.LimitedReader{R: f, N: n})
+	sent, err := tc.ReadFrom(&io.LimitedReader{R: f, N: n})
+	c.ctr.count(c.Mode, true, int(sent))
+	return sent, err
 }
 
 // RemoteAddr is the address of the other end.
