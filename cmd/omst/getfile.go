@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	"golang.org/x/term"
@@ -21,41 +20,27 @@ import (
 // kernel's protected_symlinks rule allows and its target replaced; a device
 // or FIFO such as /dev/null is written in place), and the daemon writes the
 // bytes into its descriptor (GET_TO_FD). On a terminal a progress bar
-// follows the file being written.
+// follows the bytes the daemon says are written (getToFileShown).
 func getToFile(ctx context.Context, g *globals, cl *rpcbridge.Client, name, path string) error {
 	if g.quiet || !isTerminal() {
 		_, err := cl.GetFile(ctx, name, path)
 		return err
 	}
-	var (
-		mu   sync.Mutex
-		p    *progress
-		stop func()
-	)
-	_, err := cl.GetFileStarted(ctx, name, path, func(info rpcbridge.Info, f *os.File) {
-		mu.Lock()
-		defer mu.Unlock()
-		p = newProgress("get "+name, int64(info.Size), g.quiet)
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-			stop = watch(func() int64 {
-				if st, err := f.Stat(); err == nil {
-					return st.Size()
-				}
-				return 0
-			}, p)
-		}
+	return getToFileShown(ctx, cl, name, path, func(total int64) *progress { return newProgress("get "+name, total, g.quiet) })
+}
+
+// getToFileShown is getToFile with a progress bar, made by bar with the
+// blob's size once the daemon has found it, and set from the daemon's
+// reports of the bytes written (PROGRESS frames, protocol version 8; a
+// daemon of an older version reports every byte at the end only). Its
+// last line, the get's summary, says the bytes of the last report.
+func getToFileShown(ctx context.Context, cl *rpcbridge.Client, name, path string, bar func(total int64) *progress) error {
+	var p *progress // the hooks run on this goroutine
+	_, err := cl.GetFileWith(ctx, name, path, rpcbridge.GetHooks{
+		Started:  func(info rpcbridge.Info) { p = bar(int64(info.Size)) },
+		Progress: func(done uint64) { p.set(int64(done)) },
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	if p != nil {
-		if err == nil {
-			p.set(p.total)
-		}
-		p.finish()
-	}
+	p.finish()
 	return err
 }
 

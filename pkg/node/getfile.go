@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,8 +20,8 @@ import (
 
 // GetToFile serves a get into a regular file f not opened O_APPEND
 // (GET_TO_FD, GET_FILE; see rpcbridge.FileBackend): it resolves name
-// once, calls started with the blob's info before the first byte is
-// written, and returns when f holds exactly the blob's verified bytes
+// once, calls started with the blob's info and its progress (the bytes in
+// f so far) before the first byte is written, and returns when f holds exactly the blob's verified bytes
 // (written from offset 0, cut to the blob's size). Each byte is written
 // once where the store can share f (a file of the store's user on its
 // filesystem, cache.Store.LinkSink): the chunks fetched are verified on
@@ -31,7 +32,7 @@ import (
 // each chunk into f as it reads it, as Open would. On an error f's
 // contents are unspecified (the caller discards it) and nothing of it
 // stays in the store.
-func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started func(rpcbridge.Info) error) (rpcbridge.Info, error) {
+func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started func(rpcbridge.Info, rpcbridge.ProgressFunc) error) (rpcbridge.Info, error) {
 	start := time.Now()
 	rec, m, err := n.resolve(ctx, name, true)
 	n.debugResolved(name, rec, m, start, err) // getlog.go
@@ -40,8 +41,9 @@ func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started f
 		return rpcbridge.Info{}, err
 	}
 	info := n.info(rec, m)
+	prog := &fileProgress{m: m}
 	if started != nil {
-		if err := started(info); err != nil {
+		if err := started(info, prog.done); err != nil {
 			return info, err
 		}
 	}
@@ -49,7 +51,7 @@ func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started f
 	if n.debugOn() {
 		from = n.watchSources(rec.ID)
 	}
-	how, err := n.getToFile(ctx, rec, m, f)
+	how, err := n.getToFile(ctx, rec, m, f, prog)
 	sources := ""
 	if from != nil {
 		sources = from()
@@ -129,32 +131,66 @@ func (n *Node) watchSources(id cid.Cid) func() string {
 	}
 }
 
-// getToFile writes the blob into f and says how (for the debug log).
-func (n *Node) getToFile(ctx context.Context, rec blob.Record, m *blob.Manifest, f *os.File) (string, error) {
+// fileProgress tells how many of a blob's bytes a get into a file has put
+// in it so far (rpcbridge.ProgressFunc): for a file shared with the store,
+// the chunks its sink holds (fetched or copied in); else the bytes the get
+// wrote or copied itself. Safe to call from any goroutine.
+type fileProgress struct {
+	m    *blob.Manifest
+	n    atomic.Uint64
+	sink atomic.Pointer[cache.Sink]
+}
+
+func (p *fileProgress) done() uint64 {
+	if sk := p.sink.Load(); sk != nil {
+		var d uint64
+		for i := range p.m.Chunks {
+			if sk.Written(i) {
+				d += uint64(p.m.ChunkLen(i))
+			}
+		}
+		return d
+	}
+	return p.n.Load()
+}
+
+// getToFile writes the blob into f and says how (for the debug log); prog
+// follows it.
+func (n *Node) getToFile(ctx context.Context, rec blob.Record, m *blob.Manifest, f *os.File, prog *fileProgress) (string, error) {
 	sk, err := n.store.LinkSink(f, rec.ID, m)
 	if err == nil {
-		return "shared with the store", n.fillSink(ctx, rec, sk)
-	}
-	if !errors.Is(err, cache.ErrNoSink) {
+		prog.sink.Store(sk)
+		err = n.fillSink(ctx, rec, sk)
+		if !errors.Is(err, errSinkShort) {
+			return "shared with the store", err
+		}
+		// The store could not keep chunks the sink did not take (held
+		// when it opened, evicted since): write the blob from a fetch.
+		prog.sink.Store(nil)
+		n.log.Info("get: the store could not keep chunks the destination lacks: writing it from the fetch", "name", rec.Name, "err", err)
+	} else if !errors.Is(err, cache.ErrNoSink) {
 		return "", err
+	} else {
+		n.log.Debug("get: destination not shared with the store", "name", rec.Name, "why", err)
 	}
-	n.log.Debug("get: destination not shared with the store", "name", rec.Name, "why", err)
 	if n.store.HasBlob(rec.ID) {
-		err := n.store.CopyChunksTo(m, f, nil, nil)
+		err := n.store.CopyChunksTo(m, f, nil, func(i int) { prog.n.Add(uint64(m.ChunkLen(i))) })
 		if err == nil {
 			return "copied from the store", truncate(f, m.Size)
 		}
 		if !errors.Is(err, blob.ErrNotFound) && !errors.Is(err, blob.ErrCorrupt) {
 			return "", fmt.Errorf("write to the destination: %w", err)
 		}
-		// A chunk left meanwhile: fetch what is missing as below.
+		// A chunk left meanwhile: fetch what is missing as below (the
+		// progress counts again from 0; the server sends none lower).
+		prog.n.Store(0)
 	}
 	rc, err := n.engine.OpenManifest(ctx, rec, m)
 	if err != nil {
 		return "", err
 	}
 	defer rc.Close()
-	w := &countWriter{w: io.NewOffsetWriter(f, 0), limit: int64(m.Size)}
+	w := &countWriter{w: io.NewOffsetWriter(f, 0), limit: int64(m.Size), prog: &prog.n}
 	var rerr error
 	if wt, ok := rc.(io.WriterTo); ok {
 		_, rerr = wt.WriteTo(w)
@@ -174,12 +210,19 @@ func (n *Node) getToFile(ctx context.Context, rec blob.Record, m *blob.Manifest,
 	return "written from the fetch", truncate(f, m.Size)
 }
 
+// errSinkShort is fillSink's error when chunks the sink did not take (the
+// store held them when it opened) left the store and, fetched again, could
+// not be kept in it (a blob larger than the room in the cache): the caller
+// writes the file from a fetch instead.
+var errSinkShort = errors.New("chunks the destination lacks could not be kept in the store")
+
 // fillSink fetches the chunks the store lacks into the sink, copies in the
 // rest and commits it; a chunk that left the store or turned out damaged
 // meanwhile is fetched again, once. A fetch that ends with chunks the store
 // could not keep (blob.ErrNoSpace: a blob larger than the room in the
 // cache) is no failure here: the sink wrote them into the file all the
-// same. On an error the sink is aborted.
+// same, unless it lacks some of them (errSinkShort). On an error the sink
+// is aborted.
 func (n *Node) fillSink(ctx context.Context, rec blob.Record, sk *cache.Sink) error {
 	for attempt := 0; ; attempt++ {
 		ferr := n.engine.Fetch(ctx, rec)
@@ -199,6 +242,8 @@ func (n *Node) fillSink(ctx context.Context, rec blob.Record, sk *cache.Sink) er
 			sk.Abort()
 			if serr := sk.Err(); serr != nil {
 				err = serr
+			} else if errors.Is(ferr, blob.ErrNoSpace) && errors.Is(err, blob.ErrNotFound) {
+				return fmt.Errorf("%w: %w", errSinkShort, err)
 			} else if ferr != nil {
 				return ferr
 			}
@@ -230,13 +275,14 @@ func noSpace(err error) error {
 
 var errTooLong = errors.New("more bytes than the blob's size")
 
-// countWriter counts what is written, refuses more than limit bytes and
-// keeps the write error apart from the reader's.
+// countWriter counts what is written (in prog too, if not nil), refuses
+// more than limit bytes and keeps the write error apart from the reader's.
 type countWriter struct {
 	w     io.Writer
 	n     int64
 	limit int64
 	err   error
+	prog  *atomic.Uint64
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
@@ -245,6 +291,9 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	}
 	k, err := c.w.Write(p)
 	c.n += int64(k)
+	if c.prog != nil {
+		c.prog.Add(uint64(k))
+	}
 	if err != nil {
 		c.err = err
 	}

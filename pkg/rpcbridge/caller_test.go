@@ -163,6 +163,10 @@ func TestPathsOnlyForDaemonUser(t *testing.T) {
 	if typ, _ := rawCall(r.c, FrameGetFile, appendGetFileReq(nil, "loot/p", planted)); typ != FrameInfo {
 		t.Fatalf("GET_FILE by the daemon's user: %v", typ)
 	}
+	// Version 8: INFO when the blob is found, END once the file is written.
+	if types := replyTypes(t, r); types[len(types)-1] != FrameEnd {
+		t.Fatalf("GET_FILE reply %v", types)
+	}
 	if b, _ := os.ReadFile(planted); string(b) != "payload" {
 		t.Fatalf("GET_FILE wrote %q", b)
 	}
@@ -374,7 +378,7 @@ func TestGetToFDStreams(t *testing.T) {
 	got := make(chan []byte, 1)
 	go func() { b, _ := io.ReadAll(pr); got <- b }()
 	var started Info
-	info, err := c.GetToFD(ctx, "big", pw, func(in Info) { started = in })
+	info, err := c.GetToFD(ctx, "big", pw, GetHooks{Started: func(in Info) { started = in }})
 	pw.Close()
 	if err != nil || info.Size != uint64(len(data)) || started.Size != info.Size {
 		t.Fatalf("GetToFD: %+v %v (started %+v)", info, err, started)
@@ -391,7 +395,7 @@ func TestGetToFDStreams(t *testing.T) {
 	flagsBefore, _ := unix.FcntlInt(pw.Fd(), unix.F_GETFL, 0)
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := c.GetToFD(cctx, "big", pw, nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.GetToFD(cctx, "big", pw, GetHooks{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("GetToFD into a stuck pipe: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

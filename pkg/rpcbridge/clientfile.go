@@ -108,13 +108,23 @@ func (c *Client) putStreamFrom(ctx context.Context, name string, f *os.File, opt
 // device is written in place. The daemon writes the bytes into the
 // descriptor (GetToFD). Errors name path.
 func (c *Client) GetFile(ctx context.Context, name, path string) (Info, error) {
-	return c.GetFileStarted(ctx, name, path, nil)
+	return c.GetFileWith(ctx, name, path, GetHooks{})
 }
 
-// GetFileStarted is GetFile calling started, if not nil, with the blob's
-// info and the file being written (the temporary file, whose size tells
-// the progress) as soon as the daemon has found the blob.
-func (c *Client) GetFileStarted(ctx context.Context, name, path string, started func(Info, *os.File)) (Info, error) {
+// GetHooks follow a get into a file. Started, if not nil, is called with
+// the blob's info as soon as the daemon has found it, before its bytes
+// come. Progress, if not nil, is called with the bytes of the blob in the
+// file so far, as the daemon reports them (protocol version 8: PROGRESS,
+// at most every ProgressEvery), and last with every byte (info.Size) when
+// the get succeeded, whatever the daemon's version. Both are called on
+// the goroutine of the get.
+type GetHooks struct {
+	Started  func(Info)
+	Progress func(done uint64)
+}
+
+// GetFileWith is GetFile with hooks that follow it (a progress bar).
+func (c *Client) GetFileWith(ctx context.Context, name, path string, hooks GetHooks) (Info, error) {
 	if err := blob.ValidateName(name); err != nil {
 		return Info{}, err
 	}
@@ -122,11 +132,7 @@ func (c *Client) GetFileStarted(ctx context.Context, name, path string, started 
 	if err != nil {
 		return Info{}, fmt.Errorf("get %q: %w", name, err)
 	}
-	var cb func(Info)
-	if started != nil {
-		cb = func(in Info) { started(in, dst.File) }
-	}
-	info, err := c.GetToFD(ctx, name, dst.File, cb)
+	info, err := c.GetToFD(ctx, name, dst.File, hooks)
 	if err != nil {
 		dst.Abort()
 		return Info{}, fmt.Errorf("get %q to %s: %w", name, path, err)
@@ -141,11 +147,10 @@ func (c *Client) GetFileStarted(ctx context.Context, name, path string, started 
 // into f, through a copy of its descriptor (GET_TO_FD): a regular file not
 // opened with O_APPEND then holds exactly the blob (written from offset 0,
 // cut to the blob's size); anything else (a pipe, a FIFO, a terminal,
-// O_APPEND) receives the bytes in order. started, if not nil, is called
-// with the blob's info once the daemon has found it, before the bytes
-// come. A daemon older than protocol version 5 sends the bytes through the
+// O_APPEND) receives the bytes in order. hooks follow the get (GetHooks).
+// A daemon older than protocol version 5 sends the bytes through the
 // socket (Get) and they are written here the same way. f stays open.
-func (c *Client) GetToFD(ctx context.Context, name string, f *os.File, started func(Info)) (Info, error) {
+func (c *Client) GetToFD(ctx context.Context, name string, f *os.File, hooks GetHooks) (Info, error) {
 	if err := blob.ValidateName(name); err != nil {
 		return Info{}, err
 	}
@@ -154,7 +159,7 @@ func (c *Client) GetToFD(ctx context.Context, name string, f *os.File, started f
 	}
 	if c.version < 5 {
 		c.mu.Unlock()
-		return c.getStreamTo(ctx, name, f, started)
+		return c.getStreamTo(ctx, name, f, hooks)
 	}
 	defer c.mu.Unlock()
 	op := fmt.Sprintf("get %q", name)
@@ -166,23 +171,10 @@ func (c *Client) GetToFD(ctx context.Context, name string, f *os.File, started f
 	if err != nil {
 		return Info{}, c.fail(ctx, w, op, err, true)
 	}
-	if started != nil {
-		started(info)
+	if hooks.Started != nil {
+		hooks.Started(info)
 	}
-	h, body, err := readReply(c.fc)
-	if err == nil {
-		switch h.Type {
-		case FrameEnd:
-			if len(body) != 0 {
-				err = malformed("END with a %d-byte body", len(body))
-			}
-		case FrameError:
-			err = replyError(body)
-		default:
-			err = unexpected(h, "END")
-		}
-	}
-	if err != nil {
+	if err := c.readGetToEnd(info, hooks.Progress); err != nil {
 		return Info{}, c.fail(ctx, w, op, err, true)
 	}
 	if w.release() {
@@ -192,15 +184,63 @@ func (c *Client) GetToFD(ctx context.Context, name string, f *os.File, started f
 	return info, nil
 }
 
+// readGetToEnd reads the rest of a reply to GET_TO_FD (or GET_FILE of
+// version 8) after its INFO: PROGRESS frames (version 8), each passed to
+// progress, then END (or ERROR). On a connection of version 8 the last
+// PROGRESS before END must say every byte; before it, progress is called
+// with every byte at END.
+func (c *Client) readGetToEnd(info Info, progress func(uint64)) error {
+	var last uint64
+	for {
+		h, body, err := readReply(c.fc)
+		if err != nil {
+			return err
+		}
+		switch h.Type {
+		case FrameProgress:
+			if c.version < ProgressVersion {
+				return unexpected(h, "END")
+			}
+			d, err := decodeProgress(body)
+			if err == nil {
+				err = checkProgress(d, last, info.Size)
+			}
+			if err != nil {
+				return err
+			}
+			last = d
+			if progress != nil {
+				progress(d)
+			}
+			continue
+		case FrameEnd:
+			if len(body) != 0 {
+				return malformed("END with a %d-byte body", len(body))
+			}
+			if c.version >= ProgressVersion && last != info.Size {
+				return malformed("END after PROGRESS of %d bytes, not the blob's %d", last, info.Size)
+			}
+			if c.version < ProgressVersion && progress != nil {
+				progress(info.Size)
+			}
+			return nil
+		case FrameError:
+			return replyError(body)
+		default:
+			return unexpected(h, "END")
+		}
+	}
+}
+
 // getStreamTo is GetToFD for a daemon without GET_TO_FD.
-func (c *Client) getStreamTo(ctx context.Context, name string, f *os.File, started func(Info)) (Info, error) {
+func (c *Client) getStreamTo(ctx context.Context, name string, f *os.File, hooks GetHooks) (Info, error) {
 	info, rc, err := c.GetStream(ctx, name)
 	if err != nil {
 		return Info{}, err
 	}
 	defer rc.Close()
-	if started != nil {
-		started(info)
+	if hooks.Started != nil {
+		hooks.Started(info)
 	}
 	var w io.Writer = f
 	fi, err := f.Stat()
@@ -219,6 +259,9 @@ func (c *Client) getStreamTo(ctx context.Context, name string, f *os.File, start
 		if err := f.Truncate(int64(info.Size)); err != nil {
 			return Info{}, fmt.Errorf("get %q: %w", name, err)
 		}
+	}
+	if hooks.Progress != nil {
+		hooks.Progress(info.Size)
 	}
 	info.Local = true
 	return info, nil

@@ -13,6 +13,8 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -166,8 +168,9 @@ func (sc *conn) putFrom(ctx context.Context, name string, f *os.File, opts PutOp
 	return sc.s.b.Put(ctx, name, r, opts)
 }
 
-// getToFD serves GET_TO_FD: INFO once the blob is found, then, when every
-// byte is in the caller's file, END (or ERROR instead).
+// getToFD serves GET_TO_FD: INFO once the blob is found, then (version 8)
+// PROGRESS frames, then, when every byte is in the caller's file, END (or
+// ERROR instead).
 func (sc *conn) getToFD(ctx context.Context, body []byte) bool {
 	name, err := decodeNameReq(body)
 	if err != nil {
@@ -180,20 +183,47 @@ func (sc *conn) getToFD(ctx context.Context, body []byte) bool {
 	if err != nil {
 		return sc.sendError(errorFor(err))
 	}
-	defer cf.close() // a no-op after the close below; there after a panic
+	defer cf.close() // a no-op after the close in replyGetTo; there after a panic
+	return sc.replyGetTo(ctx, func(started func(Info, ProgressFunc) error) (Info, error) {
+		info, err := sc.writeBlob(ctx, name, cf, started)
+		// The file's flags are the caller's again, and the daemon's copy
+		// closed, before the reply says the request is over.
+		cf.close()
+		return info, err
+	})
+}
+
+// replyGetTo answers a get into a file that write performs: INFO when
+// write calls started (the blob is found), then, on a connection of
+// version 8, PROGRESS frames at most every ProgressEvery while the bytes
+// go in and one of every byte at the end, then END; or ERROR instead of
+// the rest. It reports whether the connection stays open.
+func (sc *conn) replyGetTo(ctx context.Context, write func(started func(Info, ProgressFunc) error) (Info, error)) bool {
+	var mu sync.Mutex // the reply's writes: INFO here, PROGRESS from ps
+	ps := &progressSender{mu: &mu, fc: sc.fc, now: time.Now, tick: realTicker}
 	sentInfo := false
-	_, err = sc.writeBlob(ctx, name, cf, func(info Info) error {
+	info, err := write(func(info Info, done ProgressFunc) error {
+		mu.Lock()
 		off := sc.fc.begin(FrameInfo)
 		sc.fc.wbuf = appendInfo(sc.fc.wbuf, &info)
 		sc.fc.end(off)
+		err := sc.fc.flush()
+		mu.Unlock()
 		sentInfo = true
-		return sc.fc.flush()
+		if err == nil && done != nil && sc.version >= ProgressVersion {
+			ps.done = done
+			ps.start(time.Now())
+		}
+		return err
 	})
-	// The file's flags are the caller's again, and the daemon's copy
-	// closed, before the reply says the request is over.
-	cf.close()
+	if perr := ps.stop(); perr != nil && err == nil {
+		err = fmt.Errorf("%w: %w", errReplyWrite, perr)
+	}
 	switch {
 	case err == nil:
+		if sc.version >= ProgressVersion {
+			sc.fc.frame(FrameProgress, appendProgress(nil, info.Size))
+		}
 		sc.fc.frame(FrameEnd, nil)
 		return sc.fc.flush() == nil
 	case errors.Is(err, errReplyWrite):
@@ -212,8 +242,9 @@ var errReplyWrite = errors.New("reply could not be written")
 // regular file (not opened O_APPEND) then holds exactly the blob (written
 // from offset 0, then cut to its size); anything else gets the bytes in
 // order, each write bounded by the IO timeout. started, if not nil, is
-// called with the blob's info before the first byte is written.
-func (sc *conn) writeBlob(ctx context.Context, name string, cf *callerFile, started func(Info) error) (Info, error) {
+// called with the blob's info and what tells its progress before the
+// first byte is written.
+func (sc *conn) writeBlob(ctx context.Context, name string, cf *callerFile, started func(Info, ProgressFunc) error) (Info, error) {
 	if fb, ok := sc.s.b.(FileBackend); ok && cf.regular && !cf.append {
 		return sc.writeBlobFile(ctx, fb, name, cf, started)
 	}
@@ -222,12 +253,12 @@ func (sc *conn) writeBlob(ctx context.Context, name string, cf *callerFile, star
 		return Info{}, err
 	}
 	defer rc.Close()
+	fw := &fileWriter{limit: info.Size}
 	if started != nil {
-		if err := started(info); err != nil {
+		if err := started(info, fw.done.Load); err != nil {
 			return info, fmt.Errorf("%w: %w", errReplyWrite, err)
 		}
 	}
-	fw := &fileWriter{limit: info.Size}
 	if cf.regular && !cf.append {
 		fw.w = io.NewOffsetWriter(cf.f, 0)
 	} else {
@@ -256,8 +287,8 @@ func (sc *conn) writeBlob(ctx context.Context, name string, cf *callerFile, star
 			rerr = fmt.Errorf("get %q: %w", name, rerr)
 		}
 		return info, rerr
-	case fw.n != info.Size:
-		return info, &Error{Code: CodeSizeMismatch, Message: fmt.Sprintf("get %q: blob yields %d bytes, not %d", name, fw.n, info.Size)}
+	case fw.done.Load() != info.Size:
+		return info, &Error{Code: CodeSizeMismatch, Message: fmt.Sprintf("get %q: blob yields %d bytes, not %d", name, fw.done.Load(), info.Size)}
 	}
 	if cf.regular && !cf.append {
 		if err := cf.f.Truncate(int64(info.Size)); err != nil {
@@ -269,13 +300,13 @@ func (sc *conn) writeBlob(ctx context.Context, name string, cf *callerFile, star
 }
 
 // writeBlobFile is writeBlob through the backend's GetToFile.
-func (sc *conn) writeBlobFile(ctx context.Context, fb FileBackend, name string, cf *callerFile, started func(Info) error) (Info, error) {
+func (sc *conn) writeBlobFile(ctx context.Context, fb FileBackend, name string, cf *callerFile, started func(Info, ProgressFunc) error) (Info, error) {
 	var replyErr error
-	cb := func(info Info) error {
+	cb := func(info Info, done ProgressFunc) error {
 		if started == nil {
 			return nil
 		}
-		replyErr = started(info)
+		replyErr = started(info, done)
 		return replyErr
 	}
 	info, err := fb.GetToFile(ctx, name, cf.f, cb)
@@ -288,21 +319,22 @@ func (sc *conn) writeBlobFile(ctx context.Context, fb FileBackend, name string, 
 	return info, err
 }
 
-// fileWriter counts what is written against the blob's size and keeps the
-// write error apart from the reader's.
+// fileWriter counts what is written against the blob's size (done, read
+// by the reply's progress while the bytes go) and keeps the write error
+// apart from the reader's.
 type fileWriter struct {
 	w     io.Writer
 	limit uint64
-	n     uint64
+	done  atomic.Uint64
 	werr  error
 }
 
 func (w *fileWriter) Write(p []byte) (int, error) {
-	if w.n+uint64(len(p)) > w.limit {
+	if w.done.Load()+uint64(len(p)) > w.limit {
 		return 0, errTooLong
 	}
 	k, err := w.w.Write(p)
-	w.n += uint64(k)
+	w.done.Add(uint64(k))
 	if err != nil {
 		w.werr = err
 	}
@@ -371,32 +403,43 @@ func (sc *conn) putPath(ctx context.Context, name, path string, opts PutOptions)
 // getFile serves GET_FILE for the daemon's own user: the destination is
 // prepared as localfile.Create does (atomic for a regular or new file,
 // links followed only where protected_symlinks allows, in place for a FIFO
-// or device).
+// or device). Before version 8 the reply is one INFO once the file is
+// complete; from version 8 it is GET_TO_FD's: INFO once the blob is found,
+// PROGRESS frames, END.
 func (sc *conn) getFile(ctx context.Context, body []byte) bool {
 	name, path, err := decodeGetFileReq(body)
 	if err != nil {
 		return sc.badRequest(err)
 	}
-	var info Info
 	if err = sc.forbidPaths(FrameGetFile); err == nil {
 		if err = checkName(name); err == nil {
-			if err = checkPath(path); err == nil {
-				info, err = sc.getPath(ctx, name, path)
-			}
+			err = checkPath(path)
 		}
 	}
-	return sc.replyInfo(info, err)
+	if err != nil || sc.version < ProgressVersion {
+		var info Info
+		if err == nil {
+			info, err = sc.getPath(ctx, name, path, nil)
+		}
+		return sc.replyInfo(info, err)
+	}
+	return sc.replyGetTo(ctx, func(started func(Info, ProgressFunc) error) (Info, error) {
+		return sc.getPath(ctx, name, path, started)
+	})
 }
 
-func (sc *conn) getPath(ctx context.Context, name, path string) (Info, error) {
+func (sc *conn) getPath(ctx context.Context, name, path string, started func(Info, ProgressFunc) error) (Info, error) {
 	dst, err := localfile.Create(ctx, path)
 	if err != nil {
 		return Info{}, fmt.Errorf("get %q to %s: %w", name, path, err)
 	}
 	cf := &callerFile{f: dst.File, regular: dst.Regular, fd: dst.File.Fd()}
-	info, err := sc.writeBlob(ctx, name, cf, nil)
+	info, err := sc.writeBlob(ctx, name, cf, started)
 	if err != nil {
 		dst.Abort()
+		if errors.Is(err, errReplyWrite) {
+			return Info{}, err
+		}
 		return Info{}, fmt.Errorf("get %q to %s: %w", name, path, dropName(err, name))
 	}
 	if err := dst.Commit(); err != nil {

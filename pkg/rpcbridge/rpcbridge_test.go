@@ -865,7 +865,7 @@ func TestMalformedFrames(t *testing.T) {
 	})
 	t.Run("newer version negotiated down", func(t *testing.T) {
 		r := rawDial(t, ts.path, false)
-		r.send(FrameHello, appendHello(nil, 7))
+		r.send(FrameHello, appendHello(nil, ProtocolVersion+1))
 		if typ, body := r.recv(); typ != FrameHello || !bytes.Equal(body, appendHello(nil, ProtocolVersion)) {
 			t.Fatalf("hello reply %v %x, want HELLO version %d", typ, body, ProtocolVersion)
 		}

@@ -218,12 +218,13 @@ type Backend interface {
 // FileBackend is a Backend that writes a blob into a regular file itself
 // (GET_TO_FD, GET_FILE), e.g. to share the file with its store instead of
 // writing the bytes twice. GetToFile calls started (if not nil) with the
-// blob's info before the first byte is written, and returns nil when f
-// holds exactly the blob's verified bytes (from offset 0, cut to Info.Size);
-// an error from started is returned as it is. The server uses it for a
-// regular file not opened O_APPEND, and Open for anything else.
+// blob's info and a ProgressFunc of the get (the bytes in f so far; nil if
+// it cannot tell) before the first byte is written, and returns nil when f
+// holds exactly the blob's verified bytes (from offset 0, cut to
+// Info.Size); an error from started is returned as it is. The server uses
+// it for a regular file not opened O_APPEND, and Open for anything else.
 type FileBackend interface {
-	GetToFile(ctx context.Context, name string, f *os.File, started func(Info) error) (Info, error)
+	GetToFile(ctx context.Context, name string, f *os.File, started func(Info, ProgressFunc) error) (Info, error)
 }
 
 // Providers is the answer to PROVIDERS.

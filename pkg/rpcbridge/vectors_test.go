@@ -122,6 +122,10 @@ func fieldsOf(t FrameType, b []byte) ([]kv, error) {
 	if fs, err, ok := manyFieldsOf(t, b); ok {
 		return fs, err
 	}
+	if t == FrameProgress {
+		d, err := decodeProgress(b)
+		return []kv{{"done", u(d)}}, err
+	}
 	return nil, malformed("unknown frame type 0x%02x", uint8(t))
 }
 
@@ -226,6 +230,8 @@ func encodeFrom(t FrameType, fs []kv) ([]byte, error) {
 				FileOffset: r.num("extent.file_offset")}
 		}
 		body = appendFDS(nil, xs)
+	case FrameProgress:
+		body = appendProgress(nil, r.num("done"))
 	default:
 		var ok bool
 		if body, ok = manyEncodeFrom(t, r); !ok {

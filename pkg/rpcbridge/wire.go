@@ -16,8 +16,9 @@ import (
 // PREHEAT and PREHEAT_JSON; version 4 PROVIDERS and PROVIDERS_JSON; version
 // 5 PUT_FD and GET_TO_FD (files opened by the client, passed as
 // descriptors); version 6 REMOVE_PREFIX, SET_TTL, DU and NAMESPACE_JSON
-// (namespace.go); version 7 GET_MANY and PUT_MANY (many.go).
-const ProtocolVersion = 7
+// (namespace.go); version 7 GET_MANY and PUT_MANY (many.go); version 8
+// PROGRESS in the replies to GET_TO_FD and GET_FILE (progress.go).
+const ProtocolVersion = 8
 
 // MinProtocolVersion is the lowest version this package still speaks.
 const MinProtocolVersion = 1
