@@ -186,6 +186,12 @@ func FuzzServerConn(f *testing.F) {
 		frame(FrameRemove, appendNameReq(nil, "x"))))
 	f.Add(cat(hello, frame(FramePutFile, appendPutFileReq(nil, "y", 0, "/p")), frame(FrameGetFile, appendGetFileReq(nil, "y", "/q"))))
 	f.Add(cat(hello, []byte{0, 0, 0, 1, 0x77, 0, 0, 0, 1}))
+	// Version 8: GET_FILE answered with PROGRESS frames; a PROGRESS sent to
+	// the daemon is malformed.
+	hello8 := append(appendHeader(nil, FrameHello, 8), appendHello(nil, ProgressVersion)...)
+	f.Add(cat(hello8, frame(FramePut, appendPutReq(nil, "y", 0)), frame(FrameData, []byte("abc")), frame(FrameData, nil),
+		frame(FrameGetFile, appendGetFileReq(nil, "y", "/dev/null"))))
+	f.Add(cat(hello8, frame(FrameProgress, appendProgress(nil, 1))))
 	m := newMem()
 	s := NewServer(fuzzBackend{m}, ServerOptions{IOTimeout: time.Second, IdleTimeout: time.Second})
 	f.Fuzz(func(t *testing.T, in []byte) {
