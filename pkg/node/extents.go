@@ -26,7 +26,7 @@ func (n *Node) OpenExtents(ctx context.Context, name string) (rpcbridge.Info, rp
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, err
 	}
-	if err := n.engine.Fetch(ctx, rec); err != nil {
+	if err := n.engine.FetchManifest(ctx, rec, m); err != nil {
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
@@ -72,7 +72,7 @@ func (n *Node) newExtentIter(ctx context.Context, rec blob.Record, m *blob.Manif
 			r := rpcbridge.ExtentRange{BlobOffset: m.ChunkOffset(i), Length: uint64(m.ChunkLen(i))}
 			go func() {
 				defer func() { <-sem }()
-				f, err := n.verifiedChunk(it.ctx, rec, h, i, int64(r.Length))
+				f, err := n.verifiedChunk(it.ctx, rec, m, h, i, int64(r.Length))
 				fut <- extentResult{x: rpcbridge.Extent{ExtentRange: r, File: f}, err: err}
 			}()
 		}
@@ -110,7 +110,7 @@ func (it *extentIter) Close() error {
 
 // verifiedChunk opens chunk i (hash h, length bytes) and checks its bytes
 // against h; a damaged chunk is dropped and fetched again once.
-func (n *Node) verifiedChunk(ctx context.Context, rec blob.Record, h blob.Hash, i int, length int64) (*os.File, error) {
+func (n *Node) verifiedChunk(ctx context.Context, rec blob.Record, m *blob.Manifest, h blob.Hash, i int, length int64) (*os.File, error) {
 	for attempt := 0; ; attempt++ {
 		f, err := n.openVerified(h, length)
 		if err == nil {
@@ -121,7 +121,7 @@ func (n *Node) verifiedChunk(ctx context.Context, rec blob.Record, h blob.Hash, 
 		}
 		n.log.Warn("local chunk damaged: fetching it again", "name", rec.Name, "chunk", i, "err", err)
 		n.store.DropChunk(h, err.Error())
-		if ferr := n.engine.Fetch(ctx, rec); ferr != nil {
+		if ferr := n.engine.FetchManifest(ctx, rec, m); ferr != nil {
 			return nil, fmt.Errorf("get %q: chunk %d: %w; fetching it again failed: %v", rec.Name, i, err, ferr)
 		}
 	}

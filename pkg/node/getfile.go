@@ -66,7 +66,7 @@ func (n *Node) GetToFile(ctx context.Context, name string, f *os.File, started f
 		n.log.Debug("get: into a file", "name", name, "how", how)
 		n.debugGetDone(name, rec.ID, int64(rec.Size), took, sources)
 	}
-	n.provideWhenHeld(rec.ID)
+	n.provideWhenHeld(rec.ID, m)
 	info.Local = true
 	return info, nil
 }
@@ -160,7 +160,7 @@ func (n *Node) getToFile(ctx context.Context, rec blob.Record, m *blob.Manifest,
 	sk, err := n.store.LinkSink(f, rec.ID, m)
 	if err == nil {
 		prog.sink.Store(sk)
-		err = n.fillSink(ctx, rec, sk)
+		err = n.fillSink(ctx, rec, m, sk)
 		if !errors.Is(err, errSinkShort) {
 			return "shared with the store", err
 		}
@@ -173,7 +173,7 @@ func (n *Node) getToFile(ctx context.Context, rec blob.Record, m *blob.Manifest,
 	} else {
 		n.log.Debug("get: destination not shared with the store", "name", rec.Name, "why", err)
 	}
-	if n.store.HasBlob(rec.ID) {
+	if n.holds(m) {
 		err := n.store.CopyChunksTo(m, f, nil, func(i int) { prog.n.Add(uint64(m.ChunkLen(i))) })
 		if err == nil {
 			return "copied from the store", truncate(f, m.Size)
@@ -223,9 +223,9 @@ var errSinkShort = errors.New("chunks the destination lacks could not be kept in
 // cache) is no failure here: the sink wrote them into the file all the
 // same, unless it lacks some of them (errSinkShort). On an error the sink
 // is aborted.
-func (n *Node) fillSink(ctx context.Context, rec blob.Record, sk *cache.Sink) error {
+func (n *Node) fillSink(ctx context.Context, rec blob.Record, m *blob.Manifest, sk *cache.Sink) error {
 	for attempt := 0; ; attempt++ {
-		ferr := n.engine.Fetch(ctx, rec)
+		ferr := n.engine.FetchManifest(ctx, rec, m)
 		if serr := sk.Err(); serr != nil { // a write into the destination failed
 			sk.Abort()
 			return fmt.Errorf("write to the destination: %w", serr)

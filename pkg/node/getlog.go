@@ -42,7 +42,7 @@ func (n *Node) debugResolved(name string, rec blob.Record, m *blob.Manifest, sta
 		n.log.Debug("get: not resolved", "name", name, "err", err, "took", time.Since(start).Round(time.Microsecond))
 		return
 	}
-	local := n.store.HasBlob(rec.ID)
+	local := n.holds(m)
 	var srcs []string
 	if !local {
 		for _, s := range n.tree.Sources(rec.ID, "") {
@@ -61,6 +61,20 @@ func (n *Node) debugResolved(name string, rec blob.Record, m *blob.Manifest, sta
 	}
 	n.log.Debug("get: resolved", "name", name, "id", rec.ID, "size", rec.Size, "chunks", len(m.Chunks),
 		"chunk_size", m.ChunkSize, "local", local, "sources", sources, "took", time.Since(start).Round(time.Microsecond))
+}
+
+// debugManifest logs where a get's manifest came from: with the lookup's
+// answer (m, verified), or else the store or the blob's sources (read
+// next). It is read once per get, and carried to the fetch.
+func (n *Node) debugManifest(name string, rec blob.Record, m *blob.Manifest) {
+	if !n.debugOn() {
+		return
+	}
+	from := "the store or the blob's sources"
+	if m != nil {
+		from = "the lookup's answer"
+	}
+	n.log.Debug("get: manifest", "name", name, "id", rec.ID, "from", from)
 }
 
 // getSources describes the peers the get of id's transfer had bytes from.

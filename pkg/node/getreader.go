@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+
+	"github.com/omst-project/omst/pkg/blob"
 )
 
 // getReader is a get's reader as the node hands it out: the engine's
@@ -22,6 +24,7 @@ type getReader struct {
 	n     *Node
 	name  string
 	id    cid.Cid
+	m     *blob.Manifest
 	size  uint64
 	start time.Time
 	debug bool // debug logging was on when the get began
@@ -32,10 +35,10 @@ type getReader struct {
 	whole bool // every byte was read (set by end)
 }
 
-// newGetReader wraps the engine's reader rc of the blob id (size bytes)
+// newGetReader wraps the engine's reader rc of the blob id (manifest m)
 // that a get of name opened at start.
-func (n *Node) newGetReader(rc io.ReadCloser, name string, id cid.Cid, size uint64, start time.Time) *getReader {
-	return &getReader{ReadCloser: rc, n: n, name: name, id: id, size: size, start: start, debug: n.debugOn()}
+func (n *Node) newGetReader(rc io.ReadCloser, name string, id cid.Cid, m *blob.Manifest, start time.Time) *getReader {
+	return &getReader{ReadCloser: rc, n: n, name: name, id: id, m: m, size: m.Size, start: start, debug: n.debugOn()}
 }
 
 // note counts k more bytes; with the last ones it notes where the bytes
@@ -109,7 +112,7 @@ func (r *getReader) Close() error {
 		return err
 	}
 	if r.whole {
-		r.n.provideWhenHeld(r.id)
+		r.n.provideWhenHeld(r.id, r.m)
 	}
 	return err
 }

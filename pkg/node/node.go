@@ -297,11 +297,15 @@ func (n *Node) resolve(ctx context.Context, name string, toGet bool) (blob.Recor
 	if err := blob.ValidateName(name); err != nil {
 		return blob.Record{}, nil, err
 	}
-	rec, err := n.lookup(ctx, name, toGet)
+	rec, m, err := n.lookup(ctx, name, toGet)
 	if err != nil {
 		return blob.Record{}, nil, err
 	}
-	m, err := n.engine.Manifest(ctx, rec.ID)
+	n.debugManifest(name, rec, m) // getlog.go
+	if m != nil {                 // the lookup's answer brought it, verified
+		return rec, m, nil
+	}
+	m, err = n.engine.Manifest(ctx, rec.ID)
 	if errors.Is(err, blob.ErrNotFound) { // the name exists: its blob is what is missing
 		err = fmt.Errorf("%w: %w", blob.ErrUnavailable, err)
 	}
@@ -317,17 +321,21 @@ const nameSearchTimeout = 10 * time.Second
 // lookup resolves name: through the tree first (it is faster and knows the
 // topology), then, if the tree does not know it or cannot be reached, in
 // the DHT (the only path in a flat cluster); a record found there is kept.
-// toGet: see resolve.
-func (n *Node) lookup(ctx context.Context, name string, toGet bool) (blob.Record, error) {
+// toGet: see resolve; then the manifest the tree's answer brought, if
+// any, comes too (else nil).
+func (n *Node) lookup(ctx context.Context, name string, toGet bool) (blob.Record, *blob.Manifest, error) {
 	start := time.Now()
-	treeLookup := n.tree.Lookup
+	var rec blob.Record
+	var m *blob.Manifest
+	var err error
 	if toGet {
-		treeLookup = n.tree.LookupToGet
+		rec, m, err = n.tree.LookupToGet(ctx, name)
+	} else {
+		rec, err = n.tree.Lookup(ctx, name)
 	}
-	rec, err := treeLookup(ctx, name)
 	n.debugLookup("tree", name, rec, start, err) // getlog.go
 	if err == nil || n.dht == nil || !(errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrUnreachable)) {
-		return rec, err
+		return rec, m, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, nameSearchTimeout)
 	defer cancel()
@@ -344,14 +352,14 @@ func (n *Node) lookup(ctx context.Context, name string, toGet bool) (blob.Record
 	n.debugLookup("DHT", name, drec, start, derr)
 	if derr != nil {
 		if errors.Is(derr, blob.ErrNotFound) {
-			return blob.Record{}, err // the tree's answer says why
+			return blob.Record{}, nil, err // the tree's answer says why
 		}
-		return blob.Record{}, fmt.Errorf("%w; in the DHT: %w", err, derr)
+		return blob.Record{}, nil, fmt.Errorf("%w; in the DHT: %w", err, derr)
 	}
 	if _, perr := n.store.PutRecordFrom(drec, ""); perr != nil {
 		n.log.Warn("keep a record found in the DHT", "name", name, "err", perr)
 	}
-	return drec, nil
+	return drec, nil, nil
 }
 
 // Open returns the verified bytes of the blob named name, fetching missing
@@ -369,7 +377,7 @@ func (n *Node) Open(ctx context.Context, name string) (rpcbridge.Info, io.ReadCl
 		n.metrics.getFailed(err)
 		return rpcbridge.Info{}, nil, fmt.Errorf("get %q: %w", name, err)
 	}
-	return n.info(rec, m), n.newGetReader(rc, name, rec.ID, rec.Size, start), nil
+	return n.info(rec, m), n.newGetReader(rc, name, rec.ID, m, start), nil
 }
 
 // Stat returns what is known of name (looked up through the tree).
@@ -510,7 +518,7 @@ func (n *Node) info(r blob.Record, m *blob.Manifest) rpcbridge.Info {
 		Size:   r.Size,
 		Time:   r.Time,
 		Origin: r.Origin,
-		Local:  n.store.HasBlob(r.ID),
+		Local:  n.holds(m),
 		Pinned: n.store.Pinned(r.ID),
 	}
 	if m != nil {

@@ -22,7 +22,7 @@ func (n *Node) Providers(ctx context.Context, name string) (rpcbridge.Providers,
 		if err := blob.ValidateName(name); err != nil {
 			return rpcbridge.Providers{}, err
 		}
-		rec, err := n.lookup(ctx, name, false)
+		rec, _, err := n.lookup(ctx, name, false)
 		if err != nil {
 			return rpcbridge.Providers{}, err
 		}

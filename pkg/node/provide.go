@@ -189,6 +189,21 @@ func dhtModeWait(welcomed bool) time.Duration {
 	return dhtModeEvery
 }
 
+// holds reports whether every chunk of the blob of manifest m (nil: none)
+// is in the store, as store.HasBlob does, from the manifest in hand: a get
+// carries its manifest and does not read it again.
+func (n *Node) holds(m *blob.Manifest) bool {
+	if m == nil {
+		return false
+	}
+	for _, h := range m.Chunks {
+		if !n.store.HasChunk(h) {
+			return false
+		}
+	}
+	return true
+}
+
 // heldBlobs lists the named blobs held here in full (what the DHT
 // reprovides).
 func (n *Node) heldBlobs() []cid.Cid {
@@ -224,18 +239,19 @@ func (n *Node) ownNames() []blob.Record {
 	return out
 }
 
-// provideWhenHeld announces id in the DHT once every chunk of it is in
-// the store: a get hands chunks to its reader before they are written, so
-// the last may land just after the reader is done (it waits up to 5 s).
-func (n *Node) provideWhenHeld(id cid.Cid) {
-	if n.store.HasBlob(id) {
+// provideWhenHeld announces m's blob id in the DHT once every chunk of it
+// is in the store: a get hands chunks to its reader before they are
+// written, so the last may land just after the reader is done (it waits up
+// to 5 s).
+func (n *Node) provideWhenHeld(id cid.Cid, m *blob.Manifest) {
+	if n.holds(m) {
 		n.provide(id)
 		return
 	}
 	go func() {
 		for range 50 {
 			time.Sleep(100 * time.Millisecond)
-			if n.store.HasBlob(id) {
+			if n.holds(m) {
 				n.provide(id)
 				return
 			}

@@ -353,12 +353,28 @@ func (e *Engine) Fetch(ctx context.Context, r blob.Record) error {
 	return e.fetchAll(ctx, r, Want{ID: r.ID, Origin: r.Origin})
 }
 
+// FetchManifest is Fetch for a caller that already holds the blob's
+// manifest m (a get resolves the name and its manifest once and carries
+// them through, as for OpenManifest): m is not read again. m must be r's
+// blob's (its CID is checked).
+func (e *Engine) FetchManifest(ctx context.Context, r blob.Record, m *blob.Manifest) error {
+	if m == nil || m.CID() != r.ID {
+		return fmt.Errorf("fetch %q: manifest does not match the record's blob %s", r.Name, r.ID)
+	}
+	return e.fetchWith(ctx, r, m, Want{ID: r.ID, Origin: r.Origin})
+}
+
 // fetchAll is Fetch for w (w.Exclude: the peer whose request it serves).
 func (e *Engine) fetchAll(ctx context.Context, r blob.Record, w Want) error {
 	m, err := e.manifestFor(ctx, w)
 	if err != nil {
 		return fmt.Errorf("fetch %q: %w", r.Name, err)
 	}
+	return e.fetchWith(ctx, r, m, w)
+}
+
+// fetchWith is fetchAll with the blob's manifest m.
+func (e *Engine) fetchWith(ctx context.Context, r blob.Record, m *blob.Manifest, w Want) error {
 	bf := e.startFetchFrom(ctx, r, m, false, w, e.sourcesFor(ctx, w))
 	defer bf.cancel()
 	bf.mu.Lock()

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/internal/memstore"
 	"github.com/omst-project/omst/pkg/blob"
@@ -123,6 +126,59 @@ func TestOpenManifest(t *testing.T) {
 	for _, bad := range []*blob.Manifest{nil, om} {
 		if _, err := n.eng.OpenManifest(ctx, r, bad); err == nil || !strings.Contains(err.Error(), `open "x": manifest does not match`) {
 			t.Fatalf("OpenManifest with a wrong manifest: %v", err)
+		}
+	}
+}
+
+// manifestCountingStore is a memstore that counts the reads of manifests.
+type manifestCountingStore struct {
+	*memstore.Store
+	manifests atomic.Int64
+}
+
+func (s *manifestCountingStore) Manifest(id cid.Cid) (*blob.Manifest, error) {
+	s.manifests.Add(1)
+	return s.Store.Manifest(id)
+}
+
+// FetchManifest fetches a blob with the manifest its caller already holds
+// (a get's, from its lookup): the store's manifest is never read, where
+// Fetch reads it; every chunk is stored; a manifest that does not match
+// the record, or none, is refused.
+func TestFetchManifest(t *testing.T) {
+	const cs = blob.MinChunkSize
+	root := newEngine(t, nil)
+	r := putBlob(t, root.mem, "x", randBlob(5*cs+3, 31), cs)
+	m, err := root.mem.Manifest(r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cst := &manifestCountingStore{Store: memstore.New()}
+	w := newEngine(t, cst, root)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.eng.FetchManifest(ctx, r, m); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range m.Chunks {
+		if !cst.HasChunk(h) {
+			t.Fatalf("chunk %d not stored", i)
+		}
+	}
+	if n := cst.manifests.Load(); n != 0 {
+		t.Fatalf("FetchManifest read the manifest %d times, want 0", n)
+	}
+	r2 := putBlob(t, root.mem, "y", randBlob(2*cs, 32), cs)
+	if err := w.eng.Fetch(ctx, r2); err != nil {
+		t.Fatal(err)
+	}
+	if n := cst.manifests.Load(); n == 0 {
+		t.Fatal("Fetch did not read the manifest (the counter counts nothing)")
+	}
+	m2, _ := root.mem.Manifest(r2.ID)
+	for _, bad := range []*blob.Manifest{nil, m2} {
+		if err := w.eng.FetchManifest(ctx, r, bad); err == nil || !strings.Contains(err.Error(), `fetch "x": manifest does not match`) {
+			t.Fatalf("FetchManifest with a wrong manifest: %v", err)
 		}
 	}
 }

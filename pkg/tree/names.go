@@ -100,32 +100,37 @@ func (t *Tree) namesExchange(ctx context.Context, p peer.ID, q namesRequest, tim
 // blob.ErrUnreachable and names the parent. If neither has the name the
 // error wraps blob.ErrNotFound.
 func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
-	return t.lookup(ctx, name, msgLookup)
+	r, _, err := t.lookup(ctx, name, msgLookup)
+	return r, err
 }
 
 // LookupToGet is Lookup by a node about to fetch the blob: it asks its
 // parent with LOOKUP_GET, whose answer may bring the blob's first chunks
 // along (Config.Pusher): the fetch then saves a round trip to the parent.
-func (t *Tree) LookupToGet(ctx context.Context, name string) (blob.Record, error) {
+// It also returns the blob's manifest when the parent's answer brought it
+// (verified against the record's blob ID, and stored), else nil: the
+// caller carries it to the fetch instead of reading it again.
+func (t *Tree) LookupToGet(ctx context.Context, name string) (blob.Record, *blob.Manifest, error) {
 	return t.lookup(ctx, name, msgLookupGet)
 }
 
 // lookup is Lookup, asking the parent with a request of type typ
-// (msgLookup or msgLookupGet).
-func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, error) {
+// (msgLookup or msgLookupGet), and returning the manifest the parent's
+// answer brought for the record returned (nil if none).
+func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, *blob.Manifest, error) {
 	if err := blob.ValidateName(name); err != nil {
-		return blob.Record{}, err
+		return blob.Record{}, nil, err
 	}
 	local, lerr := t.store.Record(name)
 	haveLocal := lerr == nil
 	if lerr != nil && !errors.Is(lerr, blob.ErrNotFound) {
-		return blob.Record{}, fmt.Errorf("lookup %q: local store: %w", name, lerr)
+		return blob.Record{}, nil, fmt.Errorf("lookup %q: local store: %w", name, lerr)
 	}
 	if len(t.parents) == 0 {
 		if !haveLocal {
-			return blob.Record{}, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
+			return blob.Record{}, nil, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
 		}
-		return local, nil
+		return local, nil, nil
 	}
 	q := namesRequest{Type: typ, Name: name}
 	if typ == msgLookupGet {
@@ -141,10 +146,11 @@ func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, 
 		if haveLocal {
 			t.log.Warn("parent unreachable: answering from the local record, which may be stale",
 				"name", name, "parent", t.parentAddr(), "err", err)
-			return local, nil
+			return local, nil, nil
 		}
-		return blob.Record{}, fmt.Errorf("lookup %q: %w", name, err)
+		return blob.Record{}, nil, fmt.Errorf("lookup %q: %w", name, err)
 	}
+	var m *blob.Manifest // the parent's, verified against rep.Record.ID
 	switch rep.Type {
 	case msgFound:
 		r := rep.Record
@@ -159,35 +165,41 @@ func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, 
 		if rep.Manifest != nil {
 			// Checked against the blob ID before it is kept: a parent
 			// cannot pass off other chunks for the blob.
-			if m, err := blob.VerifyManifest(r.ID, rep.Manifest); err != nil {
+			if vm, err := blob.VerifyManifest(r.ID, rep.Manifest); err != nil {
 				t.notePeerError(parent, "lookup", fmt.Errorf("manifest sent with %q: %w", name, err))
-			} else if _, err := t.store.PutManifest(m); err != nil {
+			} else if _, err := t.store.PutManifest(vm); err != nil {
 				t.log.Warn("store manifest from parent", "id", r.ID, "err", err)
-			} else if ps != nil {
-				t.receivePush(ps, r, m)
+			} else {
+				m = vm
+				if ps != nil {
+					t.receivePush(ps, r, vm)
+				}
 			}
 		}
 		if haveLocal && !r.Newer(local) {
 			t.learnOrigin(local)
-			return local, nil
+			if local.ID != r.ID {
+				m = nil
+			}
+			return local, m, nil
 		}
 		if _, err := t.store.PutRecordFrom(r, ""); errors.Is(err, blob.ErrNotFound) {
 			// A namespace rule here withdraws it (the parent has not
 			// taken the rule yet): no such name.
-			return blob.Record{}, fmt.Errorf("lookup %q: %w", name, err)
+			return blob.Record{}, nil, fmt.Errorf("lookup %q: %w", name, err)
 		} else if err != nil {
 			t.log.Warn("store record from parent", "name", name, "err", err)
 		}
 		t.learnOrigin(r)
-		return r, nil
+		return r, m, nil
 	case msgNotFound:
 	default:
 		t.notePeerError(parent, "lookup", malformed("reply 0x%02x to LOOKUP", rep.Type))
 	}
 	if haveLocal {
-		return local, nil
+		return local, nil, nil
 	}
-	return blob.Record{}, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
+	return blob.Record{}, nil, fmt.Errorf("lookup %q: %w", name, blob.ErrNotFound)
 }
 
 // lookupUp asks the current parent q (a LOOKUP or LOOKUP_GET) and, if it
@@ -265,7 +277,7 @@ func (t *Tree) handleNames(s network.Stream) {
 // serveLookup answers LOOKUP and LOOKUP_GET q from p; for a LOOKUP_GET it
 // also returns the chunks to push after the reply (pushFor), if any.
 func (t *Tree) serveLookup(ctx context.Context, p peer.ID, q namesRequest) ([]byte, [][]byte) {
-	r, err := t.lookup(ctx, q.Name, q.Type)
+	r, _, err := t.lookup(ctx, q.Name, q.Type)
 	if errors.Is(err, blob.ErrNotFound) {
 		return appendFrame(nil, msgNotFound, nil), nil
 	}

@@ -27,7 +27,10 @@ func (w *wrappedPusher) PushChunks(r blob.Record, max int) [][]byte {
 // getToGet reads name at n as a get does: LOOKUP_GET, then the engine.
 func getToGet(t testing.TB, n *testNode, name string) []byte {
 	t.Helper()
-	return readWith(t, n, name, n.tree.LookupToGet)
+	return readWith(t, n, name, func(ctx context.Context, name string) (blob.Record, error) {
+		r, _, err := n.tree.LookupToGet(ctx, name)
+		return r, err
+	})
 }
 
 // TestPushAcrossSites: a worker's get through its head sends LOOKUP_GET up;
@@ -172,7 +175,7 @@ func TestPushLyingParent(t *testing.T) {
 			child := newNode(t, &testNode{h: liar}, "a", nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			got, err := child.tree.LookupToGet(ctx, r.Name)
+			got, _, err := child.tree.LookupToGet(ctx, r.Name)
 			if err != nil || got.ID != r.ID {
 				t.Fatalf("lookup: %v, %v", got, err)
 			}
