@@ -342,6 +342,15 @@ func TestCLIBadInput(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, "invalid name") {
 			t.Fatalf("put %q: exit %d, stderr %q", bad, r.code, r.stderr)
 		}
+		// A get's NAME is checked by the CLI (its trust boundary), before
+		// it dials: nothing is created.
+		r = omst(t, 10*time.Second, "--home", root.home, "get", bad, "-o", filepath.Join(dir, "bad"))
+		if r.code != exitUsage || !strings.Contains(r.stderr, "invalid name") {
+			t.Fatalf("get %q: exit %d, stderr %q", bad, r.code, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "bad")); err == nil {
+			t.Fatalf("get %q left an output file", bad)
+		}
 	}
 	// A second daemon on a home in use refuses, naming the problem.
 	r = omst(t, 20*time.Second, "daemon", "--home", root.home, "--listen", "/ip4/127.0.0.1/tcp/0")

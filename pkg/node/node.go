@@ -285,7 +285,9 @@ func (n *Node) putDone(rec blob.Record) (rpcbridge.Info, error) {
 // record and manifest; toGet says the blob is to be fetched next (the tree
 // lookup is then a LOOKUP_GET, whose answer may bring the first chunks). A name that parses as a blob ID (blob.ParseID) is
 // one: its manifest is fetched from the blob's sources, and the record has
-// the ID as its name, the origin if this node has seen one, no time.
+// the ID as its name, the origin if this node has seen one, no time. name
+// comes checked (blob.ValidateName) from the local API's server, as
+// rpcbridge.Backend's contract says: it is not checked again here.
 func (n *Node) resolve(ctx context.Context, name string, toGet bool) (blob.Record, *blob.Manifest, error) {
 	if id, ok := blob.ParseID(name); ok {
 		m, err := n.engine.Manifest(ctx, id)
@@ -293,9 +295,6 @@ func (n *Node) resolve(ctx context.Context, name string, toGet bool) (blob.Recor
 			return blob.Record{}, nil, err // names the manifest's ID
 		}
 		return blob.Record{Name: name, ID: id, Size: m.Size, Origin: n.tree.Origin(id)}, m, nil
-	}
-	if err := blob.ValidateName(name); err != nil {
-		return blob.Record{}, nil, err
 	}
 	rec, m, err := n.lookup(ctx, name, toGet)
 	if err != nil {

@@ -125,9 +125,6 @@ type GetHooks struct {
 
 // GetFileWith is GetFile with hooks that follow it (a progress bar).
 func (c *Client) GetFileWith(ctx context.Context, name, path string, hooks GetHooks) (Info, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return Info{}, err
-	}
 	dst, err := localfile.Create(ctx, path)
 	if err != nil {
 		return Info{}, fmt.Errorf("get %q: %w", name, err)
@@ -149,11 +146,11 @@ func (c *Client) GetFileWith(ctx context.Context, name, path string, hooks GetHo
 // cut to the blob's size); anything else (a pipe, a FIFO, a terminal,
 // O_APPEND) receives the bytes in order. hooks follow the get (GetHooks).
 // A daemon older than protocol version 5 sends the bytes through the
-// socket (Get) and they are written here the same way. f stays open.
+// socket (Get) and they are written here the same way. f stays open. name
+// is checked by the daemon (INVALID_NAME, an *Error matching
+// blob.ErrInvalidName), not here: the CLI checks its arguments, and the
+// daemon every name it is sent.
 func (c *Client) GetToFD(ctx context.Context, name string, f *os.File, hooks GetHooks) (Info, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return Info{}, err
-	}
 	if err := c.acquire(ctx); err != nil {
 		return Info{}, err
 	}

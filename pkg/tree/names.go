@@ -98,7 +98,9 @@ func (t *Tree) namesExchange(ctx context.Context, p peer.ID, q namesRequest, tim
 // and return it. If the parent is unreachable the local record, if
 // any, is returned (it may be stale); else the error wraps
 // blob.ErrUnreachable and names the parent. If neither has the name the
-// error wraps blob.ErrNotFound.
+// error wraps blob.ErrNotFound. name must be valid (blob.ValidateName):
+// the callers' trust boundaries check it (the node's local API; a child's
+// names request, in decodeNamesRequest), and the tree does not again.
 func (t *Tree) Lookup(ctx context.Context, name string) (blob.Record, error) {
 	r, _, err := t.lookup(ctx, name, msgLookup)
 	return r, err
@@ -118,9 +120,6 @@ func (t *Tree) LookupToGet(ctx context.Context, name string) (blob.Record, *blob
 // (msgLookup or msgLookupGet), and returning the manifest the parent's
 // answer brought for the record returned (nil if none).
 func (t *Tree) lookup(ctx context.Context, name string, typ byte) (blob.Record, *blob.Manifest, error) {
-	if err := blob.ValidateName(name); err != nil {
-		return blob.Record{}, nil, err
-	}
 	local, lerr := t.store.Record(name)
 	haveLocal := lerr == nil
 	if lerr != nil && !errors.Is(lerr, blob.ErrNotFound) {

@@ -205,7 +205,8 @@ func TestCutThrough(t *testing.T) {
 }
 
 // Fetch of a blob nobody has fails with ErrNotFound; Lookup of a missing
-// name too; invalid names are refused locally.
+// name too; an invalid name is refused by the parent's decoder of names
+// requests (the trust boundary: Lookup does not check it again).
 func TestNotFound(t *testing.T) {
 	root := newNode(t, nil, "master", nil)
 	w := newNode(t, root, "siteA", nil)
