@@ -348,3 +348,75 @@ func replyTypes(t *testing.T, r *raw) []FrameType {
 		}
 	}
 }
+
+// TestGetFileFromVersion7Daemon: the Go client of version 8 against a
+// daemon of version 7 (a scripted one: HELLO 7, then INFO and END for a
+// GET_TO_FD): the get succeeds, the Progress hook is called once, with
+// every byte, at END.
+func TestGetFileFromVersion7Daemon(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	data := []byte("written by an old daemon")
+	in := Info{Name: "old/x", ID: "bafyold", Size: uint64(len(data)), ChunkSize: 1 << 20, Chunks: 1, Origin: "12D3KooWOld"}
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		uc := c.(*net.UnixConn)
+		fc := newFrameConn(c, 5*time.Second)
+		if h, _, err := readReply(fc); err != nil || h.Type != FrameHello {
+			served <- fmt.Errorf("hello: %v %v", h.Type, err)
+			return
+		}
+		fc.frame(FrameHello, appendHello(nil, 7))
+		fc.flush()
+		// The request with its descriptor: read it with recvmsg.
+		buf, oob := make([]byte, 256), make([]byte, 64)
+		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if err != nil || n < HeaderSize || FrameType(buf[4]) != FrameGetToFD {
+			served <- fmt.Errorf("request: %d bytes %v", n, err)
+			return
+		}
+		msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
+		fds, err := syscall.ParseUnixRights(&msgs[0])
+		if err != nil || len(fds) != 1 {
+			served <- fmt.Errorf("descriptor: %v", err)
+			return
+		}
+		f := os.NewFile(uintptr(fds[0]), "passed")
+		f.WriteAt(data, 0)
+		f.Close()
+		off := fc.begin(FrameInfo)
+		fc.wbuf = appendInfo(fc.wbuf, &in)
+		fc.end(off)
+		fc.frame(FrameEnd, nil)
+		served <- fc.flush()
+	}()
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var reports []uint64
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := c.GetFileWith(context.Background(), "old/x", out, GetHooks{Progress: func(d uint64) { reports = append(reports, d) }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, data) {
+		t.Fatalf("file %q", got)
+	}
+	if fmt.Sprint(reports) != fmt.Sprint([]uint64{in.Size}) {
+		t.Fatalf("progress %v, want one report of %d", reports, in.Size)
+	}
+}
