@@ -583,6 +583,8 @@ func statusCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(tw, "redirects\t%d sent, %d taken, %d of them failed, %d hedged, %d hedges declined\nuploads_refused\t%d\n",
 				st.RedirectsSent, st.RedirectsTaken, st.SiblingFailures, st.Hedges, st.HedgesDeclined, st.UploadsRefused)
 			fmt.Fprintf(tw, "push\t%d bytes sent, %d received\n", st.PushSent, st.PushReceived)
+			fmt.Fprintf(tw, "served_from_store\t%d chunks with their kept outboard (not hashed again), %d of them by sendfile\nreplications\t%d children's small puts copied in batches\n",
+				st.ServedUnhashed, st.ServedSendfile, st.ReplicationsBatched)
 			printBulkStatus(tw, st.Bulk)
 			fmt.Fprintf(tw, "dht\t%s, %d peers in the routing table, %d announcements, %d names put, %d records rejected\n",
 				map[bool]string{true: "server", false: "client"}[st.DHTServer], st.DHTPeers, st.DHTProvided, st.DHTNames, st.DHTRecordsRejected)

@@ -257,6 +257,13 @@ var (
 	mPassedOn      = desc("omst_bytes_passed_on_total", "Chunk bytes sent on in verified pieces while the chunk was still arriving (fetch 1.3.0).")
 	mPushSent      = desc("omst_push_sent_bytes_total", "Chunk bytes pushed with answers to lookups of children in other sites.")
 	mPushRecv      = desc("omst_push_received_bytes_total", "Verified chunk bytes the parent pushed with its answers to lookups.")
+	mUnhashed      = desc("omst_chunks_served_unhashed_total", "Chunks read from the store and sent with the outboard kept when they were written, not hashed again (the receiver verifies).")
+	mSendfile      = desc("omst_chunks_served_sendfile_total", "Of those, chunks sent from their file with sendfile(2) on a plain bulk connection.")
+	mReplBatched   = desc("omst_replications_batched_total", "Children's small puts copied here together, in batch requests.")
+	mBulkOpen      = desc("omst_bulk_connections_open", "Bulk connections open now, at either end.")
+	mBulkConns     = desc("omst_bulk_connections_total", "Bulk connections: opened to peers, fallen back to libp2p, accepted and refused by the listener.", "event")
+	mBulkTickets   = desc("omst_bulk_tickets_total", "Bulk tickets: issued, redeemed and refused by the listener; ticket requests refused.", "event")
+	mBulkBytes     = desc("omst_bulk_bytes_total", "Fetch protocol bytes over bulk connections, by direction (sent, received) and mode (plain, sealed).", "direction", "mode")
 
 	mCacheUsed     = desc("omst_cache_used_bytes", "Bytes of chunks in the cache.")
 	mCacheCap      = desc("omst_cache_capacity_bytes", "The cache's size cap.")
@@ -296,6 +303,7 @@ var allDescs = []*prometheus.Desc{
 	mInfo, mChunkReceived, mChunkSent, mReceived, mSent, mTransfers, mCorrupt, mCorruptRep, mPeerErrors,
 	mRedirSent, mRedirTaken, mSibFail, mUpRefused, mHedges, mHedgesDecl, mPassedOn, mPushSent, mPushRecv,
 	mReplyHeld, mReplWaiting, mReplDropped,
+	mUnhashed, mSendfile, mReplBatched, mBulkOpen, mBulkConns, mBulkTickets, mBulkBytes,
 	mCacheUsed, mCacheCap, mCachePinned, mCacheOrphaned, mCacheChunks, mEvictions, mEvictedBytes, mDamaged, mPins, mNames,
 	mPeers, mParentConnected, mChildren, mChildrenConn, mChildRefused, mUnrouted,
 	mDHTPeers, mDHTServer, mDHTProvided, mDHTNames, mDHTRejected,
@@ -354,6 +362,22 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(mReplyHeld, float64(es.ReplyBytesHeld))
 	gauge(mReplWaiting, float64(es.ReplicationsWaiting))
 	counter(mReplDropped, es.ReplicationsDropped)
+	counter(mUnhashed, es.ServedUnhashed)
+	counter(mSendfile, es.ServedSendfile)
+	counter(mReplBatched, es.ReplicationsBatched)
+	gauge(mBulkOpen, float64(es.BulkOpen))
+	counter(mBulkConns, es.BulkOpened, "opened")
+	counter(mBulkConns, es.BulkFallbacks, "fallback")
+	counter(mBulkConns, es.BulkAccepted, "accepted")
+	counter(mBulkConns, es.BulkRefused, "refused")
+	counter(mBulkTickets, es.BulkTicketsIssued, "issued")
+	counter(mBulkTickets, es.BulkTicketsRedeemed, "redeemed")
+	counter(mBulkTickets, es.BulkTicketsRefused, "refused")
+	counter(mBulkTickets, es.BulkRequestsRefused, "request_refused")
+	counter(mBulkBytes, es.BulkSentPlain, "sent", "plain")
+	counter(mBulkBytes, es.BulkSentSealed, "sent", "sealed")
+	counter(mBulkBytes, es.BulkReceivedPlain, "received", "plain")
+	counter(mBulkBytes, es.BulkReceivedSealed, "received", "sealed")
 
 	u := n.store.Usage()
 	gauge(mCacheUsed, float64(u.UsedBytes))

@@ -253,6 +253,17 @@ func TestMetricsGet(t *testing.T) {
 	if v := r.must(t, "omst_chunk_send_bytes_total", "kind", "child"); v < size {
 		t.Fatalf("root sent %v bytes to its child, want >= %d", v, size)
 	}
+	// The root wrote its chunks' outboards at the put and served them
+	// unhashed; the bulk counters are there, whatever path was taken.
+	if v := r.must(t, "omst_chunks_served_unhashed_total"); v < 1 {
+		t.Fatalf("root served %v chunks with their kept outboards, want >= 1", v)
+	}
+	for _, name := range []string{"omst_chunks_served_sendfile_total", "omst_replications_batched_total", "omst_bulk_connections_open"} {
+		r.must(t, name)
+	}
+	r.must(t, "omst_bulk_connections_total", "event", "accepted")
+	r.must(t, "omst_bulk_tickets_total", "event", "issued")
+	r.must(t, "omst_bulk_bytes_total", "direction", "sent", "mode", "plain")
 	if v := c.must(t, "omst_get_duration_seconds"); v != 1 {
 		t.Fatalf("child: %v gets timed, want 1", v)
 	}

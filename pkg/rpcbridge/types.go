@@ -130,6 +130,15 @@ type Status struct {
 	// its parent pushed to it (names 1.2.0, docs/protocol.md).
 	PushSent     uint64 `json:"push_sent"`
 	PushReceived uint64 `json:"push_received"`
+	// ServedUnhashed counts the chunks this node read from its store and
+	// sent with the outboard it kept when it wrote them, without hashing
+	// them again (the receiver verifies every piece); ServedSendfile those
+	// of them sent from their file with sendfile(2) on a plain bulk
+	// connection. ReplicationsBatched counts the children's small puts
+	// this relay copied together, in batch requests.
+	ServedUnhashed      uint64 `json:"served_unhashed"`
+	ServedSendfile      uint64 `json:"served_sendfile"`
+	ReplicationsBatched uint64 `json:"replications_batched"`
 	// UploadsRefused counts fetch streams refused for the daemon's
 	// --max-upload-streams.
 	UploadsRefused uint64 `json:"uploads_refused"`
