@@ -21,24 +21,10 @@ import (
 // its name is announced).
 func TestPutManyAnnouncesTogether(t *testing.T) {
 	dir := t.TempDir()
-	root := startNode(t, filepath.Join(dir, "root"), "", "")
-	head := startNode(t, filepath.Join(dir, "head"), root.Addrs()[0], "a")
-	w := startNode(t, filepath.Join(dir, "w"), head.Addrs()[0], "a")
+	root, head, w := startChain(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// The worker's parent session is up once a put of it reaches the root.
-	for {
-		if _, err := w.Put(ctx, "job/warm", bytes.NewReader([]byte("w")), rpcbridge.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := root.store.Record("job/warm"); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the worker's put never reached the root")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitPutReaches(t, ctx, w, root)
 	wBefore, hBefore := w.tree.Status().BatchesSent, head.tree.Status().BatchesSent
 
 	const count = 200
@@ -87,23 +73,10 @@ func TestPutManyAnnouncesTogether(t *testing.T) {
 // results), leaving them on the worker alone.
 func TestReplicateSmallTogether(t *testing.T) {
 	dir := t.TempDir()
-	root := startNode(t, filepath.Join(dir, "root"), "", "")
-	head := startNode(t, filepath.Join(dir, "head"), root.Addrs()[0], "a")
-	w := startNode(t, filepath.Join(dir, "w"), head.Addrs()[0], "a")
+	_, head, w := startChain(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for {
-		if _, err := w.Put(ctx, "job/warm", bytes.NewReader([]byte("w")), rpcbridge.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := head.store.Record("job/warm"); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the worker's put never reached its head")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitPutReaches(t, ctx, w, head)
 	const count = 300
 	items := make([]rpcbridge.PutItem, count)
 	for i := range items {
@@ -143,5 +116,32 @@ func TestReplicateSmallTogether(t *testing.T) {
 	}
 	if st.ReplicationsBatched < count {
 		t.Fatalf("%d results copied in batches, want %d", st.ReplicationsBatched, count)
+	}
+}
+
+// startChain starts a root, a head of site a under it and a worker under
+// the head, in dir.
+func startChain(t *testing.T, dir string) (root, head, w *Node) {
+	root = startNode(t, filepath.Join(dir, "root"), "", "")
+	head = startNode(t, filepath.Join(dir, "head"), root.Addrs()[0], "a")
+	w = startNode(t, filepath.Join(dir, "w"), head.Addrs()[0], "a")
+	return root, head, w
+}
+
+// waitPutReaches puts job/warm at w until its record reaches at (the
+// worker's parent session is up then), failing the test when ctx ends.
+func waitPutReaches(t *testing.T, ctx context.Context, w, at *Node) {
+	t.Helper()
+	for {
+		if _, err := w.Put(ctx, "job/warm", bytes.NewReader([]byte("w")), rpcbridge.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := at.store.Record("job/warm"); err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the worker's put never reached %s", at.ID())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
