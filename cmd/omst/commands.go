@@ -70,6 +70,7 @@ func daemonCmd(g *globals) *cobra.Command {
 		bulkListen  string
 		bulkConns   int
 		trustedLAN  bool
+		sendfile    bool
 	)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -113,7 +114,7 @@ func daemonCmd(g *globals) *cobra.Command {
 			if bulkConns < 0 || bulkConns > transfer.MaxBulkConns {
 				return usageError{fmt.Errorf("--bulk-conns %d: want 0 (libp2p streams only) to %d", bulkConns, transfer.MaxBulkConns)}
 			}
-			cfg.BulkConns, cfg.TrustedLAN = bulkConns, trustedLAN
+			cfg.BulkConns, cfg.TrustedLAN, cfg.BulkNoSendfile = bulkConns, trustedLAN, !sendfile
 			if bulkListen != "off" {
 				if _, _, err := net.SplitHostPort(bulkListen); err != nil {
 					return usageError{fmt.Errorf("--bulk-listen %q: want HOST:PORT (port 0: any) or off: %v", bulkListen, err)}
@@ -201,6 +202,8 @@ func daemonCmd(g *globals) *cobra.Command {
 	f.IntVar(&bulkConns, "bulk-conns", transfer.DefaultBulkConns, "bulk connections opened to a peer this node fetches from (0: libp2p streams only)")
 	f.BoolVar(&trustedLAN, "trusted-lan", false, "the site's LAN is trusted: bulk bytes between two such nodes of the same --site go in plain text\n"+
 		"(otherwise AES-256-GCM; across sites always encrypted)")
+	f.BoolVar(&sendfile, "bulk-sendfile", true, "send stored chunks on plain bulk connections from their files with sendfile(2), not read into the daemon\n"+
+		"(false: read and written, as on sealed connections)")
 	f.StringVar(&upRate, "max-upload-rate", "", "cap on the bytes per second this node sends to peers, e.g. 50M (default: no cap)")
 	f.IntVar(&upStreams, "max-upload-streams", 0, "cap on the fetch streams served at once to peers that are neither children nor parents\n"+
 		"(on a worker: its siblings; refused ones get the chunk from their head instead; default 0: no cap)")

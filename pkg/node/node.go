@@ -69,10 +69,13 @@ type Config struct {
 	// streams); BulkConns the bulk connections opened to a peer this node
 	// fetches from (0: none). TrustedLAN says the operator trusts the
 	// site's LAN: bulk bytes between two such nodes of the same Site go in
-	// plain text. See transfer.BulkConfig.
-	BulkListen string
-	BulkConns  int
-	TrustedLAN bool
+	// plain text. BulkNoSendfile sends stored chunks on plain bulk
+	// connections from memory instead of with sendfile(2). See
+	// transfer.BulkConfig.
+	BulkListen     string
+	BulkConns      int
+	TrustedLAN     bool
+	BulkNoSendfile bool
 	// Bootstrap are further peers (multiaddrs ending in /p2p/<ID>) to join
 	// the private DHT through; the parents always are. NoDHT keeps the
 	// node out of the DHT.

@@ -307,7 +307,7 @@ func (n *Node) newEngine() (err error) {
 		SiblingExchange:  !cfg.NoSiblingExchange,
 		MaxUploadRate:    cfg.MaxUploadRate,
 		MaxUploadStreams: cfg.MaxUploadStreams,
-		Bulk:             transfer.BulkConfig{Listen: cfg.BulkListen, Conns: cfg.BulkConns, TrustedLAN: cfg.TrustedLAN, Site: cfg.Site},
+		Bulk:             transfer.BulkConfig{Listen: cfg.BulkListen, Conns: cfg.BulkConns, TrustedLAN: cfg.TrustedLAN, Site: cfg.Site, NoSendfile: cfg.BulkNoSendfile},
 		Logger:           cfg.Logger,
 	})
 	if err != nil {

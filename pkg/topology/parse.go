@@ -38,6 +38,7 @@ type (
 		DaemonArgs     []string `toml:"daemon_args"`
 		FallbackToRoot *bool    `toml:"fallback_to_root"`
 		TrustedLAN     *bool    `toml:"trusted_lan"`
+		BulkSendfile   *bool    `toml:"bulk_sendfile"`
 	}
 	rawHost struct {
 		Host    *string `toml:"host"`
@@ -132,7 +133,7 @@ func decodeErrors(err error, pos positions) ErrorList {
 // The keys each table of the schema has, by the table's key path.
 var (
 	settingKeys = []string{"ssh_user", "ssh_port", "ssh_key", "ssh_jump", "dir", "cache_size", "chunk_size",
-		"port", "listen", "relay_mode", "daemon_args", "fallback_to_root", "trusted_lan"}
+		"port", "listen", "relay_mode", "daemon_args", "fallback_to_root", "trusted_lan", "bulk_sendfile"}
 	hostKeys  = append([]string{"host", "address"}, settingKeys...)
 	tableKeys = map[string][]string{
 		"":              {"defaults", "root", "site"},
@@ -221,6 +222,7 @@ var wants = map[string]string{
 	"host": "a string", "address": "a string", "ssh_user": "a string", "ssh_key": "a string", "ssh_jump": "a string",
 	"dir": "a string", "relay_mode": "a string", "ssh_port": "an integer", "port": "an integer",
 	"listen": "a list of strings", "daemon_args": "a list of strings", "fallback_to_root": "true or false", "trusted_lan": "true or false",
+	"bulk_sendfile": "true or false",
 }
 
 var typeErrorRE = regexp.MustCompile(`^toml: cannot decode TOML (\w+(?: \w+)?) into `)

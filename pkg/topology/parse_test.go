@@ -499,3 +499,27 @@ func TestTrustedLAN(t *testing.T) {
 		t.Errorf("trusted_lan = \"yes\": %v", err)
 	}
 }
+
+// TestBulkSendfile: bulk_sendfile = false in a site's defaults makes its
+// hosts' daemons run with --bulk-sendfile=false; a host may say otherwise;
+// unset, no flag (the daemon's default: on). A value that is not a
+// boolean is refused, naming the type wanted.
+func TestBulkSendfile(t *testing.T) {
+	top, err := Parse([]byte("[root]\nhost = \"r\"\n[[site]]\nname = \"s\"\nworkers = [\"w1\", \"w2\"]\n[site.defaults]\nbulk_sendfile = false\n" +
+		"[site.head]\nhost = \"h\"\n[[site.worker]]\nhost = \"w2\"\nbulk_sendfile = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h, off := range map[string]bool{"r": false, "h": true, "w1": true, "w2": false} {
+		host := top.Host(h)
+		if host.Daemon.BulkNoSendfile != off || slices.Contains(host.DaemonArgs(), "--bulk-sendfile=false") != off {
+			t.Errorf("%s: sendfile off %v, args %q; want %v", h, host.Daemon.BulkNoSendfile, host.DaemonArgs(), off)
+		}
+	}
+	if _, err := Parse([]byte("[defaults]\nbulk_sendfile = \"no\"\n[root]\nhost = \"r\"\n")); err == nil || !strings.Contains(err.Error(), "true or false") {
+		t.Errorf("bulk_sendfile = \"no\": %v", err)
+	}
+	if _, err := Parse([]byte("[defaults]\ndaemon_args = [\"--bulk-sendfile=false\"]\n[root]\nhost = \"r\"\n")); err == nil || !strings.Contains(err.Error(), "bulk_sendfile") {
+		t.Errorf("daemon_args with --bulk-sendfile: %v", err)
+	}
+}

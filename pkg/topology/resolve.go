@@ -48,7 +48,7 @@ type settings struct {
 	cacheSize, chunkSize            *int64
 	listen, daemonArgs              *[]string
 	fallbackToRoot                  *bool
-	trustedLAN                      *bool
+	trustedLAN, bulkSendfile        *bool
 	listenAt                        string // path of the listen key that is in effect
 }
 
@@ -89,6 +89,9 @@ func (s settings) over(o settings) settings {
 	}
 	if o.trustedLAN != nil {
 		s.trustedLAN = o.trustedLAN
+	}
+	if o.bulkSendfile != nil {
+		s.bulkSendfile = o.bulkSendfile
 	}
 	if o.fallbackToRoot != nil {
 		s.fallbackToRoot = o.fallbackToRoot
@@ -372,7 +375,8 @@ func (r *resolver) build(name, addr string, line int, role Role, site string, s 
 		SSH: SSH{User: deref(s.sshUser, ""), Host: name, Port: deref(s.sshPort, 0), Key: deref(s.sshKey, "")},
 		Dir: deref(s.dir, DefaultDir),
 		Daemon: Daemon{Port: deref(s.port, DefaultPort), CacheSize: deref(s.cacheSize, 0), ChunkSize: deref(s.chunkSize, 0),
-			RelayMode: deref(s.relayMode, DefaultRelayMode), TrustedLAN: deref(s.trustedLAN, false)},
+			RelayMode: deref(s.relayMode, DefaultRelayMode), TrustedLAN: deref(s.trustedLAN, false),
+			BulkNoSendfile: !deref(s.bulkSendfile, true)},
 	}
 	if s.sshJump != nil {
 		h.SSH.Jump = slices.Clone(*s.sshJump)
@@ -497,6 +501,7 @@ func (r *resolver) settings(s *rawSettings, tp string, workerLevel bool) setting
 		}
 	}
 	out.trustedLAN = s.TrustedLAN
+	out.bulkSendfile = s.BulkSendfile
 	if s.FallbackToRoot != nil {
 		if !workerLevel {
 			r.errorf(at("fallback_to_root"), "applies to workers only: set it in [defaults], [site.defaults] or [[site.worker]]")
@@ -677,7 +682,7 @@ func listensOn(l []string, port int) bool {
 // sets each ("" for those omst grid up derives).
 var topologyFlags = map[string]string{
 	"home": "dir", "site": "the [[site]] name", "listen": "listen or port", "relay-mode": "relay_mode",
-	"cache-size": "cache_size", "chunk-size": "chunk_size", "trusted-lan": "trusted_lan", "parent": "", "join": "",
+	"cache-size": "cache_size", "chunk-size": "chunk_size", "trusted-lan": "trusted_lan", "bulk-sendfile": "bulk_sendfile", "parent": "", "join": "",
 }
 
 // validateDaemonArgs refuses empty arguments and the flags the topology

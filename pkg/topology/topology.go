@@ -136,6 +136,10 @@ type Daemon struct {
 	// --trusted-lan): bulk bytes to and from daemons of the same site that
 	// say so too go in plain text.
 	TrustedLAN bool `json:"trusted_lan,omitempty"`
+	// BulkNoSendfile: bulk_sendfile = false, the daemon's
+	// --bulk-sendfile=false (stored chunks on plain bulk connections sent
+	// from memory, not with sendfile(2)).
+	BulkNoSendfile bool `json:"bulk_no_sendfile,omitempty"`
 	// ExtraArgs are further daemon flags, verbatim, after those the
 	// topology sets.
 	ExtraArgs []string `json:"extra_args,omitempty"`
@@ -203,6 +207,9 @@ func (h *Host) DaemonArgs() []string {
 	}
 	if h.Daemon.TrustedLAN {
 		args = append(args, "--trusted-lan")
+	}
+	if h.Daemon.BulkNoSendfile {
+		args = append(args, "--bulk-sendfile=false")
 	}
 	return append(args, h.Daemon.ExtraArgs...)
 }

@@ -270,3 +270,52 @@ func TestBulkSendFile(t *testing.T) {
 		t.Fatalf("the head's store counted %d damaged chunks, want 1", u.DamagedChunks)
 	}
 }
+
+// TestBulkNoSendfile: a head whose BulkConfig.NoSendfile is set serves the
+// chunks of its store on plain bulk connections read into memory, never
+// with sendfile: ServedSendfile stays 0 while every chunk is served from
+// the store with its kept outboard (ServedUnhashed), and the bytes are
+// right.
+func TestBulkNoSendfile(t *testing.T) {
+	plain := BulkConfig{Listen: "127.0.0.1:0", Conns: 4, TrustedLAN: true, Site: "a"}
+	root := newBulkEngine(t, nil, plain, 0)
+	cs, err := cache.Open(t.TempDir(), cache.Options{MaxBytes: 1 << 30, VerifiedMemoBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	off := plain
+	off.NoSendfile = true
+	head := newBulkEngine(t, cs, off, 0, root)
+	data := randBlob(3<<20+77, 10)
+	rec := putBlob(t, root.mem, "x", data, 256<<10)
+	if got := readBlob(t, head, rec); !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes at the head")
+	}
+	m, _ := root.mem.Manifest(rec.ID)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		kept := 0
+		for _, h := range m.Chunks {
+			if _, ok := cs.Outboard(h); ok {
+				kept++
+			}
+		}
+		if kept == len(m.Chunks) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the head keeps %d of %d outboards", kept, len(m.Chunks))
+		}
+	}
+	w := newBulkEngine(t, nil, plain, 0, head)
+	if got := readBlob(t, w, rec); !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes at the worker")
+	}
+	hs := head.eng.Status()
+	if hs.ServedSendfile != 0 {
+		t.Fatalf("the head sent %d chunks with sendfile, want 0 with NoSendfile", hs.ServedSendfile)
+	}
+	if hs.ServedUnhashed != uint64(len(m.Chunks)) || w.eng.Status().BulkOpened == 0 {
+		t.Fatalf("the head served %d of %d chunks from its store (bulk connections opened: %d)", hs.ServedUnhashed, len(m.Chunks), w.eng.Status().BulkOpened)
+	}
+}

@@ -184,6 +184,11 @@ type BulkConfig struct {
 	// connection).
 	TrustedLAN bool
 	Site       string
+	// NoSendfile sends stored chunks on plain bulk connections from
+	// memory instead of with sendfile(2) from their files (the default),
+	// e.g. where sendfile moves work onto the receivers or a file
+	// system's sendfile is slow; sealed connections never use it.
+	NoSendfile bool
 	// Idle is how long a bulk connection this node opened may stay
 	// unused before it is closed (default 5 s): each holds a socket at
 	// both ends.
@@ -329,7 +334,7 @@ func New(cfg Config) (*Engine, error) {
 		Stats: e.stats, Log: e.log})
 	e.server = server.New(server.Config{Store: cfg.Store, Peers: cfg.Sources, Upstream: upstream{e}, Grouper: grouper,
 		SiblingExchange: cfg.SiblingExchange, Distribution: cfg.Distribution, MaxUploadStreams: cfg.MaxUploadStreams,
-		OthersFromStore: cfg.OthersFromStore, StoreForward: cfg.Mode == ModeStoreForward, MaxUploadRate: cfg.MaxUploadRate,
+		OthersFromStore: cfg.OthersFromStore, StoreForward: cfg.Mode == ModeStoreForward, MaxUploadRate: cfg.MaxUploadRate, NoSendfile: cfg.Bulk.NoSendfile,
 		PeerReplyBytes: cfg.PeerReplyBytes, WriteStall: cfg.WriteStall, RequestTimeout: cfg.RequestTimeout, Self: e.self,
 		Ctx: e.ctx, Describe: e.describe, NotePeerError: e.notePeerError, Stats: e.stats, Log: e.log})
 	return e, nil

@@ -108,6 +108,10 @@ type Config struct {
 	StoreForward bool
 	// MaxUploadRate bounds the bytes per second sent (0: no bound).
 	MaxUploadRate int64
+	// NoSendfile sends a stored chunk on a plain bulk connection from
+	// memory (read, then written) instead of from its file with
+	// sendfile(2): Stats.ServedSendfile stays 0.
+	NoSendfile bool
 	// PeerReplyBytes bounds the reply bytes held for one peer (> 0);
 	// WriteStall, at most RequestTimeout, ends a stream whose peer takes
 	// no reply bytes for that long.
@@ -346,9 +350,10 @@ func (srv *Server) Serve(s Stream, p peer.ID, pieces bool) {
 	}()
 	// Chunks from the store go out with sendfile where the stream can
 	// (a plain bulk connection) and nothing needs their bytes in memory
-	// (no upload limit paces them in parts; no fault injection).
+	// (no upload limit paces them in parts; no fault injection), unless
+	// the operator turned it off (Config.NoSendfile).
 	sendfile := false
-	if fs, ok := s.(fileSender); ok && fs.CanSendFile() && srv.upLimit == nil && !faultinject.Enabled {
+	if fs, ok := s.(fileSender); ok && fs.CanSendFile() && srv.upLimit == nil && !faultinject.Enabled && !srv.cfg.NoSendfile {
 		sendfile = true
 	}
 	var serving sync.WaitGroup
