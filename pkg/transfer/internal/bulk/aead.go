@@ -45,11 +45,13 @@ type sealedConn struct {
 	wseq   uint64
 	wbuf   []byte
 	werr   error
+	wnonce [12]byte // under wmu
 	rdir   uint32
 	rseq   uint64
 	rbuf   []byte // ciphertext of the frame being read
 	plain  []byte // the opened frame's bytes not yet returned
 	rerr   error
+	rnonce [12]byte
 	hdrBuf [frameHeaderLen]byte
 }
 
@@ -73,8 +75,9 @@ func newSealedConn(c net.Conn, key []byte, dialer bool) (*sealedConn, error) {
 	return sc, nil
 }
 
-func (sc *sealedConn) nonce(dir uint32, seq uint64) []byte {
-	var n [12]byte
+// nonce fills n with a frame's nonce and returns it: the connection's
+// own buffers (wnonce, rnonce), so that no frame allocates one.
+func nonce(n *[12]byte, dir uint32, seq uint64) []byte {
 	binary.BigEndian.PutUint32(n[:], dir)
 	binary.BigEndian.PutUint64(n[4:], seq)
 	return n[:]
@@ -96,7 +99,7 @@ func (sc *sealedConn) Write(p []byte) (int, error) {
 		}
 		b := sc.wbuf[:frameHeaderLen]
 		binary.BigEndian.PutUint32(b, uint32(ct))
-		b = sc.aead.Seal(b, sc.nonce(sc.wdir, sc.wseq), p[:n], b[:frameHeaderLen])
+		b = sc.aead.Seal(b, nonce(&sc.wnonce, sc.wdir, sc.wseq), p[:n], b[:frameHeaderLen])
 		sc.wseq++
 		if _, err := sc.Conn.Write(b); err != nil {
 			// A frame half written cannot be resumed: the connection is done.
@@ -143,7 +146,7 @@ func (sc *sealedConn) readFrame() error {
 		if _, err := io.ReadFull(sc.Conn, b); err != nil {
 			return wire.Unexpected(err)
 		}
-		pt, err := sc.aead.Open(b[:0], sc.nonce(sc.rdir, sc.rseq), b, sc.hdrBuf[:])
+		pt, err := sc.aead.Open(b[:0], nonce(&sc.rnonce, sc.rdir, sc.rseq), b, sc.hdrBuf[:])
 		if err != nil {
 			return fmt.Errorf("%w (frame %d)", ErrAuth, sc.rseq)
 		}
