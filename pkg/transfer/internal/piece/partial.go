@@ -21,12 +21,15 @@ type Partial struct {
 	data []byte // n bytes; [0, have) verified and published
 	have int
 	err  error
-	wake chan struct{} // closed, and replaced, on every change
+	// wake is closed at the next change; nil when no State since the
+	// last change handed one out (made on demand: a chunk passed on by
+	// nobody makes none, one per piece before).
+	wake chan struct{}
 }
 
 // NewPartial returns an empty Partial for the chunk with hash h.
 func NewPartial(h blob.Hash) *Partial {
-	return &Partial{h: h, wake: make(chan struct{})}
+	return &Partial{h: h}
 }
 
 // Hash is the chunk's hash.
@@ -49,12 +52,18 @@ func (s State) Done() bool { return s.Len > 0 && len(s.Data) == s.Len }
 func (p *Partial) State() State {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.wake == nil {
+		p.wake = make(chan struct{})
+	}
 	return State{Outboard: p.ob, Len: p.n, Data: p.data[:p.have:p.have], Err: p.err, Changed: p.wake}
 }
 
+// changed wakes those waiting on a State's Changed (p.mu held).
 func (p *Partial) changed() {
-	close(p.wake)
-	p.wake = make(chan struct{})
+	if p.wake != nil {
+		close(p.wake)
+		p.wake = nil
+	}
 }
 
 // Begin records the chunk's outboard, which the caller verified

@@ -324,3 +324,65 @@ func TestHashOutboard(t *testing.T) {
 		}
 	}
 }
+
+// TestPartialWakeOnDemand: filling a chunk that no one watches allocates
+// the Partial and its buffer only (a wake channel per piece before); a
+// State taken between two pieces still sees its Changed closed at the
+// next one, and a State after it a fresh, open one.
+func TestPartialWakeOnDemand(t *testing.T) {
+	data := randBytes(1<<20, 4)
+	h := blob.HashChunk(data)
+	ob, _ := Outboard(data, h)
+	const piece = 4 * GroupSize
+	allocs := testing.AllocsPerRun(20, func() {
+		p := NewPartial(h)
+		p.Begin(ob, len(data))
+		for off := 0; off < len(data); off += piece {
+			p.Add(off, data[off:off+piece])
+		}
+	})
+	if allocs > 2 {
+		t.Fatalf("%v allocations to fill a 1 MiB chunk in %d pieces unwatched, want at most 2", allocs, len(data)/piece)
+	}
+	p := NewPartial(h)
+	p.Begin(ob, len(data))
+	p.Add(0, data[:piece])
+	st := p.State()
+	select {
+	case <-st.Changed:
+		t.Fatal("Changed closed before a change")
+	default:
+	}
+	p.Add(piece, data[piece:2*piece])
+	select {
+	case <-st.Changed:
+	default:
+		t.Fatal("Changed still open after a piece")
+	}
+	st = p.State()
+	select {
+	case <-st.Changed:
+		t.Fatal("a new State's Changed is closed")
+	default:
+	}
+	p.Complete(data)
+	<-st.Changed
+}
+
+// BenchmarkPartialFill: a 1 MiB chunk published in 64 KiB pieces (Begin,
+// then Add per piece), unwatched, as a receiver's stream fills it.
+func BenchmarkPartialFill(b *testing.B) {
+	data := randBytes(1<<20, 5)
+	h := blob.HashChunk(data)
+	ob, _ := Outboard(data, h)
+	const piece = 4 * GroupSize
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		p := NewPartial(h)
+		p.Begin(ob, len(data))
+		for off := 0; off < len(data); off += piece {
+			p.Add(off, data[off:off+piece])
+		}
+	}
+}
