@@ -9,7 +9,9 @@ parent, .2-.5 the children). Then, per round, alternating:
   nginx   nginx (sendfile) in the parent serves a file of --size random
           bytes; the 4 children run `curl -o FILE` at once.
   omst    for each variant (LABEL=BINARY[:DAEMON FLAGS]; by default plain:
-          --trusted-lan --site lan, and sealed: --site lan), a parent daemon
+          --trusted-lan --site lan, sealed: --site lan, plain-nosib: plain
+          with --no-sibling-exchange, plain-nosib-nosendfile: that with
+          --bulk-sendfile=false), a parent daemon
           holds a fresh blob of --size (put there; no chunk seen before) and
           its 4 child daemons (--parent the parent) each run
           `omst get NAME -o FILE` at once.
@@ -20,13 +22,17 @@ counter, so sibling exchange between the children does not count) and the
 aggregate MB/s leaving it (those bytes / wall time), the bytes the children
 received (4 x size / wall time), and the CPU seconds of the parent (daemon;
 nginx) per GiB that left its port and of each child (daemon + client; curl)
-per GiB it received. Medians over
+per GiB it received, and the bytes that left each child's port (in blobs:
+what it served its siblings). Medians over
 --runs rounds; every round to the CSV (default docs/bench/lan.csv) and a
 table to standard output.
 
     scripts/bench-lan.py [--size 1G] [--runs 3] \\
         [--omst 'plain=bin/omst:--trusted-lan --site lan' --omst 'sealed=bin/omst:--site lan' ...] \\
-        [--scratch /dev/shm] [--timeout 3600] [--out docs/bench/lan.csv]
+        [--scratch /dev/shm] [--timeout 3600] [--out docs/bench/lan.csv] [--perf DIR]
+
+--perf DIR samples the parent and the first child daemon of each omst round
+with `perf record -g` (DIR/LABEL-RUN.parent.data, .c1.data).
 
 Namespaces and the scratch directory are named omstw<pid>-lan...: every one
 is removed on exit, on Ctrl-C and SIGTERM, and when --timeout passes; the
@@ -65,7 +71,7 @@ PR_SET_PDEATHSIG = 1
 
 def die_with_parent():
     """In a child before exec: SIGKILL when this script dies, even of
-    SIGKILL (kept across ip netns exec's execve)."""
+    SIGKILL (kept across nsenter's execve)."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
@@ -135,7 +141,13 @@ class Lan:
         return out[0]["stats64"]["tx"]["bytes"]
 
     def argv(self, host, argv):
-        return ["ip", "netns", "exec", self.ns(host)] + argv
+        # nsenter --net, not ip netns exec: that also unshares the mount
+        # namespace, and link(2) refuses a file opened in another mount
+        # namespace (EXDEV), so a child daemon could not share the file
+        # `omst get -o FILE` opened with its store and wrote every byte
+        # twice (a measurement artefact: on a host the client and the
+        # daemon share their mounts).
+        return ["nsenter", f"--net=/run/netns/{self.ns(host)}", "--"] + argv
 
     def teardown(self):
         for n in reversed(self.made):
@@ -153,7 +165,7 @@ class Lan:
 
 
 class Proc:
-    """A process started in a namespace (ip netns exec execs it: same pid)."""
+    """A process started in a namespace (nsenter execs it: same pid)."""
 
     def __init__(self, argv, logpath):
         self.log = open(logpath, "w")
@@ -196,12 +208,19 @@ class Daemon(Proc):
         return any("parent" in line for line in out.splitlines())
 
 
-def fetch_all(lan, cmds, senders, receivers, timeout):
+def fetch_all(lan, cmds, senders, receivers, timeout, perf=None):
     """Runs one command per child at once. Returns the wall seconds until
     the last is done, each child's seconds, the bytes that left the parent's
-    port, the senders' CPU seconds and each child's receiver CPU seconds
-    (its daemon's pid, if any, plus the command's own rusage)."""
+    port, the senders' CPU seconds, each child's receiver CPU seconds (its
+    daemon's pid, if any, plus the command's own rusage) and the bytes that
+    left each child's port (what it served its siblings, and its requests).
+    perf: (pid, path) pairs sampled with `perf record -g` meanwhile."""
     tx0 = lan.tx_bytes("p")
+    ctx0 = [lan.tx_bytes(f"c{c}") for c in range(1, CHILDREN + 1)]
+    recs = [subprocess.Popen(["perf", "record", "-g", "-q", "-p", str(pid), "-o", path], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, preexec_fn=die_with_parent) for pid, path in (perf or [])]
+    if recs:
+        time.sleep(0.5)  # perf attached
     s0 = sum(cpu(p) for p in senders)
     r0 = [cpu(p) if p else 0.0 for p in receivers]
     t0 = time.monotonic()
@@ -235,37 +254,48 @@ def fetch_all(lan, cmds, senders, receivers, timeout):
             raise Timeout(f"the {len(cmds)} fetches took more than {timeout} s")
         time.sleep(0.01)
     wall = time.monotonic() - t0
+    for rec in recs:
+        rec.send_signal(signal.SIGINT)
+    for rec in recs:
+        rec.wait(60)
     tx = lan.tx_bytes("p") - tx0
+    ctx = [lan.tx_bytes(f"c{c}") - ctx0[c - 1] for c in range(1, CHILDREN + 1)]
     s = sum(cpu(p) for p in senders) - s0
     r = [(cpu(p) - r0[i] if p else 0.0) + own[i] for i, p in enumerate(receivers)]
     for p in ps:
         p.stderr.close()
     if errs:
         raise RuntimeError("; ".join(errs))
-    return wall, done, tx, s, r
+    return wall, done, tx, s, r, ctx
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--omst", action="append", help="LABEL=BINARY[:DAEMON FLAGS], repeatable "
                     "(default: plain=bin/omst:--trusted-lan --site lan, sealed=bin/omst:--site lan, "
-                    "plain-nosib=bin/omst:--trusted-lan --site lan --no-sibling-exchange)")
+                    "plain-nosib=bin/omst:--trusted-lan --site lan --no-sibling-exchange, "
+                    "plain-nosib-nosendfile=bin/omst:--trusted-lan --site lan --no-sibling-exchange --bulk-sendfile=false)")
     ap.add_argument("--size", type=size_of, default=size_of("1G"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--scratch", default="/dev/shm", help="where the files and the daemons' stores go (default /dev/shm: "
                     "in memory, so that 5 emulated hosts do not contend for this machine's one disk)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds the whole run may take")
     ap.add_argument("--out", default="docs/bench/lan.csv")
+    ap.add_argument("--perf", metavar="DIR", help="sample the parent and the first child daemon of every omst round with "
+                    "`perf record -g` into DIR/LABEL-RUN.{parent,c1}.data (for `perf report --children`)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         log("needs root (network namespaces)")
         sys.exit(77)
-    for tool in ("ip", "nginx", "curl"):
+    for tool in ("ip", "nsenter", "nginx", "curl") + (("perf",) if a.perf else ()):
         if not shutil.which(tool):
-            log(f"{tool} not found in PATH (Debian: apt-get install iproute2 nginx-light curl)")
+            log(f"{tool} not found in PATH (Debian: apt-get install iproute2 util-linux nginx-light curl)")
             sys.exit(77)
     specs = a.omst or ["plain=bin/omst:--trusted-lan --site lan", "sealed=bin/omst:--site lan",
-                       "plain-nosib=bin/omst:--trusted-lan --site lan --no-sibling-exchange"]
+                       "plain-nosib=bin/omst:--trusted-lan --site lan --no-sibling-exchange",
+                       # the parent sends from memory, not with sendfile:
+                       # does sendfile help its port, or move CPU to the children?
+                       "plain-nosib-nosendfile=bin/omst:--trusted-lan --site lan --no-sibling-exchange --bulk-sendfile=false"]
     variants = []
     for spec in specs:
         label, sep, rest = spec.partition("=")
@@ -373,7 +403,7 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                 load = os.getloadavg()[0]
                 if label == "nginx":
                     cmds = [lan.argv(f"c{c}", ["curl", "-sf", "-o", dests[c - 1], url]) for c in range(1, CHILDREN + 1)]
-                    wall, each, tx, s, r = fetch_all(lan, cmds, nginx_pids(), [None] * CHILDREN, step)
+                    wall, each, tx, s, r, ctx = fetch_all(lan, cmds, nginx_pids(), [None] * CHILDREN, step)
                     peer = "nginx + 4 curl"
                 else:
                     i = [v[0] for v in variants].index(label)
@@ -393,7 +423,12 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                     os.unlink(src)
                     time.sleep(2)  # the put's background work (announce, provide) done
                     cmds = [[d.bin, "--home", d.home, "-q", "get", name, "-o", dests[i]] for i, d in enumerate(kids)]
-                    wall, each, tx, s, r = fetch_all(lan, cmds, [parent.pid], [d.pid for d in kids], step)
+                    perf = None
+                    if a.perf:
+                        os.makedirs(a.perf, exist_ok=True)
+                        perf = [(parent.pid, os.path.join(a.perf, f"{label}-{run}.parent.data")),
+                                (kids[0].pid, os.path.join(a.perf, f"{label}-{run}.c1.data"))]
+                    wall, each, tx, s, r, ctx = fetch_all(lan, cmds, [parent.pid], [d.pid for d in kids], step, perf)
                     peer = f"omst {label}"
                     stop_variant([parent] + kids, home)
                 for d in dests:
@@ -405,11 +440,13 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                            port_bytes=tx, port_blobs=round(tx / size, 3), port_mbps=round(tx / wall / 1e6, 1),
                            delivered_mbps=round(CHILDREN * size / wall / 1e6, 1),
                            parent_cpu_s_gib_sent=round(s / (tx / (1 << 30)), 3),
-                           child_cpu_s_gib=" ".join(f"{x / gib:.3f}" for x in r), load=round(load, 1))
+                           child_cpu_s_gib=" ".join(f"{x / gib:.3f}" for x in r),
+                           child_sent_blobs=" ".join(f"{x / size:.3f}" for x in ctx), load=round(load, 1))
                 rows.append(row)
                 log(f"run {run} {peer}: {wall:.2f} s, port {tx / size:.2f} blobs at {tx / wall / 1e6:.0f} MB/s, "
                     f"delivered {CHILDREN * size / wall / 1e6:.0f} MB/s, CPU s/GiB parent {s / (tx / (1 << 30)):.2f} (sent) "
-                    f"children {' '.join('%.2f' % (x / gib) for x in r)} (load {load:.1f})")
+                    f"children {' '.join('%.2f' % (x / gib) for x in r)}, sent {' '.join('%.2f' % (x / size) for x in ctx)} "
+                    f"blobs (load {load:.1f})")
         signal.alarm(0)
         write_csv(a.out, rows)
         print(table(rows))
@@ -450,18 +487,19 @@ def table(rows):
     peers = list(dict.fromkeys(r["peer"] for r in rows))
     ng = [r for r in rows if r["peer"].startswith("nginx")]
     out = ["| peer | last child done (s) | each child (s, median) | parent port (blobs) | parent port MB/s | "
-           "delivered MB/s | / nginx (port, delivered) | parent CPU s/GiB sent | child CPU s/GiB received | runs (delivered MB/s) | load |",
-           "|---|---:|---|---:|---:|---:|---|---:|---:|---|---|"]
+           "delivered MB/s | / nginx (port, delivered) | parent CPU s/GiB sent | child CPU s/GiB received | child port (blobs) | runs (delivered MB/s) | load |",
+           "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
     for peer in peers:
         rs = [r for r in rows if r["peer"] == peer]
         each = [statistics.median(float(r["child_s"].split()[i]) for r in rs) for i in range(CHILDREN)]
         child_cpu = statistics.median(float(x) for r in rs for x in r["child_cpu_s_gib"].split())
+        child_sent = statistics.median(float(x) for r in rs for x in r.get("child_sent_blobs", "0").split())
         ratio = ""
         if ng and not peer.startswith("nginx"):
             ratio = f"{med(rs, 'port_mbps') / med(ng, 'port_mbps'):.2f}, {med(rs, 'delivered_mbps') / med(ng, 'delivered_mbps'):.2f}"
         out.append(f"| {peer} | {med(rs, 'wall_s'):.2f} | {' '.join('%.2f' % x for x in each)} | {med(rs, 'port_blobs'):.2f} | "
                    f"{med(rs, 'port_mbps'):.0f} | {med(rs, 'delivered_mbps'):.0f} | {ratio} | {med(rs, 'parent_cpu_s_gib_sent'):.2f} | "
-                   f"{child_cpu:.2f} | {', '.join('%.0f' % float(r['delivered_mbps']) for r in rs)} | "
+                   f"{child_cpu:.2f} | {child_sent:.2f} | {', '.join('%.0f' % float(r['delivered_mbps']) for r in rs)} | "
                    f"{min(float(r['load']) for r in rs):.0f}-{max(float(r['load']) for r in rs):.0f} |")
     return "\n".join(out)
 
