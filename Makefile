@@ -58,7 +58,7 @@ race: ## unit tests (with fuzz seed corpora) under the race detector
 integration: ## multi-process tests: real daemons on loopback
 	$(GO) test -count=1 -timeout 15m -run 'Test' ./cmd/omst/
 
-# The lying workers of the fault suite run omst built with -tags omstfault
+# The lying workers and relays of the fault suite run omst built with -tags omstfault
 # (internal/faultinject); bin/omst itself never holds that code.
 faultbin: deps
 	CGO_ENABLED=0 $(GO) build -tags omstfault -ldflags "-X main.buildCommit=$(COMMIT)" -o $(FAULTBIN) ./cmd/omst

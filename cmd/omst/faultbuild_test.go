@@ -11,7 +11,7 @@ import (
 // TestDefaultBuildHasNoFaultInjection: the omst binary built without the
 // omstfault tag (TestMain builds it as `make build` does) holds none of
 // internal/faultinject's fault code: no symbol of that package or of the
-// fetch server's fault hooks (refuseSibling, corruptForSibling), and not
+// fetch server's fault hooks (refuseSibling, corruptForSibling, lieToChild), and not
 // the name of the variable that would arm it. (Built with -tags omstfault, as bin/omst-fault for the fault
 // suite, it holds all three, and this test fails on it.)
 func TestDefaultBuildHasNoFaultInjection(t *testing.T) {
@@ -28,7 +28,7 @@ func TestDefaultBuildHasNoFaultInjection(t *testing.T) {
 		t.Fatalf("%s has %d symbols: too few to tell", omstBin, len(syms))
 	}
 	for _, s := range syms {
-		if strings.Contains(s.Name, "internal/faultinject.") || strings.Contains(s.Name, ").refuseSibling") || strings.Contains(s.Name, ").corruptForSibling") {
+		if strings.Contains(s.Name, "internal/faultinject.") || strings.Contains(s.Name, ").refuseSibling") || strings.Contains(s.Name, ").corruptForSibling") || strings.Contains(s.Name, ").lieToChild") {
 			t.Errorf("the default build links fault-injection code: symbol %s", s.Name)
 		}
 	}

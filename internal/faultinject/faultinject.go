@@ -1,7 +1,8 @@
 // Package faultinject lets a daemon built for the fault suite misbehave on
 // purpose, so that internal/faults can test how its peers cope with a
 // worker that lies to its siblings (docs/faults.md: worker-corrupt,
-// worker-liar).
+// worker-liar, worker-silent) or a relay that lies to its children
+// (relay-busy, relay-redirect).
 //
 // The hook exists only in a build with the tag omstfault (the suite's
 // bin/omst-fault, built by `make faults`): there Enabled is true and
@@ -35,10 +36,25 @@ const (
 	// SilentServe: the daemon never answers a chunk request of a sibling
 	// (the reply is held until the stream ends).
 	SilentServe
+	// BusyRelay: as a relay, the daemon serves its connected children no
+	// chunk: it REDIRECTs every plain GET of one to a peer that is no
+	// member (a made-up peer ID at a closed port), declines every hedge
+	// (NOT_FOUND) and answers every GET_DIRECT that allows it (fetch
+	// 1.4.0's deflect flag) BUSY, forever, past the protocol's bound of
+	// fetchwire.MaxDeflections per chunk.
+	BusyRelay
+	// RedirectRelay: as BusyRelay, but the plain GETs are REDIRECTed in
+	// turn to a made-up non-member, to another connected child of the
+	// relay (which may not hold the chunk), to the relay itself and to
+	// the asker (the last two malformed, fetch 1.4.0), and every
+	// GET_DIRECT that allows it is REDIRECTed to a made-up non-member,
+	// forever.
+	RedirectRelay
 )
 
 // modeNames are the values OMST_FAULT takes, by Mode.
-var modeNames = [...]string{None: "", CorruptServe: "corrupt-serve", NotFoundServe: "notfound-serve", SilentServe: "silent-serve"}
+var modeNames = [...]string{None: "", CorruptServe: "corrupt-serve", NotFoundServe: "notfound-serve", SilentServe: "silent-serve",
+	BusyRelay: "busy-relay", RedirectRelay: "redirect-relay"}
 
 func (m Mode) String() string {
 	if int(m) < len(modeNames) {
@@ -51,13 +67,13 @@ func (m Mode) String() string {
 }
 
 // Parse reads a value of OMST_FAULT: "" (None), corrupt-serve,
-// notfound-serve or silent-serve. Any other value is an error that names
-// it and lists the values.
+// notfound-serve, silent-serve, busy-relay or redirect-relay. Any other
+// value is an error that names it and lists the values.
 func Parse(s string) (Mode, error) {
 	for m, name := range modeNames {
 		if s == name {
 			return Mode(m), nil
 		}
 	}
-	return None, fmt.Errorf("unknown fault %q (want one of corrupt-serve, notfound-serve, silent-serve)", s)
+	return None, fmt.Errorf("unknown fault %q (want one of corrupt-serve, notfound-serve, silent-serve, busy-relay, redirect-relay)", s)
 }

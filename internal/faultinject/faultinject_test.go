@@ -9,7 +9,7 @@ func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
 		want Mode
-	}{{"", None}, {"corrupt-serve", CorruptServe}, {"notfound-serve", NotFoundServe}, {"silent-serve", SilentServe}} {
+	}{{"", None}, {"corrupt-serve", CorruptServe}, {"notfound-serve", NotFoundServe}, {"silent-serve", SilentServe}, {"busy-relay", BusyRelay}, {"redirect-relay", RedirectRelay}} {
 		got, err := Parse(tc.in)
 		if err != nil || got != tc.want {
 			t.Errorf("Parse(%q) = %v, %v; want %v", tc.in, got, err, tc.want)

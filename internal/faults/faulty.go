@@ -22,9 +22,12 @@ const (
 	FaultCorruptServe  = "corrupt-serve"  // flips a byte of every chunk it sends a sibling
 	FaultNotFoundServe = "notfound-serve" // answers every sibling's chunk request NOT_FOUND
 	FaultSilentServe   = "silent-serve"   // never answers a sibling's chunk request
+	FaultBusyRelay     = "busy-relay"     // a relay that answers its children's GET_DIRECTs BUSY forever
+	FaultRedirectRelay = "redirect-relay" // a relay that REDIRECTs its children's GET_DIRECTs to peers that cannot serve
 )
 
-var faultNames = map[string]bool{FaultCorruptServe: true, FaultNotFoundServe: true, FaultSilentServe: true}
+var faultNames = map[string]bool{FaultCorruptServe: true, FaultNotFoundServe: true, FaultSilentServe: true,
+	FaultBusyRelay: true, FaultRedirectRelay: true}
 
 // liedMarker starts the line a lying daemon logs for each lie
 // (pkg/transfer/internal/server's injectFault).

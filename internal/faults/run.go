@@ -42,6 +42,8 @@ var Cases = []Case{
 	{"worker-corrupt", "a worker (fault-injection build) flips a byte of every chunk it sends its siblings during a broadcast", caseWorkerCorrupt},
 	{"worker-liar", "a worker (fault-injection build) asks for every chunk but answers its siblings NOT_FOUND during a broadcast", caseWorkerLiar},
 	{"worker-silent", "a worker (fault-injection build) takes its siblings' chunk requests and never answers them", caseWorkerSilent},
+	{"relay-busy", "a head (fault-injection build) answers its workers' GET_DIRECTs BUSY forever: bounded, the blob from the fallback", caseRelayBusy},
+	{"relay-redirect", "a head (fault-injection build) redirects its workers' GET_DIRECTs to peers that cannot serve: bounded, the blob from the fallback", caseRelayRedirect},
 	{"provider-kill", "kill -9 another site's head while it serves a result found in the DHT", caseProviderKill},
 	{"revoke", "revoke a worker's membership mid-broadcast in a closed grid, an outsider trying to read", caseRevoke},
 	{"many-gets", "1,000 concurrent local gets of one blob against one daemon: exact bytes, fds and RSS", caseManyGets},

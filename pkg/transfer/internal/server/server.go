@@ -630,6 +630,9 @@ func (srv *Server) reply(sl *fetchSlot, data []byte, err error) {
 // goes out in pieces, passed on as they arrive when it is being fetched
 // here; sl is then the reply's final frame.
 func (srv *Server) serveChunk(ctx context.Context, p peer.ID, q fetchwire.Request, sl *fetchSlot, pc *pieceSender) {
+	if faultinject.Enabled && srv.lieToChild(p, q, sl) { // a constant: compiled out of every other build
+		return
+	}
 	a := srv.askOf(p, q)
 	ev := exchange.ServeEvent{Kind: exchange.ServeAsk, Ask: a}
 	if a.Hedge || a.Slow != "" {
