@@ -250,7 +250,10 @@ type Engine struct {
 	server *server.Server // serves the fetch protocol: decisions, reply budgets, upload limit
 
 	bulkL *bulk.Listener // nil without Config.Bulk.Listen (set by Start)
-	bulkK bulk.Counters  // the bulk path's, at both ends (Status)
+	// bulkGone closes a peer's bulk connections when its libp2p session
+	// ends (with bulkL).
+	bulkGone *network.NotifyBundle
+	bulkK    bulk.Counters // the bulk path's, at both ends (Status)
 }
 
 // New checks cfg, fills in defaults and returns an Engine; Start makes it
@@ -361,6 +364,14 @@ func (e *Engine) Start(ctx context.Context) error {
 			return fmt.Errorf("transfer: %w", err)
 		}
 		e.bulkL = l
+		// A peer whose libp2p session ended (a revoked member's is
+		// closed) is no longer served on the bulk connections it holds.
+		e.bulkGone = &network.NotifyBundle{DisconnectedF: func(n network.Network, c network.Conn) {
+			if p := c.RemotePeer(); n.Connectedness(p) != network.Connected {
+				l.ClosePeer(p)
+			}
+		}}
+		e.h.Network().Notify(e.bulkGone)
 		e.h.SetStreamHandler(bulk.ProtoTickets, l.HandleTickets)
 	}
 	stop := context.AfterFunc(ctx, e.cancel)
@@ -390,6 +401,7 @@ func (e *Engine) Close() error {
 	e.cancel()
 	if e.bulkL != nil {
 		e.h.RemoveStreamHandler(bulk.ProtoTickets)
+		e.h.Network().StopNotify(e.bulkGone)
 		e.bulkL.Close()
 	}
 	e.client.Close()

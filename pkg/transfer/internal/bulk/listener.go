@@ -114,7 +114,9 @@ type ListenerConfig struct {
 	// Policy is this node's: ChooseMode decides each grant's mode with it.
 	Policy Policy
 	// Member reports whether a ticket's peer may still be served (it is
-	// an admitted member connected over libp2p); nil: always.
+	// an admitted member connected over libp2p); nil: always. It is asked
+	// at the hello and once more when the connection is registered as
+	// its peer's (ClosePeer closes those of a peer no longer one).
 	Member func(peer.ID) bool
 	// Serve serves the fetch protocol on an accepted connection until it
 	// ends; it owns c (closes it).
@@ -147,7 +149,7 @@ type Listener struct {
 	Stats Stats
 
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	conns  map[net.Conn]peer.ID // "" until the hello is accepted
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -167,7 +169,7 @@ func Listen(cfg ListenerConfig) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bulk: listen at %s: %w", cfg.Addr, err)
 	}
-	bl := &Listener{cfg: cfg, l: l, shake: make(chan struct{}, maxHandshakes), conns: map[net.Conn]struct{}{}}
+	bl := &Listener{cfg: cfg, l: l, shake: make(chan struct{}, maxHandshakes), conns: map[net.Conn]peer.ID{}}
 	bl.wg.Go(bl.accept)
 	return bl, nil
 }
@@ -204,11 +206,42 @@ func (bl *Listener) track(c net.Conn, add bool) bool {
 		if bl.closed {
 			return false
 		}
-		bl.conns[c] = struct{}{}
+		bl.conns[c] = ""
 	} else {
 		delete(bl.conns, c)
 	}
 	return true
+}
+
+// ClosePeer closes every connection the listener serves to p, and
+// reports how many: the caller found that p may no longer be served (its
+// libp2p session ended, as a revoked member's does). Requests pending on
+// them are dropped; p may open new ones only with new tickets, which a
+// peer without a session does not get.
+func (bl *Listener) ClosePeer(p peer.ID) int {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	n := 0
+	for c, q := range bl.conns {
+		if q == p && p != "" {
+			c.Close()
+			n++
+		}
+	}
+	return n
+}
+
+// admit registers c as p's (ClosePeer finds it) and then asks Member
+// once more, so that a peer whose session ended between its hello and now
+// (ClosePeer called before c was p's) is not served either.
+func (bl *Listener) admit(c net.Conn, p peer.ID) error {
+	bl.mu.Lock()
+	bl.conns[c] = p
+	bl.mu.Unlock()
+	if bl.cfg.Member != nil && !bl.cfg.Member(p) {
+		return fmt.Errorf("%w: %s", ErrNotMember, p)
+	}
+	return nil
 }
 
 func (bl *Listener) accept() {
@@ -240,6 +273,9 @@ func (bl *Listener) accept() {
 			defer bl.track(c, false)
 			bc, err := bl.handshake(c)
 			<-bl.shake
+			if err == nil {
+				err = bl.admit(c, bc.Peer)
+			}
 			if err != nil {
 				bl.Stats.Refused.Add(1)
 				bl.cfg.Log.Info("bulk connection refused", "from", c.RemoteAddr(), "err", err)
