@@ -186,3 +186,50 @@ func TestBulkServesNoFormerMember(t *testing.T) {
 		t.Fatalf("%d bytes served to a peer no longer a member", n)
 	}
 }
+
+// TestBulkCorruptConnectionDropped: a peer that sends wrong bytes over
+// plain bulk connections (past its own store's verification: flipConn)
+// is caught by the receiver's verification, counted (corrupt_received,
+// an error against the peer), and each connection that carried a corrupt
+// piece is dropped at once (its other replies unread): the receiver
+// counts at most one corrupt chunk per connection the liar accepted, and
+// a moment after the get (well before the idle close) the liar holds open
+// only connections that carried none; the blob comes whole from the
+// honest source.
+func TestBulkCorruptConnectionDropped(t *testing.T) {
+	liar := newBulkEngine(t, nil, BulkConfig{}, 0)
+	l, err := bulk.Listen(bulk.ListenerConfig{Addr: "127.0.0.1:0", Table: &bulk.Table{}, Policy: bulk.Policy{TrustedLAN: true, Site: "a"},
+		Serve: func(c *bulk.Conn) { liar.eng.server.Serve(flipConn{c}, c.Peer, true) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	liar.h.SetStreamHandler(bulk.ProtoTickets, l.HandleTickets)
+	honest := newBulkEngine(t, nil, BulkConfig{Listen: "127.0.0.1:0", TrustedLAN: true, Site: "a"}, 0)
+	data := randBlob(4<<20, 63)
+	rec := putBlob(t, liar.mem, "x", data, 256<<10)
+	putBlob(t, honest.mem, "x", data, 256<<10)
+	dst := newBulkEngine(t, nil, BulkConfig{Conns: 4, TrustedLAN: true, Site: "a", Idle: time.Minute}, 0, liar, honest)
+	if got := readBlob(t, dst, rec); !bytes.Equal(got, data) {
+		t.Fatal("wrong bytes")
+	}
+	cs := dst.eng.Status()
+	accepted := l.Stats.Accepted.Load()
+	t.Logf("corrupt received %d over %d connections the liar accepted; errors against it %d", cs.CorruptReceived, accepted, cs.ErrorsByPeer[liar.h.ID()])
+	if cs.CorruptReceived == 0 || accepted == 0 || cs.ErrorsByPeer[liar.h.ID()] == 0 {
+		t.Fatalf("corrupt received %d, liar's connections %d, errors against it %d: the liar was never caught", cs.CorruptReceived, accepted, cs.ErrorsByPeer[liar.h.ID()])
+	}
+	if cs.CorruptReceived > accepted {
+		t.Fatalf("%d corrupt chunks counted over %d connections: a connection was read on after a corrupt piece", cs.CorruptReceived, accepted)
+	}
+	// Each connection that carried a corrupt piece is closed: at most
+	// accepted-corrupt stay open (those that carried none, e.g. only the
+	// manifest, wait for their idle close).
+	most := int(accepted - cs.CorruptReceived)
+	for deadline := time.Now().Add(time.Second); l.Open() > most; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the liar still holds %d of its %d bulk connections 1 s after the get, %d of which carried a corrupt chunk (idle close: 1 minute): want at most %d, the others dropped",
+				l.Open(), accepted, cs.CorruptReceived, most)
+		}
+	}
+}
