@@ -2,6 +2,8 @@ package faults
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -16,9 +18,14 @@ import (
 //     and h1 is SIGKILLed after a random delay, its bulk connections cut
 //     mid-reply. Both gets complete with exact bytes (the chunks asked
 //     again of the fallback, the root, over its bulk connections).
-//  2. The receiver dies: h1 restarted, a worker gets a fresh blob and is
-//     SIGKILLed at a random byte count: its client ends clearly, never
-//     with partial output; restarted, it gets the blob.
+//  2. The receiver dies: h1 restarted, a worker gets a fresh blob into a
+//     new file (omst get -o F) and is SIGKILLed at a random byte count:
+//     its client ends clearly, and the get's directory holds neither F
+//     nor its temporary file (unless the get had completed: then F is
+//     whole); restarted, the worker's store holds nothing of the cut get
+//     (its tmp directory empty, no chunk counted damaged or orphaned),
+//     and it gets the blob. (Issue 26: kill -9 of either side of the
+//     bulk path mid-transfer.)
 //
 // Every ledger name is then at every node, and no daemon panicked.
 func caseBulkKill(e *Env) error {
@@ -75,7 +82,7 @@ func caseBulkKill(e *Env) error {
 	if err := e.MustPut(root, name, data); err != nil {
 		return err
 	}
-	mode := e.RandGetMode()
+	mode := GetFile
 	at := e.Rng.Int64N(int64(len(data)))
 	e.Step("get %q at %s (%s), SIGKILL %s after %d bytes", name, w.Name, mode, w.Name, at)
 	gk, err := e.getKilling(w, w, name, mode, at)
@@ -83,9 +90,28 @@ func caseBulkKill(e *Env) error {
 		return fmt.Errorf("%w (get at %s, its daemon killed)", err, w.Name)
 	}
 	e.Printf("get with its daemon killed after %d of %d bytes (%s): %s%s", at, len(data), mode, gk.Verdict, failText(gk.Result))
-	e.Step("restart %s, get %q there", w.Name, name)
+	// getKilling made the get's directory last (get-N, N the case's
+	// latest path number).
+	getDir := filepath.Join(e.Dir, fmt.Sprintf("get-%d", e.seq))
+	for _, f := range filesIn(getDir) {
+		if f != "out" || gk.Verdict != Exact {
+			return violation("get %q cut by %s's SIGKILL (%s) left %s in its directory: a partial destination is visible",
+				name, w.Name, gk.Verdict, filepath.Join(getDir, f))
+		}
+	}
+	e.Step("restart %s: its store holds nothing of the cut get; get %q there", w.Name, name)
 	if err := e.Restart(w, true, "SIGKILL while receiving over bulk connections"); err != nil {
 		return err
+	}
+	if left := filesIn(filepath.Join(w.Home, storeDir, tmpDir)); len(left) > 0 {
+		return violation("after the restart %s's store tmp directory still holds %s", w.Name, strings.Join(left, ", "))
+	}
+	st, _, err := w.Status(e.Ctx)
+	if err != nil {
+		return err
+	}
+	if st.ChunksDamaged != 0 || st.CacheOrphaned != 0 {
+		return violation("after the restart %s counts %d damaged chunks and %d orphaned bytes: the cut get left them", w.Name, st.ChunksDamaged, st.CacheOrphaned)
 	}
 	if err := e.GetExact(w, name, reconnectWithin, "restarted, h1 and the root up"); err != nil {
 		return err

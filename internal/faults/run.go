@@ -30,6 +30,7 @@ var Cases = []Case{
 	{"chunk-damage", "flip, truncate, delete chunk files at the root, a head and a worker while they run; get there and below", caseChunkDamage},
 	{"index-damage", "delete or flip bytes of a stopped daemon's index, restart it", caseIndexDamage},
 	{"full-disk", "a daemon home on a small tmpfs: puts larger than the free space (root only)", caseFullDisk},
+	{"full-disk-get", "a get into a file on a full disk: its home and destination on a small tmpfs (root only)", caseFullDiskGet},
 	{"cache-cap", "puts and gets of blobs larger than a daemon's --cache-size", caseCacheCap},
 	{"parent-restart", "kill -9 the root while workers hold sessions, restart it with the same identity", caseParentRestart},
 	{"rmprefix-kill", "kill -9 a node while the root removes a prefix everywhere; on restart it forgets the names too", caseRemovePrefixKill},
