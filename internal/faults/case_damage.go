@@ -3,6 +3,7 @@ package faults
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -86,8 +87,8 @@ func caseChunkDamage(e *Env) error {
 			if err != nil {
 				return fmt.Errorf("chunk %d of %q at %s: %w (the store layout of pkg/cache changed?)", ci, name, target.Name, err)
 			}
-			if off > 0 || strings.Contains(path, "/blobs/") {
-				blobFile = path
+			if st, err := os.Stat(path); err == nil && strings.Contains(path, "/blobs/") && st.Size() == int64(len(data)) {
+				blobFile = path // a file of the whole blob
 			}
 			desc, err := DamageRange(path, off, size, kind, e.Fork())
 			if errors.Is(err, ErrEmpty) {

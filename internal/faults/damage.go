@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -33,11 +34,15 @@ func ChunkPath(home string, h blob.Hash) string {
 
 // FindChunk returns where chunk ci of data (cut at chunkSize, hashes hs)
 // is stored in the daemon with this home: its chunk file (off 0, the whole
-// file), or else a blob file (HOME/cache/blobs/*: a get's destination the
-// store shares) holding data's bytes at the chunk's offset: known, if not
-// "" (the blob file found for another chunk of data, perhaps damaged
-// since), else one whose bytes there are the chunk's. It fails with an
-// error wrapping fs.ErrNotExist when neither holds it.
+// file), or else a file of HOME/cache/blobs holding the chunk's bytes: a
+// file of the whole blob (a get's destination the store shares) at the
+// chunk's offset, or any other file there (a store that keeps a put's
+// chunks in blob files of its own layout, e.g. one per blob or several)
+// wherever its bytes are found. known, if not "", is the file of the
+// whole blob found for another chunk of data: it is taken when it still
+// holds the chunk at its offset, or, when no file holds the chunk's bytes
+// any more (damaged since), as where it was. It fails with an error
+// wrapping fs.ErrNotExist when nothing holds it.
 func FindChunk(home string, hs []blob.Hash, data []byte, chunkSize, ci int, known string) (path string, off, n int64, err error) {
 	path = ChunkPath(home, hs[ci])
 	if st, err := os.Stat(path); err == nil {
@@ -45,26 +50,43 @@ func FindChunk(home string, hs []blob.Hash, data []byte, chunkSize, ci int, know
 	}
 	off = int64(ci) * int64(chunkSize)
 	want := data[off:min(off+int64(chunkSize), int64(len(data)))]
-	if known != "" {
+	if known != "" && holdsAt(known, off, want) {
 		return known, off, int64(len(want)), nil
 	}
 	files, _ := Files(filepath.Join(home, storeDir, blobDir))
 	for _, f := range files {
-		if st, err := os.Stat(f); err != nil || st.Size() != int64(len(data)) {
+		st, err := os.Stat(f)
+		if err != nil || st.Size() < int64(len(want)) {
 			continue
 		}
-		b := make([]byte, len(want))
-		fh, err := os.Open(f)
-		if err != nil {
+		if st.Size() == int64(len(data)) {
+			if holdsAt(f, off, want) {
+				return f, off, int64(len(want)), nil
+			}
 			continue
 		}
-		_, err = fh.ReadAt(b, off)
-		fh.Close()
-		if err == nil && string(b) == string(want) {
-			return f, off, int64(len(want)), nil
+		if b, err := os.ReadFile(f); err == nil {
+			if i := bytes.Index(b, want); i >= 0 {
+				return f, int64(i), int64(len(want)), nil
+			}
 		}
 	}
+	if known != "" {
+		return known, off, int64(len(want)), nil
+	}
 	return "", 0, 0, fmt.Errorf("chunk %d (%s): no chunk file and no blob file holds it: %w", ci, hs[ci], fs.ErrNotExist)
+}
+
+// holdsAt reports whether the file at path holds want at off.
+func holdsAt(path string, off int64, want []byte) bool {
+	fh, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer fh.Close()
+	b := make([]byte, len(want))
+	_, err = fh.ReadAt(b, off)
+	return err == nil && bytes.Equal(b, want)
 }
 
 // DamageRange is Damage confined to the n bytes at off of the file at

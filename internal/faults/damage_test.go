@@ -2,6 +2,8 @@ package faults
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -124,5 +126,67 @@ func TestDamageIndex(t *testing.T) {
 	}
 	if _, err := os.Stat(idx); !os.IsNotExist(err) {
 		t.Fatalf("index still there: %v", err)
+	}
+}
+
+// TestFindChunkLayouts: FindChunk finds a chunk in its chunk file, in a
+// file of the whole blob at its offset, and in blob files of another
+// layout (a put's chunks in several files of the store's own: wherever its
+// bytes are); a whole-blob file given as known is taken where it still
+// holds the chunk, and as where it was once nothing holds it any more.
+func TestFindChunkLayouts(t *testing.T) {
+	const cs = 64 << 10
+	data := make([]byte, 5*cs+100)
+	rng := rand.New(rand.NewPCG(26, 1))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	hs := ChunkHashes(data, cs)
+	home := t.TempDir()
+	blobs := filepath.Join(home, storeDir, blobDir)
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := FindChunk(home, hs, data, cs, 2, ""); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("empty store: %v", err)
+	}
+	// Several files of a store's own layout: chunks 0-2, then 3-5.
+	segs := []string{filepath.Join(blobs, "b.0"), filepath.Join(blobs, "b.1")}
+	os.WriteFile(segs[0], data[:3*cs], 0o644)
+	os.WriteFile(segs[1], data[3*cs:], 0o644)
+	for ci, want := range []struct {
+		path string
+		off  int64
+	}{{segs[0], 0}, {segs[0], cs}, {segs[0], 2 * cs}, {segs[1], 0}, {segs[1], cs}, {segs[1], 2 * cs}} {
+		p, off, n, err := FindChunk(home, hs, data, cs, ci, "")
+		wantN := int64(min(cs, len(data)-ci*cs))
+		if err != nil || p != want.path || off != want.off || n != wantN {
+			t.Errorf("chunk %d in segments: %s %d %d %v; want %s %d %d", ci, p, off, n, err, want.path, want.off, wantN)
+		}
+	}
+	// A whole-blob file, and a chunk file for chunk 1.
+	os.Remove(segs[0])
+	os.Remove(segs[1])
+	whole := filepath.Join(blobs, "blob-1")
+	os.WriteFile(whole, data, 0o644)
+	if p, off, _, err := FindChunk(home, hs, data, cs, 4, ""); err != nil || p != whole || off != 4*cs {
+		t.Errorf("whole-blob file: %s %d %v", p, off, err)
+	}
+	cp := ChunkPath(home, hs[1])
+	os.MkdirAll(filepath.Dir(cp), 0o755)
+	os.WriteFile(cp, data[cs:2*cs], 0o644)
+	if p, off, n, err := FindChunk(home, hs, data, cs, 1, whole); err != nil || p != cp || off != 0 || n != cs {
+		t.Errorf("chunk file: %s %d %d %v", p, off, n, err)
+	}
+	// Chunk 3 damaged in the whole-blob file: found no more by its bytes,
+	// it is where known says.
+	b := bytes.Clone(data)
+	b[3*cs+5] ^= 1
+	os.WriteFile(whole, b, 0o644)
+	if p, off, _, err := FindChunk(home, hs, data, cs, 3, whole); err != nil || p != whole || off != 3*cs {
+		t.Errorf("damaged, known: %s %d %v", p, off, err)
+	}
+	if _, _, _, err := FindChunk(home, hs, data, cs, 3, ""); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("damaged, nothing known: %v", err)
 	}
 }
