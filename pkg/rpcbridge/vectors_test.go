@@ -15,11 +15,89 @@ import (
 )
 
 // The shared test vectors (docs/rpcbridge.md §11) that the Go, C and Python
-// implementations all check themselves against. Regenerate the file from
-// the cases below with: go test ./pkg/rpcbridge -run TestVectors -update
-var updateVectors = flag.Bool("update", false, "rewrite testdata/rpcbridge/frames.txt from the Go encoders")
+// implementations all check themselves against. Regenerate every file of
+// them (vectorFiles) from the cases with:
+// go test ./pkg/rpcbridge -run TestVectors -update
+var updateVectors = flag.Bool("update", false, "rewrite every testdata/rpcbridge/frames*.txt from the Go encoders")
 
-const vectorsPath = "../../testdata/rpcbridge/frames.txt"
+// vectorsDir holds the vector files; vectorsPath is that of protocol
+// versions up to 6.
+const (
+	vectorsDir  = "../../testdata/rpcbridge"
+	vectorsPath = vectorsDir + "/frames.txt"
+)
+
+// vectorFile is one file of shared test vectors: its name in vectorsDir,
+// what its header says it holds, and the cases it is written from.
+type vectorFile struct {
+	name, what string
+	cases      func() []vector
+}
+
+// vectorFiles lists every vector file: -update writes each of them, and
+// TestVectorFiles checks that the committed ones are exactly what it
+// would write and that testdata/rpcbridge holds no other.
+func vectorFiles() []vectorFile {
+	return []vectorFile{
+		{"frames.txt", "protocol version 6", vectorCases},
+		{"frames-v7.txt", "protocol version 7: GET_MANY, PUT_MANY", manyVectorCases},
+		{"frames-v8.txt", "protocol version 8: PROGRESS", progressVectorCases},
+	}
+}
+
+// writeVectorFiles writes every file of vectorFiles into dir, from the Go
+// encoders.
+func writeVectorFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range vectorFiles() {
+		if err := os.WriteFile(filepath.Join(dir, f.name), formatVectorsAs(f.cases(), f.what), 0o644); err != nil {
+			return fmt.Errorf("vector file %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// TestVectorFiles: every committed vector file is byte for byte what
+// -update writes (so that TestVectors -update regenerates each of them,
+// frames-v7.txt included, which it once left alone), and testdata/rpcbridge
+// has no frames*.txt that vectorFiles does not list (one -update would not
+// regenerate).
+func TestVectorFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeVectorFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, f := range vectorFiles() {
+		listed[f.name] = true
+		want, err := os.ReadFile(filepath.Join(dir, f.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(vectorsDir, f.name))
+		if err != nil {
+			t.Errorf("%v (regenerate with -update)", err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from what -update writes: regenerate with go test ./pkg/rpcbridge -run TestVectors -update and review the diff", f.name)
+		}
+	}
+	committed, err := filepath.Glob(filepath.Join(vectorsDir, "frames*.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(committed) != len(listed) {
+		t.Errorf("%d vector files committed, %d listed in vectorFiles", len(committed), len(listed))
+	}
+	for _, p := range committed {
+		if !listed[filepath.Base(p)] {
+			t.Errorf("%s is not in vectorFiles: -update would not regenerate it", p)
+		}
+	}
+}
 
 // kv is one field of a vector, in file order.
 type kv struct{ k, v string }
@@ -516,10 +594,7 @@ func checkFrame(b []byte) (FrameType, []kv, error) {
 func TestVectors(t *testing.T) {
 	want := formatVectors(vectorCases())
 	if *updateVectors {
-		if err := os.MkdirAll(filepath.Dir(vectorsPath), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(vectorsPath, want, 0o644); err != nil {
+		if err := writeVectorFiles(vectorsDir); err != nil {
 			t.Fatal(err)
 		}
 	}
