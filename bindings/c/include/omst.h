@@ -38,12 +38,13 @@ extern "C" {
 #endif
 
 /* Protocol version this library asks for. It also works with older
- * daemons: below version 7 it sends one GET or PUT per name for the many
+ * daemons: below version 8 a get into a file calls its progress callback
+ * once, at the end; below version 7 it sends one GET or PUT per name for the many
  * names calls; below version 6 without job namespaces (omst_remove_prefix,
  * omst_set_ttl, omst_du: OMST_EVERSION); below 5 it streams the caller's
  * files itself (PUT and GET) instead of passing descriptors; below 2,
  * without zero-copy. */
-#define OMST_PROTOCOL_VERSION 7
+#define OMST_PROTOCOL_VERSION 8
 
 /* Longest name in bytes (names are UTF-8, '/'-separated, see the docs). */
 #define OMST_NAME_MAX 1024
@@ -181,6 +182,25 @@ int omst_put_fd(omst_t *h, const char *name, int fd, omst_info_t *info);
  * the library can see, and is left to the daemon's own IO timeout, which
  * ends a stream that stops moving (OMST_ETIMEDOUT). */
 int omst_get_to_fd(omst_t *h, const char *name, int fd, omst_info_t *info);
+
+/* Follows a get into a file (a progress bar): called from the calling
+ * thread with done, the bytes of the blob in the file so far, and size,
+ * the blob's size. With a daemon of protocol version 8 (PROGRESS frames)
+ * it is called as the daemon reports them, at most every 100 ms, with done
+ * never going back, and last with done == size once every verified byte is
+ * in the file (before the call returns 0); with an older daemon, once,
+ * with done == size, when the get succeeded. A daemon that reports bytes
+ * going back, beyond size, or ends without reporting size fails the get
+ * with OMST_EPROTO. A non-zero return stops the get (the connection is
+ * dropped, which cancels the request in the daemon; get_file leaves path
+ * unchanged) and the call returns that value. */
+typedef int (*omst_progress_cb)(void *arg, uint64_t done, uint64_t size);
+
+/* omst_get_file and omst_get_to_fd with a progress callback (cb NULL: none). */
+int omst_get_file_progress(omst_t *h, const char *name, const char *path, omst_progress_cb cb, void *arg,
+                           omst_info_t *info);
+int omst_get_to_fd_progress(omst_t *h, const char *name, int fd, omst_progress_cb cb, void *arg,
+                            omst_info_t *info);
 int omst_stat(omst_t *h, const char *name, omst_info_t *info);
 /* Forget name on this node and unpin its blob here. */
 int omst_remove(omst_t *h, const char *name);

@@ -14,12 +14,14 @@
  * The process-wide lock g_mu serialises that repair and the creation of
  * the default handle; pthread_atfork keeps g_mu consistent across fork.
  *
- * Versions: connections ask for version 6 (OMST_PROTOCOL_VERSION); if the
+ * Versions: connections ask for version 8 (OMST_PROTOCOL_VERSION); if the
  * daemon answers UNSUPPORTED_VERSION the handle retries with version 1
  * (and keeps asking for 1 from then on). A daemon answers the smaller of
  * its version and ours: GET_FD needs 2, PUT_FD and GET_TO_FD 5 (below 5 the
  * library streams the caller's file itself, through PUT and GET), the job
- * namespaces' REMOVE_PREFIX, SET_TTL and DU 6 (below 6: OMST_EVERSION).
+ * namespaces' REMOVE_PREFIX, SET_TTL and DU 6 (below 6: OMST_EVERSION),
+ * GET_MANY and PUT_MANY 7 (below: one GET or PUT each), the PROGRESS frames
+ * of a get into a file 8 (below: the progress callback once, at the end).
  *
  * Files: put_file and get_file open the caller's file here, with the
  * caller's rights (localfile.c), and pass the descriptor (PUT_FD,
@@ -44,7 +46,7 @@ struct omst {
 	int timeout_ms;
 	pid_t pid;             /* process whose connections these are */
 	pthread_mutex_t mu;    /* guards everything below */
-	uint32_t want_version; /* version to ask for: 6, or 1 after a refusal */
+	uint32_t want_version; /* version to ask for: 8, or 1 after a refusal */
 	struct omst_conn *all; /* every open connection (idle or in use) */
 	struct omst_conn *idle;
 	unsigned nidle;
@@ -373,11 +375,15 @@ static int put_fd_conn(struct omst_conn *c, const char *name, size_t nlen, int f
 	return op_put_stream(c, name, nlen, 0, fd, info);
 }
 
-static int get_to_fd_conn(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info)
+static int get_to_fd_conn(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_progress_cb cb,
+                          void *arg, omst_info_t *info)
 {
 	if (c->version >= 5)
-		return op_get_to_fd(c, name, nlen, fd, info);
-	return op_get_stream(c, name, nlen, fd, info);
+		return op_get_to_fd(c, name, nlen, fd, cb, arg, info);
+	int e = op_get_stream(c, name, nlen, fd, info);
+	if (e == 0 && cb)
+		e = cb(arg, info->size, info->size);
+	return e;
 }
 
 static int put_fd_once(omst_t *h, const char *name, size_t nlen, int fd, omst_info_t *info)
@@ -385,9 +391,10 @@ static int put_fd_once(omst_t *h, const char *name, size_t nlen, int fd, omst_in
 	WITH_CONN_FD(h, put_fd_conn(c, name, nlen, fd, info));
 }
 
-static int get_to_fd_once(omst_t *h, const char *name, size_t nlen, int fd, omst_info_t *info)
+static int get_to_fd_once(omst_t *h, const char *name, size_t nlen, int fd, omst_progress_cb cb, void *arg,
+                          omst_info_t *info)
 {
-	WITH_CONN_FD(h, get_to_fd_conn(c, name, nlen, fd, info));
+	WITH_CONN_FD(h, get_to_fd_conn(c, name, nlen, fd, cb, arg, info));
 }
 
 /* Puts path in front of the thread's message (the daemon does not know
@@ -413,7 +420,8 @@ OMST_EXPORT int omst_put_fd(omst_t *h, const char *name, int fd, omst_info_t *in
 	return put_fd_once(h, name, nlen, fd, info ? info : &tmp);
 }
 
-OMST_EXPORT int omst_get_to_fd(omst_t *h, const char *name, int fd, omst_info_t *info)
+OMST_EXPORT int omst_get_to_fd_progress(omst_t *h, const char *name, int fd, omst_progress_cb cb, void *arg,
+                                        omst_info_t *info)
 {
 	size_t nlen;
 	omst_info_t tmp;
@@ -421,7 +429,12 @@ OMST_EXPORT int omst_get_to_fd(omst_t *h, const char *name, int fd, omst_info_t 
 	int e = omst_check_name(name, &nlen);
 	if (e || (e = check_fd(fd, 1, "get_to_fd")) != 0)
 		return e;
-	return get_to_fd_once(h, name, nlen, fd, info ? info : &tmp);
+	return get_to_fd_once(h, name, nlen, fd, cb, arg, info ? info : &tmp);
+}
+
+OMST_EXPORT int omst_get_to_fd(omst_t *h, const char *name, int fd, omst_info_t *info)
+{
+	return omst_get_to_fd_progress(h, name, fd, NULL, NULL, info);
 }
 
 OMST_EXPORT int omst_put_file(omst_t *h, const char *name, const char *path, omst_info_t *info)
@@ -445,7 +458,8 @@ OMST_EXPORT int omst_put_file(omst_t *h, const char *name, const char *path, oms
 	return e;
 }
 
-OMST_EXPORT int omst_get_file(omst_t *h, const char *name, const char *path, omst_info_t *info)
+OMST_EXPORT int omst_get_file_progress(omst_t *h, const char *name, const char *path, omst_progress_cb cb,
+                                       void *arg, omst_info_t *info)
 {
 	size_t nlen, plen;
 	char *abs;
@@ -456,7 +470,7 @@ OMST_EXPORT int omst_get_file(omst_t *h, const char *name, const char *path, oms
 	if (e || (e = omst_abs_path(path, &abs, &plen)) != 0)
 		return e;
 	if ((e = lf_create(abs, h->timeout_ms, &d)) == 0) {
-		if ((e = get_to_fd_once(h, name, nlen, d.fd, info ? info : &tmp)) != 0) {
+		if ((e = get_to_fd_once(h, name, nlen, d.fd, cb, arg, info ? info : &tmp)) != 0) {
 			with_path(e, abs);
 			lf_abort(&d);
 		} else {
@@ -465,6 +479,11 @@ OMST_EXPORT int omst_get_file(omst_t *h, const char *name, const char *path, oms
 	}
 	free(abs);
 	return e;
+}
+
+OMST_EXPORT int omst_get_file(omst_t *h, const char *name, const char *path, omst_info_t *info)
+{
+	return omst_get_file_progress(h, name, path, NULL, NULL, info);
 }
 
 int handle_get(omst_t *h, const char *name, size_t nlen, void *buf, size_t size, omst_info_t *info)

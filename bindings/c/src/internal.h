@@ -72,6 +72,7 @@
 #define op_get_fd omst__op_get_fd
 #define op_get_stream omst__op_get_stream
 #define op_get_to_fd omst__op_get_to_fd
+#define progress_check omst__progress_check
 #define op_put omst__op_put
 #define op_put_fd omst__op_put_fd
 #define op_put_stream omst__op_put_stream
@@ -86,6 +87,7 @@
 #define w_dec_info omst__w_dec_info
 #define w_dec_listing omst__w_dec_listing
 #define w_dec_name_req omst__w_dec_name_req
+#define w_dec_progress omst__w_dec_progress
 #define w_dec_put omst__w_dec_put
 #define w_dec_put_file omst__w_dec_put_file
 #define w_enc_data omst__w_enc_data
@@ -152,6 +154,7 @@ enum w_type {
 	FT_LISTING = 0x32,
 	FT_STATUS_JSON = 0x33,
 	FT_NAMESPACE_JSON = 0x36, /* version 6 */
+	FT_PROGRESS = 0x3A,       /* version 8 */
 	FT_ERROR = 0x3F
 };
 
@@ -224,6 +227,9 @@ int w_dec_get_file(const uint8_t *b, size_t n, struct w_str *name, struct w_str 
 int w_dec_remove_prefix(const uint8_t *b, size_t n, struct w_str *prefix, uint32_t *flags);
 int w_dec_set_ttl(const uint8_t *b, size_t n, struct w_str *scope, uint64_t *ttl);
 int w_dec_empty(const uint8_t *b, size_t n);
+/* PROGRESS (version 8): exactly a u64, the bytes of the blob in the file
+ * so far. */
+int w_dec_progress(const uint8_t *b, size_t n, uint64_t *done);
 /* Checks a body against the decoder of its type (any type; unknown types
  * are EPROTO). STATUS_JSON and DATA bodies are accepted as they are. */
 int w_check_body(uint8_t type, const uint8_t *b, size_t n);
@@ -429,8 +435,19 @@ double json_num(const char *key);
 int op_put_fd(struct omst_conn *c, const char *name, size_t nlen, uint32_t chunk_size, int fd, omst_info_t *info);
 /* GET_TO_FD (version 5 connections only): the daemon writes the blob into
  * fd (a regular file not O_APPEND: exactly the blob from offset 0, cut to
- * its size; else in order); INFO, then END or ERROR. */
-int op_get_to_fd(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info);
+ * its size; else in order); INFO, then (version 8) PROGRESS frames, each
+ * checked with progress_check and passed to cb if not NULL, then END or
+ * ERROR. On a connection of version 8 END must follow a PROGRESS of
+ * info->size; below 8, cb is called once with info->size at END. A
+ * non-zero return of cb stops the get: the connection is broken (which
+ * cancels the request in the daemon) and that value returned. */
+int op_get_to_fd(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_progress_cb cb, void *arg,
+                 omst_info_t *info);
+/* The client's rule for a PROGRESS frame of done bytes after one of last,
+ * in a reply whose INFO said size (docs/rpcbridge.md 6.15): 0, or
+ * OMST_EPROTO with the thread's message saying why (it went back, or
+ * exceeds the size). Pure but for the message. */
+int progress_check(uint64_t done, uint64_t last, uint64_t size);
 /* op_put_fd for a daemon older than version 5: PUT, the file read here
  * with the same rules (a regular file that shrinks, grows or is modified
  * meanwhile is ABORTed: OMST_EIO "file changed while it was read"). The

@@ -360,7 +360,62 @@ int op_put_fd(struct omst_conn *c, const char *name, size_t nlen, uint32_t chunk
 	return e;
 }
 
-int op_get_to_fd(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_info_t *info)
+int progress_check(uint64_t done, uint64_t last, uint64_t size)
+{
+	if (done > size)
+		return omst_fail(OMST_EPROTO, "PROGRESS of %llu bytes for a blob of %llu", (unsigned long long)done,
+		                 (unsigned long long)size);
+	if (done < last)
+		return omst_fail(OMST_EPROTO, "PROGRESS went back from %llu to %llu bytes", (unsigned long long)last,
+		                 (unsigned long long)done);
+	return 0;
+}
+
+/* Reads the rest of a GET_TO_FD reply after its INFO: PROGRESS frames
+ * (version 8), then END or ERROR (op_get_to_fd). */
+static int read_get_to_end(struct omst_conn *c, const omst_info_t *info, omst_progress_cb cb, void *arg)
+{
+	uint64_t last = 0;
+	for (;;) {
+		uint32_t len;
+		uint8_t type;
+		const uint8_t *body;
+		int e = conn_read_header(c, &len, &type);
+		if (e)
+			return e;
+		if (type == FT_PROGRESS && c->version < 8)
+			return unexpected(c, type, "END");
+		if (type != FT_PROGRESS && type != FT_END && type != FT_ERROR)
+			return unexpected(c, type, c->version >= 8 ? "PROGRESS or END" : "END");
+		if ((e = conn_read_body(c, len, &body)) != 0 || (e = no_fds(c)) != 0)
+			return e;
+		if (type == FT_ERROR)
+			return error_reply(c, body, len);
+		if (type == FT_END) {
+			if (len != 0)
+				return conn_break(c, omst_fail(OMST_EPROTO, "END frame with a body"));
+			if (c->version >= 8 && last != info->size)
+				return conn_break(c, omst_fail(OMST_EPROTO, "END after PROGRESS of %llu bytes, not the blob's %llu",
+				                               (unsigned long long)last, (unsigned long long)info->size));
+			if (c->version < 8 && cb && (e = cb(arg, info->size, info->size)) != 0)
+				return e; /* the reply is complete: the connection stays in step */
+			return 0;
+		}
+		uint64_t done;
+		if (w_dec_progress(body, len, &done))
+			return conn_break(c, omst_fail(OMST_EPROTO, "malformed PROGRESS frame from the daemon (%u bytes)",
+			                               (unsigned)len));
+		if ((e = progress_check(done, last, info->size)) != 0)
+			return conn_break(c, e);
+		last = done;
+		if (cb && (e = cb(arg, done, info->size)) != 0)
+			return conn_break(c, omst_fail(e, "get: stopped by the progress callback at %llu of %llu bytes",
+			                               (unsigned long long)done, (unsigned long long)info->size));
+	}
+}
+
+int op_get_to_fd(struct omst_conn *c, const char *name, size_t nlen, int fd, omst_progress_cb cb, void *arg,
+                 omst_info_t *info)
 {
 	uint8_t req[REQ_MAX];
 	size_t n = w_enc_name_req(req, sizeof req, FT_GET_TO_FD, name, nlen);
@@ -371,24 +426,11 @@ int op_get_to_fd(struct omst_conn *c, const char *name, size_t nlen, int fd, oms
 	if (e)
 		return e;
 	conn_watch(c, fd);
-	/* INFO once the blob is found, then END when every byte is in the
-	 * file, or ERROR instead of either. */
+	/* INFO once the blob is found, then (version 8) PROGRESS frames, then
+	 * END when every byte is in the file, or ERROR instead of any. */
 	e = read_info(c, info);
-	uint32_t len;
-	uint8_t type;
-	const uint8_t *body;
 	if (e == 0)
-		e = conn_read_header(c, &len, &type);
-	if (e == 0 && type != FT_END && type != FT_ERROR)
-		e = unexpected(c, type, "END");
-	if (e == 0)
-		e = conn_read_body(c, len, &body);
-	if (e == 0)
-		e = no_fds(c);
-	if (e == 0 && type == FT_ERROR)
-		e = error_reply(c, body, len);
-	else if (e == 0 && len != 0)
-		e = conn_break(c, omst_fail(OMST_EPROTO, "END frame with a body"));
+		e = read_get_to_end(c, info, cb, arg);
 	conn_watch(c, -1);
 	return e;
 }

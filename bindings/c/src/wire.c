@@ -54,7 +54,7 @@ int w_known_type(uint8_t t)
 	case FT_DATA: case FT_ABORT:
 	case FT_END: case FT_FDS: case FT_OK: case FT_INFO: case FT_LISTING: case FT_STATUS_JSON:
 	case FT_REMOVE_PREFIX: case FT_SET_TTL: case FT_DU: case FT_NAMESPACE_JSON:
-	case FT_ERROR:
+	case FT_PROGRESS: case FT_ERROR:
 		return 1;
 	}
 	return 0;
@@ -387,6 +387,14 @@ int w_dec_empty(const uint8_t *b, size_t n)
 	return n == 0 ? 0 : OMST_EPROTO;
 }
 
+int w_dec_progress(const uint8_t *b, size_t n, uint64_t *done)
+{
+	if (n != 8)
+		return OMST_EPROTO;
+	*done = get_u64(b);
+	return 0;
+}
+
 int w_check_body(uint8_t type, const uint8_t *b, size_t n)
 {
 	uint8_t magic[4];
@@ -426,6 +434,10 @@ int w_check_body(uint8_t type, const uint8_t *b, size_t n)
 		return w_dec_listing(b, n, &count, NULL, 0);
 	case FT_ERROR:
 		return w_dec_error(b, n, &u, &s);
+	case FT_PROGRESS: {
+		uint64_t done;
+		return w_dec_progress(b, n, &done);
+	}
 	}
 	return OMST_EPROTO;
 }

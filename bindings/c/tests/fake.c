@@ -1034,10 +1034,52 @@ static void req_name(const uint8_t *body, uint32_t len, char *out, size_t cap)
 	out[n] = '\0';
 }
 
+/* A PROGRESS frame of done bytes (version 8). */
+static int send_progress(int fd, uint64_t done)
+{
+	uint8_t b[8];
+	be64(b, done);
+	return send_frame(fd, FT_PROGRESS, b, 8);
+}
+
+/* GET_TO_FD on a connection of version 8, as the daemon answers it: INFO,
+ * the stored bytes written in three parts each followed by a PROGRESS,
+ * END. Some names break the rules of PROGRESS on purpose: "back" (goes
+ * back), "over" (beyond the size), "noend" (END before every byte),
+ * "short" (a body of 4 bytes). Returns 0 to go on serving. */
+static int serve_get_v8(int fd, const uint8_t *body, const char *name, int out)
+{
+	uint64_t n = v5_stored_n, third = n / 3;
+	send_info(fd, body, n);
+	if (strcmp(name, "back") == 0)
+		return send_progress(fd, 2 * third) || send_progress(fd, third) ? -1 : 0;
+	if (strcmp(name, "over") == 0)
+		return send_progress(fd, n + 1) ? -1 : 0;
+	if (strcmp(name, "short") == 0) {
+		uint8_t b[4] = {0};
+		return send_frame(fd, FT_PROGRESS, b, 4) ? -1 : 0;
+	}
+	if (strcmp(name, "noend") == 0)
+		return send_progress(fd, third) || send_frame(fd, FT_END, "", 0) ? -1 : 0;
+	uint64_t cuts[3] = {third, 2 * third, n};
+	uint64_t at = 0;
+	for (int i = 0; i < 3; i++) {
+		if (cuts[i] > at && pwrite(out, v5_stored + at, cuts[i] - at, (off_t)at) != (ssize_t)(cuts[i] - at))
+			return -1;
+		at = cuts[i];
+		if (send_progress(fd, at))
+			return -1;
+	}
+	if (ftruncate(out, (off_t)n) != 0)
+		return -1;
+	return send_frame(fd, FT_END, "", 0) ? -1 : 0;
+}
+
 static void script_v5(struct fake *f, int fd, int idx)
 {
 	(void)idx;
-	if (hello(f, fd) < 0)
+	int version = hello(f, fd);
+	if (version < 0)
 		return;
 	for (;;) {
 		uint8_t h[8], type, *body;
@@ -1080,6 +1122,12 @@ static void script_v5(struct fake *f, int fd, int idx)
 			}
 			v5_stored_n = n;
 			send_info(fd, body, n);
+		} else if (type == FT_GET_TO_FD && version >= 8) {
+			ok = serve_get_v8(fd, body, name, fds[0]) == 0;
+		} else if (type == FT_GET_TO_FD && strcmp(name, "progress7") == 0) {
+			send_info(fd, body, v5_stored_n);
+			send_progress(fd, v5_stored_n);
+			ok = 0;
 		} else if (type == FT_GET_TO_FD && strcmp(name, "partial") == 0) {
 			send_info(fd, body, 100);
 			if (write(fds[0], pattern100, 50) != 50)
@@ -1172,6 +1220,119 @@ void test_fake_fd_frames(void)
 	unlink(out);
 	omst_close(h);
 	fake_stop(&f);
+}
+
+struct seen_progress {
+	int calls;
+	uint64_t done[16], size;
+	int stop_at; /* return -42 at this call (1-based; 0: never) */
+};
+
+static int on_progress(void *arg, uint64_t done, uint64_t size)
+{
+	struct seen_progress *s = arg;
+	if (s->calls < 16)
+		s->done[s->calls] = done;
+	s->calls++;
+	s->size = size;
+	return s->calls == s->stop_at ? -42 : 0;
+}
+
+static int file_is(const char *path, const char *want)
+{
+	char got[64] = {0};
+	FILE *fp = fopen(path, "r");
+	if (fp == NULL)
+		return 0;
+	size_t n = fread(got, 1, sizeof got, fp);
+	fclose(fp);
+	return n == strlen(want) && memcmp(got, want, n) == 0;
+}
+
+/* A daemon of version 8 follows a get into a file with PROGRESS frames:
+ * the callback sees them in order, the last the size; frames that go back,
+ * exceed the size, are not 8 bytes, or an END before the size fail the get
+ * with OMST_EPROTO and leave the destination as it was; a callback that
+ * returns non-zero stops the get with its value. A daemon of version 7
+ * sends none: the callback is called once, with the size, and a PROGRESS
+ * on its connection is a protocol error. */
+void test_fake_get_progress(void)
+{
+	struct fake f8, f7;
+	if (fake_start(&f8, script_v5, 8, 0) || fake_start(&f7, script_v5, 7, 0))
+		return;
+	setenv("OMST_TIMEOUT_MS", "5000", 1);
+	omst_t *h8, *h7;
+	CHECK_RC(omst_connect(f8.path, &h8), 0);
+	CHECK_RC(omst_connect(f7.path, &h7), 0);
+	char in[512], out[512];
+	snprintf(in, sizeof in, "%s/v8in-%d", t_tmp, (int)getpid());
+	snprintf(out, sizeof out, "%s/v8out-%d", t_tmp, (int)getpid());
+	const char *text = "twenty-one bytes here";
+	FILE *fp = fopen(in, "w");
+	fputs(text, fp);
+	fclose(fp);
+	omst_info_t info;
+	CHECK_RC(omst_put_file(h8, "a", in, &info), 0);
+	CHECK_EQ_U(info.size, 21);
+
+	struct seen_progress s = {0};
+	CHECK_RC(omst_get_file_progress(h8, "a", out, on_progress, &s, &info), 0);
+	CHECK(file_is(out, text));
+	CHECK_EQ_U(s.calls, 3);
+	CHECK_EQ_U(s.done[0], 7);
+	CHECK_EQ_U(s.done[1], 14);
+	CHECK_EQ_U(s.done[2], 21);
+	CHECK_EQ_U(s.size, 21);
+	/* The plain calls on a connection of version 8. */
+	CHECK_RC(omst_get_file(h8, "a", out, &info), 0);
+	CHECK(file_is(out, text));
+	int fd = open(out, O_WRONLY | O_TRUNC);
+	memset(&s, 0, sizeof s);
+	CHECK_RC(omst_get_to_fd_progress(h8, "a", fd, on_progress, &s, NULL), 0);
+	close(fd);
+	CHECK(file_is(out, text) && s.calls == 3 && s.done[2] == 21);
+
+	/* Malformed: the get fails, the destination keeps its bytes. */
+	static const char *const bad[] = {"back", "over", "short", "noend"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		fp = fopen(out, "w");
+		fputs("precious", fp);
+		fclose(fp);
+		memset(&s, 0, sizeof s);
+		int r = omst_get_file_progress(h8, bad[i], out, on_progress, &s, NULL);
+		if (r != OMST_EPROTO)
+			t_fail(__FILE__, __LINE__, "%s: %d (%s), want OMST_EPROTO", bad[i], r, omst_errmsg());
+		CHECK(strstr(omst_errmsg(), "PROGRESS") != NULL);
+		CHECK(file_is(out, "precious"));
+		CHECK(!temps_in_dir(t_tmp));
+	}
+	/* The callback stops the get; the handle works on. */
+	memset(&s, 0, sizeof s);
+	s.stop_at = 1;
+	CHECK_RC(omst_get_file_progress(h8, "a", out, on_progress, &s, NULL), -42);
+	CHECK_EQ_U(s.calls, 1);
+	CHECK(file_is(out, "precious") && !temps_in_dir(t_tmp));
+	memset(&s, 0, sizeof s);
+	CHECK_RC(omst_get_file_progress(h8, "a", out, on_progress, &s, NULL), 0);
+	CHECK(file_is(out, text) && s.calls == 3);
+
+	/* Version 7: no PROGRESS; the callback once, with the size. */
+	memset(&s, 0, sizeof s);
+	CHECK_RC(omst_get_file_progress(h7, "a", out, on_progress, &s, &info), 0);
+	CHECK(file_is(out, text));
+	CHECK_EQ_U(s.calls, 1);
+	CHECK_EQ_U(s.done[0], 21);
+	CHECK_EQ_U(s.size, 21);
+	CHECK_RC(omst_get_file_progress(h7, "progress7", out, on_progress, &s, NULL), OMST_EPROTO);
+	CHECK(file_is(out, text) && !temps_in_dir(t_tmp));
+
+	unlink(in);
+	unlink(out);
+	omst_close(h8);
+	omst_close(h7);
+	fake_stop(&f8);
+	fake_stop(&f7);
 }
 
 /* The wait for the reply to PUT_FD goes on past the timeout while a

@@ -677,6 +677,128 @@ static void test_files(void)
 	omst_close(h);
 }
 
+/* fake.c: a relay to the test daemon that caps the version it answers. */
+struct vrelay;
+struct vrelay *vrelay_start(uint32_t max);
+const char *vrelay_path(struct vrelay *r);
+int vrelay_version_seen(struct vrelay *r);
+void vrelay_stop(struct vrelay *r);
+
+/* Reads a pipe slowly and compares what it reads with want. */
+struct slow_reader {
+	int fd;
+	const uint8_t *want;
+	size_t n;
+	int ok;
+};
+
+static void *slow_read(void *arg)
+{
+	struct slow_reader *r = arg;
+	static uint8_t buf[MiB];
+	size_t at = 0;
+	int same = 1;
+	for (;;) {
+		size_t got = 0;
+		ssize_t k = 1;
+		while (got < MiB && (k = read(r->fd, buf + got, MiB - got)) > 0)
+			got += (size_t)k;
+		if (got > r->n - at || memcmp(buf, r->want + at, got) != 0)
+			same = 0;
+		at += got;
+		if (k <= 0)
+			break;
+		usleep(20000);
+	}
+	r->ok = same && at == r->n;
+	return NULL;
+}
+
+struct progress_calls {
+	int calls, increasing;
+	uint64_t first, last, size;
+};
+
+static int count_progress(void *arg, uint64_t done, uint64_t size)
+{
+	struct progress_calls *p = arg;
+	if (p->calls == 0)
+		p->first = done;
+	else if (done <= p->last)
+		p->increasing = 0;
+	p->calls++;
+	p->last = done;
+	p->size = size;
+	return 0;
+}
+
+/* A 64 MiB get into a file from the real daemon (protocol version 8)
+ * calls the progress callback with increasing values, the last the blob's
+ * size; a cold get from a peer would call it more often, a local one at
+ * least once. Through a relay capped at version 4 (a daemon without
+ * GET_TO_FD: the library writes the file), once, with the size; a daemon of
+ * version 7 is fake_get_progress's (the relay passes no descriptors). */
+static void test_get_progress(void)
+{
+	omst_t *h = must_connect();
+	char in[512], out[512], nm[256];
+	size_t n = 64 * MiB, got_n;
+	uint8_t *data = t_pattern(n, 64), *got;
+	omst_info_t info;
+	snprintf(in, sizeof in, "%s/prog-in-%d.bin", t_tmp, (int)getpid());
+	snprintf(out, sizeof out, "%s/prog-out-%d.bin", t_tmp, (int)getpid());
+	CHECK(write_file(in, data, n) == 0);
+	strcpy(nm, t_name("progress"));
+	CHECK_RC(omst_put_file(h, nm, in, &info), 0);
+	struct progress_calls p = {.increasing = 1};
+	CHECK_RC(omst_get_file_progress(h, nm, out, count_progress, &p, &info), 0);
+	CHECK_EQ_U(info.size, n);
+	CHECK(p.calls >= 1 && p.increasing);
+	CHECK_EQ_U(p.last, n);
+	CHECK_EQ_U(p.size, n);
+	t_log("64 MiB get into a file: %d progress calls, first %llu", p.calls, (unsigned long long)p.first);
+	got = read_file(out, &got_n);
+	CHECK(got != NULL && got_n == n && memcmp(got, data, n) == 0);
+	free(got);
+
+	/* Into a pipe drained slowly (1 MiB per 20 ms, about 1.3 s): the daemon
+	 * reports the bytes as they go, so the callback is called several
+	 * times. */
+	int pfd[2];
+	CHECK(pipe(pfd) == 0);
+	struct slow_reader sr = {.fd = pfd[0], .want = data, .n = n, .ok = 0};
+	pthread_t th;
+	pthread_create(&th, NULL, slow_read, &sr);
+	memset(&p, 0, sizeof p);
+	p.increasing = 1;
+	CHECK_RC(omst_get_to_fd_progress(h, nm, pfd[1], count_progress, &p, &info), 0);
+	close(pfd[1]);
+	pthread_join(th, NULL);
+	close(pfd[0]);
+	CHECK(sr.ok);
+	CHECK(p.calls >= 3 && p.increasing);
+	CHECK_EQ_U(p.last, n);
+	t_log("64 MiB get into a slow pipe: %d progress calls, first %llu", p.calls, (unsigned long long)p.first);
+
+	struct vrelay *r = vrelay_start(4);
+	if (r != NULL) {
+		omst_t *h7;
+		CHECK_RC(omst_connect(vrelay_path(r), &h7), 0);
+		memset(&p, 0, sizeof p);
+		p.increasing = 1;
+		CHECK_RC(omst_get_file_progress(h7, nm, out, count_progress, &p, &info), 0);
+		CHECK_EQ_U(vrelay_version_seen(r), 8);
+		CHECK_EQ_U(p.calls, 1);
+		CHECK_EQ_U(p.last, n);
+		omst_close(h7);
+		vrelay_stop(r);
+	}
+	unlink(in);
+	unlink(out);
+	free(data);
+	omst_close(h);
+}
+
 /* ---- library buffers --------------------------------------------------- */
 
 static void test_zero_copy(void)
@@ -1258,6 +1380,7 @@ void test_fake_cut_put(void);
 void test_fake_killed_putter(void);
 void test_fake_fd_frames(void);
 void test_fake_fd_progress(void);
+void test_fake_get_progress(void);
 
 /* files.c */
 void test_file_resolve(void);
@@ -1311,6 +1434,8 @@ static const struct test tests[] = {
 	{"fake_killed_putter", test_fake_killed_putter, 0},
 	{"fake_fd_frames", test_fake_fd_frames, 0},
 	{"fake_fd_progress", test_fake_fd_progress, 0},
+	{"fake_get_progress", test_fake_get_progress, 0},
+	{"get_progress", test_get_progress, 120},
 	{"file_resolve", test_file_resolve, 0},
 	{"file_may_follow", test_file_may_follow, 0},
 	{"file_roundtrip", test_file_roundtrip, 0},

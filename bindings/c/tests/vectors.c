@@ -1,7 +1,7 @@
 /*
  * vectors.c: checks the library's encoders and decoders against the shared
- * test vectors (testdata/rpcbridge/frames.txt, docs/rpcbridge.md section
- * 11): every valid vector of a type the client receives is decoded and its
+ * test vectors (testdata/rpcbridge/frames.txt, and frames-v8.txt of
+ * version 8's PROGRESS; docs/rpcbridge.md section 11): every valid vector of a type the client receives is decoded and its
  * fields compared; every valid vector of a type the client sends is
  * encoded from its fields and the bytes compared; every invalid vector is
  * rejected (header check, then the body decoder of the header's type).
@@ -20,6 +20,9 @@
 
 #ifndef OMST_VECTORS_PATH
 #define OMST_VECTORS_PATH "../../testdata/rpcbridge/frames.txt"
+#endif
+#ifndef OMST_VECTORS_V8_PATH
+#define OMST_VECTORS_V8_PATH "../../testdata/rpcbridge/frames-v8.txt"
 #endif
 
 struct kv {
@@ -169,6 +172,13 @@ static int decode(uint8_t type, const uint8_t *b, size_t n, struct out *o)
 	case FT_END:
 	case FT_OK:
 		return w_dec_empty(b, n);
+	case FT_PROGRESS: {
+		uint64_t done;
+		if ((e = w_dec_progress(b, n, &done)) != 0)
+			return e;
+		add(o, "done", "%" PRIu64, done);
+		return 0;
+	}
 	}
 	return -1000; /* not a type the client receives */
 }
@@ -373,11 +383,9 @@ static void vec_free(struct vec *v)
 	memset(v, 0, sizeof *v);
 }
 
-void test_vectors(void)
+/* Checks every vector of the file at path (want_min: at least that many). */
+static void check_file(const char *path, int want_min)
 {
-	const char *path = getenv("OMST_VECTORS");
-	if (path == NULL || *path == '\0')
-		path = OMST_VECTORS_PATH;
 	FILE *f = fopen(path, "r");
 	if (f == NULL) {
 		t_fail(__FILE__, __LINE__, "cannot open the test vectors %s", path);
@@ -452,7 +460,17 @@ void test_vectors(void)
 	}
 	free(line);
 	fclose(f);
-	t_log("%d vectors (%d valid, %d invalid), %d failed", nvec, nvalid, ninvalid, bad);
-	if (nvec == 0)
-		t_fail(__FILE__, __LINE__, "no vectors in %s", path);
+	t_log("%s: %d vectors (%d valid, %d invalid), %d failed", path, nvec, nvalid, ninvalid, bad);
+	if (nvec < want_min)
+		t_fail(__FILE__, __LINE__, "%d vectors in %s, want at least %d", nvec, path, want_min);
+}
+
+void test_vectors(void)
+{
+	const char *path = getenv("OMST_VECTORS");
+	if (path == NULL || *path == '\0')
+		path = OMST_VECTORS_PATH;
+	check_file(path, 1);
+	/* Version 8: HELLO of 8 and PROGRESS (valid and invalid). */
+	check_file(OMST_VECTORS_V8_PATH, 7);
 }
