@@ -6,7 +6,7 @@ import os
 import threading
 from typing import Any, Dict, List, Optional
 
-from .client import Client, FileArg
+from .client import Client, FileArg, Progress
 from .info import Info
 from .names import NameLike, PathLike
 
@@ -61,9 +61,9 @@ def put_file(name: NameLike, path: PathLike, chunk_size: int = 0) -> str:
     return default_client().put_file(name, path, chunk_size)
 
 
-def get_file(name: NameLike, path: PathLike) -> Info:
+def get_file(name: NameLike, path: PathLike, progress: Optional[Progress] = None) -> Info:
     """:meth:`Client.get_file` on the default client."""
-    return default_client().get_file(name, path)
+    return default_client().get_file(name, path, progress)
 
 
 def put_fd(name: NameLike, file: FileArg, chunk_size: int = 0) -> Info:
@@ -71,9 +71,9 @@ def put_fd(name: NameLike, file: FileArg, chunk_size: int = 0) -> Info:
     return default_client().put_fd(name, file, chunk_size)
 
 
-def get_to_fd(name: NameLike, file: FileArg) -> Info:
+def get_to_fd(name: NameLike, file: FileArg, progress: Optional[Progress] = None) -> Info:
     """:meth:`Client.get_to_fd` on the default client."""
-    return default_client().get_to_fd(name, file)
+    return default_client().get_to_fd(name, file, progress)
 
 
 def stat(name: NameLike) -> Info:

@@ -82,7 +82,15 @@ GET_MANY_BY_PREFIX = 1
 MAX_MANY_BODY = 1 << 20
 MAX_MANY_NAMES = 1 << 16
 
-_KNOWN_TYPES = frozenset(int(t) for t in FrameType) | frozenset(_NAMESPACE_TYPES) | frozenset(_MANY_TYPES)
+# Version 8 (docs/rpcbridge.md section 6.15): a get into a file reports the
+# bytes of the blob in the file so far; its vectors are in frames-v8.txt.
+PROGRESS = 0x3A
+PROGRESS_VERSION = 8
+_PROGRESS_TYPES = {PROGRESS: "PROGRESS"}
+
+_KNOWN_TYPES = (
+    frozenset(int(t) for t in FrameType) | frozenset(_NAMESPACE_TYPES) | frozenset(_MANY_TYPES) | frozenset(_PROGRESS_TYPES)
+)
 _REQUEST_TYPES = frozenset(range(0x10, 0x20))
 
 
@@ -92,6 +100,8 @@ def type_name(ftype: int) -> str:
         return _NAMESPACE_TYPES[ftype]
     if ftype in _MANY_TYPES:
         return _MANY_TYPES[ftype]
+    if ftype in _PROGRESS_TYPES:
+        return _PROGRESS_TYPES[ftype]
     if ftype in _KNOWN_TYPES:
         return FrameType(ftype).name
     return f"FRAME_0x{ftype:02X}"
@@ -570,3 +580,28 @@ def decode_summary(body: bytes) -> Tuple[int, int, int, int]:
 def encode_summary(entries: int, ok: int, failed: int, nbytes: int) -> bytes:
     """SUMMARY: u32 entries, u32 ok, u32 failed, u64 bytes."""
     return encode_frame(SUMMARY, _U32.pack(entries) + _U32.pack(ok) + _U32.pack(failed) + _U64.pack(nbytes))
+
+
+# --- version 8: PROGRESS ----------------------------------------------------
+
+
+def decode_progress(body: bytes) -> int:
+    """Decode a PROGRESS body: u64 done, the bytes of the blob in the file so far."""
+    if len(body) != 8:
+        raise ProtocolError(f"malformed PROGRESS: {len(body)} byte body, want 8")
+    return int(_U64.unpack(body)[0])
+
+
+def encode_progress(done: int) -> bytes:
+    """PROGRESS: u64 done."""
+    return encode_frame(PROGRESS, _U64.pack(done))
+
+
+def check_progress(done: int, last: int, size: int) -> None:
+    """The client's rule for a PROGRESS of done bytes after one of last, in
+    a reply whose INFO said size (section 6.15): it never goes back and
+    never exceeds size. Raises ProtocolError otherwise."""
+    if done > size:
+        raise ProtocolError(f"PROGRESS of {done} bytes for a blob of {size}")
+    if done < last:
+        raise ProtocolError(f"PROGRESS went back from {last} to {done} bytes")

@@ -51,7 +51,7 @@ from .errors import (
 from .info import Info
 from .names import NameLike, PathLike, validate_chunk_size, validate_name, validate_prefix, validate_rm_prefix
 
-__all__ = ["Client", "FileArg", "default_socket", "default_timeout", "PROTOCOL_VERSIONS", "DEFAULT_TIMEOUT"]
+__all__ = ["Client", "FileArg", "Progress", "default_socket", "default_timeout", "PROTOCOL_VERSIONS", "DEFAULT_TIMEOUT"]
 
 #: Protocol versions offered in HELLO, highest first (docs/rpcbridge.md
 #: section 6.1). The daemon answers the smaller of the offer and its own
@@ -61,10 +61,16 @@ __all__ = ["Client", "FileArg", "default_socket", "default_timeout", "PROTOCOL_V
 #: bytes through PUT and GET instead); versions 3 and 4 add requests this
 #: client does not send; version 7 adds GET_MANY and PUT_MANY, which
 #: get_many, iter_many, get_many_into and put_many use (below 7 they send
-#: one GET or PUT per name). The handshake falls back along this list when the
+#: one GET or PUT per name); version 8 adds the PROGRESS frames that follow
+#: a get into a file, which get_file's and get_to_fd's progress callback
+#: reports (below 8 it is called once, at the end). The handshake falls back along this list when the
 #: daemon answers ERROR UNSUPPORTED_VERSION (a daemon that predates
 #: version 2).
-PROTOCOL_VERSIONS: Tuple[int, ...] = (7, 6, 5, 2, 1)
+PROTOCOL_VERSIONS: Tuple[int, ...] = (8, 7, 6, 5, 2, 1)
+
+#: A get's progress callback: called with (done, size), the bytes of the
+#: blob in the file so far and its size (Client.get_file).
+Progress = Callable[[int, int], object]
 
 #: Default per-operation socket timeout in seconds (each send or receive
 #: must make progress within it); OMST_TIMEOUT_MS overrides it.
@@ -460,7 +466,7 @@ class Client:
         with f:
             return self.put_info(raw, f, chunk_size)
 
-    def get_file(self, name: NameLike, path: PathLike) -> Info:
+    def get_file(self, name: NameLike, path: PathLike, progress: Optional[Progress] = None) -> Info:
         """Write the blob named name to path and return its Info.
 
         The destination is prepared here, with this process's rights and
@@ -477,19 +483,30 @@ class Client:
         :meth:`put_file` follows them, and a link's target is replaced, not
         the link; another user's FIFO in a sticky world-writable directory
         is refused (UnsafePath), and so is a directory. Errors name path.
+
+        progress, if given, is called as ``progress(done, size)``: done is
+        the bytes of the blob in the file so far, size the blob's. A daemon
+        of protocol version 8 reports them as the get goes (PROGRESS
+        frames, at most every 100 ms), done never going back, the last call
+        with done == size once every verified byte is in; an older daemon
+        gives one call, with done == size, when the get succeeded. Reports
+        that go back or exceed size, or an END before size, raise
+        ProtocolError. An exception raised by progress stops the get (the
+        connection is dropped, which cancels it in the daemon; path is
+        unchanged) and propagates.
         """
         raw = validate_name(name)
         op = f"get {_shown(raw)}"
         dest = _localfile.create(path, self.timeout, op=op)
         try:
-            info = self._get_to_fd(raw, dest.fd, op, os.fsdecode(path))
+            info = self._get_to_fd(raw, dest.fd, op, os.fsdecode(path), progress)
         except BaseException:
             dest.abort()
             raise
         dest.commit()
         return info
 
-    def get_to_fd(self, name: NameLike, file: FileArg) -> Info:
+    def get_to_fd(self, name: NameLike, file: FileArg, progress: Optional[Progress] = None) -> Info:
         """Write the verified bytes of the blob named name into file (a
         descriptor, or an object with ``fileno()`` such as an open file or
         ``sys.stdout``) and return its Info. The file must be open for
@@ -504,7 +521,8 @@ class Client:
         O_APPEND) receives the bytes in order. A file object is flushed
         first. If the get fails after it started, a regular file holds an
         unspecified mix of old and new bytes (:meth:`get_file` writes a
-        temporary file instead). file is not closed.
+        temporary file instead). file is not closed. progress: as
+        :meth:`get_file`'s.
 
         Raises:
             BadRequest: the descriptor is not open for writing, is a
@@ -513,16 +531,18 @@ class Client:
         raw = validate_name(name)
         fd = _descriptor(file, write=True)
         try:
-            return self._get_to_fd(raw, fd, f"get {_shown(raw)}", None)
+            return self._get_to_fd(raw, fd, f"get {_shown(raw)}", None, progress)
         finally:
             _resync(file, fd)
 
-    def _get_to_fd(self, raw: bytes, fd: int, op: str, where: Optional[str]) -> Info:
+    def _get_to_fd(
+        self, raw: bytes, fd: int, op: str, where: Optional[str], progress: Optional[Progress] = None
+    ) -> Info:
         st, flags = _check_descriptor(fd, True, op)
         regular = stat.S_ISREG(st.st_mode)
         frame = _wire.encode_name_request(FrameType.GET_TO_FD, raw)
 
-        def progress() -> object:
+        def moved() -> object:
             # The daemon's writes grow or touch a regular file.
             s = os.fstat(fd)
             return (s.st_size, s.st_mtime_ns)
@@ -540,17 +560,33 @@ class Client:
             if ftype != FrameType.INFO:
                 raise ProtocolError(f"{op}: daemon sent {_wire.type_name(ftype)}, expected INFO")
             info = _wire.decode_info(body)
-            conn.wait_reply(progress if regular else None, op)
-            ftype, n = conn.read_header()
-            body = conn.read_body(n)
-            if ftype == FrameType.END:
-                _wire.decode_empty(body, "END")
-                conn.finish()
-                return dataclasses.replace(info, local=True)
-            if ftype == FrameType.ERROR:
-                conn.finish()
-                raise self._error(body)
-            raise ProtocolError(f"{op}: daemon sent {_wire.type_name(ftype)}, expected END")
+            # Version 8: PROGRESS frames, the last of every byte, then END.
+            v8 = conn.version >= _wire.PROGRESS_VERSION
+            last = 0
+            while True:
+                conn.wait_reply(moved if regular else None, op)
+                ftype, n = conn.read_header()
+                body = conn.read_body(n)
+                if ftype == _wire.PROGRESS and v8:
+                    done = _wire.decode_progress(body)
+                    _wire.check_progress(done, last, info.size)
+                    last = done
+                    if progress is not None:
+                        progress(done, info.size)
+                    continue
+                if ftype == FrameType.END:
+                    _wire.decode_empty(body, "END")
+                    if v8 and last != info.size:
+                        raise ProtocolError(f"{op}: END after PROGRESS of {last} bytes, not the blob's {info.size}")
+                    conn.finish()
+                    if not v8 and progress is not None:
+                        progress(info.size, info.size)
+                    return dataclasses.replace(info, local=True)
+                if ftype == FrameType.ERROR:
+                    conn.finish()
+                    raise self._error(body)
+                want = "PROGRESS or END" if v8 else "END"
+                raise ProtocolError(f"{op}: daemon sent {_wire.type_name(ftype)}, expected {want}")
 
         try:
             return self._run(run)
@@ -561,7 +597,10 @@ class Client:
                 _name_file(e, where)
             raise
         in_place = regular and not flags & os.O_APPEND
-        return self._run(lambda conn: self._get_stream_to(conn, raw, fd, in_place, op, where))
+        info = self._run(lambda conn: self._get_stream_to(conn, raw, fd, in_place, op, where))
+        if progress is not None:
+            progress(info.size, info.size)
+        return info
 
     def _get_stream_to(
         self, conn: Connection, raw: bytes, fd: int, in_place: bool, op: str, where: Optional[str]

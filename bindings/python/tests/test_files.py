@@ -93,8 +93,8 @@ def c(daemon: Daemon) -> Iterator[omst.Client]:
 # --- against the real daemon ----------------------------------------------------------
 
 
-def test_speaks_version_7(c: omst.Client) -> None:
-    assert c.protocol_version == 7
+def test_speaks_version_8(c: omst.Client) -> None:
+    assert c.protocol_version == 8
 
 
 @pytest.mark.parametrize("size, chunk_size", [(0, 0), (1, 0), (3 * MiB + 7, 0), (MiB + 1, 65536)])
@@ -458,7 +458,7 @@ def test_other_uid(omst_bin: str, ns: str) -> None:
             return out
 
         got = _as_nobody(client)
-        assert got.get("version") == 7, got
+        assert got.get("version") == 8, got
         assert got["secret"] == errno.EACCES and got["rootdir"] == errno.EACCES, got
         assert got["put_file"] == "Forbidden", got
         copy = os.path.join(work, "copy")

@@ -207,7 +207,7 @@ def test_real_daemon_hello(daemon: Daemon) -> None:
     # Whatever the daemon speaks, the client ends up on a version it offered.
     c = omst.Client(daemon.sock)
     assert c.protocol_version in omst.client.PROTOCOL_VERSIONS
-    assert c.protocol_version == 7, "this checkout's daemon speaks version 7"
+    assert c.protocol_version == 8, "this checkout's daemon speaks version 8"
     c.close()
     conn = _conn.Connection.open(daemon.sock, 5, (2, 1))
     assert conn.version in (1, 2)
