@@ -7,6 +7,7 @@ testdata/rpcbridge/frames-v8.txt."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import threading
 import time
@@ -74,6 +75,20 @@ def test_check_progress() -> None:
         _wire.check_progress(4, 5, 10)
     with pytest.raises(ProtocolError, match="blob of 10"):
         _wire.check_progress(11, 0, 10)
+
+
+def test_progress_decoder_fuzz() -> None:
+    # Random bodies (seeded): decoded exactly when 8 bytes, else
+    # ProtocolError; never another exception.
+    rng = random.Random(20261127)
+    for _ in range(5000):
+        body = bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 17)))
+        try:
+            done = _wire.decode_progress(body)
+        except ProtocolError:
+            assert len(body) != 8
+            continue
+        assert len(body) == 8 and _wire.encode_progress(done)[8:] == body
 
 
 # --- scripted daemons ----------------------------------------------------------------------
