@@ -30,7 +30,7 @@ var faultNames = map[string]bool{FaultCorruptServe: true, FaultNotFoundServe: tr
 	FaultBusyRelay: true, FaultRedirectRelay: true}
 
 // liedMarker starts the line a lying daemon logs for each lie
-// (pkg/transfer/internal/server's injectFault).
+// (pkg/transfer/internal/server's lieLog, logged by refuseSibling).
 const liedMarker = "fault injection: lying to a sibling"
 
 var (
