@@ -28,6 +28,14 @@ type blobFile struct {
 	// of the index (a crash removes the file: they must not be found
 	// missing at the next Open).
 	committed bool
+	// owned: the store's own file (a put's, DIR/blobs/<cid>.s<n>), not a
+	// user's destination: the bytes of a chunk that leaves it (evicted,
+	// dropped, promoted) are punched out (releaseRangeLocked), so that
+	// the cache cap bounds the disk. A user's file is never punched.
+	owned bool
+	// dying: the file is being removed with all its entries (an aborted
+	// put): no hole is punched for them.
+	dying bool
 }
 
 // ErrNoSink is returned by Store.LinkSink for a file the store cannot share
@@ -282,7 +290,7 @@ func (sk *Sink) Commit() error {
 		return fmt.Errorf("sink of %s: already ended", sk.id)
 	}
 	sk.endLocked()
-	final, err := s.newBlobPath(sk.id)
+	final, err := s.newBlobPath(sk.id, false)
 	if err == nil {
 		err = os.Rename(sk.bf.path, final)
 	}
@@ -331,6 +339,55 @@ func (s *Store) dropSinkEntriesLocked(sk *Sink) {
 	s.unrefBlobLocked(sk.bf)
 }
 
+// releaseRangeLocked frees the disk space of chunk entry e, which leaves
+// its blob file (evicted, dropped or promoted), when the file is the
+// store's own and stays linked: a hole is punched over its bytes
+// (fallocate PUNCH_HOLE|KEEP_SIZE: the file keeps its size, the range
+// reads as zeros and holds no blocks). A user's file is left alone. s.mu
+// is held.
+func (s *Store) releaseRangeLocked(e *chunkEntry) {
+	bf := e.bf
+	if bf == nil || !bf.owned || bf.dying || bf.refs <= 1 {
+		return // the last reference unlinks the file
+	}
+	if err := punchHole(bf.path, e.off, e.size); err != nil {
+		s.log.Warn("free a chunk's bytes in a blob file", "path", bf.path, "chunk", e.hash.String(), "err", err)
+	}
+}
+
+// punchHole deallocates n bytes at off in the file at path.
+func punchHole(path string, off, n int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return punchHoleFile(f, off, n)
+}
+
+// punchHoleFile deallocates n bytes at off in f.
+func punchHoleFile(f *os.File, off, n int64) error {
+	for {
+		err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("punch a hole of %d bytes at %d: %w", n, off, err)
+		}
+		return nil
+	}
+}
+
+// hasHole reports whether the n bytes at off in f hold a hole (a range
+// punched out, or never written): SEEK_HOLE finds one before off+n. A
+// filesystem without SEEK_HOLE reports none (the file's end is its only
+// hole).
+func hasHole(f *os.File, off, n int64) bool {
+	h, err := unix.Seek(int(f.Fd()), off, unix.SEEK_HOLE)
+	return err == nil && h < off+n
+}
+
 // unrefBlobLocked drops a reference to bf and unlinks it from the store
 // with the last; s.mu is held.
 func (s *Store) unrefBlobLocked(bf *blobFile) {
@@ -343,10 +400,15 @@ func (s *Store) unrefBlobLocked(bf *blobFile) {
 	}
 }
 
-// newBlobPath returns an unused path DIR/blobs/<cid>.<n>.
-func (s *Store) newBlobPath(id cid.Cid) (string, error) {
+// newBlobPath returns an unused path DIR/blobs/<cid>.<n>, or for a file
+// of the store's own (owned) DIR/blobs/<cid>.s<n>.
+func (s *Store) newBlobPath(id cid.Cid, owned bool) (string, error) {
+	tag := "."
+	if owned {
+		tag = ".s"
+	}
 	for n := 0; n < 1000; n++ {
-		p := filepath.Join(s.blobDir, id.String()+"."+strconv.Itoa(n))
+		p := filepath.Join(s.blobDir, id.String()+tag+strconv.Itoa(n))
 		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
 			return p, nil
 		}
@@ -354,33 +416,47 @@ func (s *Store) newBlobPath(id cid.Cid) (string, error) {
 	return "", fmt.Errorf("blob files of %s: too many", id)
 }
 
-// parseBlobName parses a DIR/blobs file name, <cid>.<n>.
-func parseBlobName(name string) (cid.Cid, bool) {
+// parseBlobName parses a DIR/blobs file name: <cid>.<n> (a get's
+// destination) or <cid>.s<n> (owned: a file of the store's own, a put's).
+func parseBlobName(name string) (id cid.Cid, owned, ok bool) {
 	base, n, ok := strings.Cut(name, ".")
 	if !ok {
-		return cid.Undef, false
+		return cid.Undef, false, false
+	}
+	if rest, isOwned := strings.CutPrefix(n, "s"); isOwned {
+		n, owned = rest, true
 	}
 	if _, err := strconv.Atoi(n); err != nil {
-		return cid.Undef, false
+		return cid.Undef, false, false
 	}
 	id, err := cid.Decode(base)
-	return id, err == nil
+	return id, owned, err == nil
 }
 
 // loadBlobFiles locates chunk entries in the blob files of DIR/blobs (a
 // chunk with a chunk file stays there): each file is a committed get's
-// destination and holds its blob whole as of the commit (verification on
-// read catches any later change). seen gains the hashes located; files
-// that locate nothing, whose blob has no stored manifest, or whose size is
-// not the blob's (changed since) are removed (the store's link only).
-func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, err error) {
+// destination or put's file and holds its blob whole as of the commit
+// (verification on read catches any later change). In a file of the
+// store's own (<cid>.s<n>), a chunk whose range holds a hole was punched
+// out (evicted, dropped, promoted, or stored elsewhere at the put) and is
+// not located there, unless its bytes are all zeros (a hole reads as
+// them: a sparse input copied by reflink); the bytes of a chunk located
+// elsewhere that such a file still holds (a crash between a chunk's move
+// and its punch) are punched now, so the cap bounds the disk. seen gains
+// the hashes located, punched the entries of chunks found punched out
+// (evicted: no damage). Files that locate nothing, whose blob has no
+// stored manifest, or whose size is not the blob's (changed since) are
+// removed (the store's link only).
+func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, punched map[blob.Hash]bool, err error) {
 	ents, err := os.ReadDir(s.blobDir)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", s.blobDir, err)
+		return 0, nil, fmt.Errorf("read %s: %w", s.blobDir, err)
 	}
+	punched = map[blob.Hash]bool{}
+	zero := map[int]blob.Hash{} // the hash of n zero bytes, by n
 	for _, d := range ents {
 		path := filepath.Join(s.blobDir, d.Name())
-		id, ok := parseBlobName(d.Name())
+		id, owned, ok := parseBlobName(d.Name())
 		var m *blob.Manifest
 		var info fs.FileInfo
 		if ok {
@@ -390,14 +466,44 @@ func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, err error) 
 			}
 			ok = err == nil && info.Mode().IsRegular() && info.Size() == int64(m.Size)
 		}
-		bf := &blobFile{path: path, committed: true}
+		bf := &blobFile{path: path, committed: true, owned: owned}
+		var f *os.File // an owned file, open for its holes
+		if ok && owned {
+			if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+				ok = false
+			}
+		}
 		if ok {
 			for i, h := range m.Chunks {
-				if seen[h] {
+				size := int64(m.ChunkLen(i))
+				off := int64(m.ChunkOffset(i))
+				if f != nil {
+					hole := hasHole(f, off, size)
+					if seen[h] {
+						if !hole {
+							if e := s.chunks[h]; e == nil || e.bf != bf || e.off != off {
+								if err := punchHoleFile(f, off, size); err != nil {
+									s.log.Warn("free a chunk's second copy in a blob file", "path", path, "err", err)
+								}
+							}
+						}
+						continue
+					}
+					if hole {
+						z, ok := zero[int(size)]
+						if !ok {
+							z = blob.HashChunk(make([]byte, size))
+							zero[int(size)] = z
+						}
+						if h != z {
+							punched[h] = true
+							continue
+						}
+					}
+				} else if seen[h] {
 					continue
 				}
 				seen[h] = true
-				size := int64(m.ChunkLen(i))
 				e := s.chunks[h]
 				if e == nil || e.size != size {
 					e = &chunkEntry{hash: h, size: size, lastUse: info.ModTime().UnixNano()}
@@ -405,18 +511,21 @@ func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, err error) 
 					s.dirty[h] = struct{}{}
 					adopted++
 				}
-				e.bf, e.off = bf, int64(m.ChunkOffset(i))
+				e.bf, e.off = bf, off
 				bf.refs++
 			}
+		}
+		if f != nil {
+			f.Close()
 		}
 		if bf.refs == 0 {
 			s.log.Warn("removing blob file that holds no chunk of the store", "path", path)
 			if err := os.Remove(path); err != nil {
-				return adopted, err
+				return adopted, punched, err
 			}
 		}
 	}
-	return adopted, nil
+	return adopted, punched, nil
 }
 
 // CopyChunkTo copies the stored chunk h (length bytes) into dst at off,
@@ -453,39 +562,49 @@ func (s *Store) CopyChunkTo(h blob.Hash, dst *os.File, off, length int64) error 
 	if err := s.checkRead(h, buf); err != nil {
 		return err
 	}
-	return copyRange(f, foff, dst, off, size)
+	_, err = copyRange(f, foff, dst, off, size)
+	return err
 }
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, blob.DefaultChunkSize); return &b }}
 
+// errSourceEnded is copyRange's error for a source that ends early.
+var errSourceEnded = errors.New("source ended early")
+
 // copyRange copies n bytes of src at soff to dst at doff with
 // copy_file_range, falling back to a read and a write where the kernel
-// refuses it for these files.
-func copyRange(src *os.File, soff int64, dst *os.File, doff, n int64) error {
+// refuses it for these files, and returns how many it copied.
+func copyRange(src *os.File, soff int64, dst *os.File, doff, n int64) (int64, error) {
+	var done int64
 	for n > 0 {
 		so, do := soff, doff
-		k, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, int(n), 0)
+		k, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, int(min(n, 1<<30)), 0)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
-				_, err = io.Copy(io.NewOffsetWriter(dst, doff), io.NewSectionReader(src, soff, n))
+				k, err := io.Copy(io.NewOffsetWriter(dst, doff), io.NewSectionReader(src, soff, n))
+				done += k
 				if err != nil {
-					return noSpace(fmt.Errorf("copy: %w", err))
+					return done, noSpace(fmt.Errorf("copy: %w", err))
 				}
-				return nil
+				if k < n {
+					return done, fmt.Errorf("copy: %d bytes missing: %w: %w", n-k, errSourceEnded, blob.ErrNotFound)
+				}
+				return done, nil
 			}
-			return noSpace(fmt.Errorf("copy_file_range: %w", err))
+			return done, noSpace(fmt.Errorf("copy_file_range: %w", err))
 		}
 		if k == 0 {
-			return fmt.Errorf("copy_file_range: source ended %d bytes early: %w", n, blob.ErrNotFound)
+			return done, fmt.Errorf("copy_file_range: %d bytes missing: %w: %w", n, errSourceEnded, blob.ErrNotFound)
 		}
 		soff += int64(k)
 		doff += int64(k)
 		n -= int64(k)
+		done += int64(k)
 	}
-	return nil
+	return done, nil
 }
 
 // PromoteChunk moves chunk h out of a blob file into a chunk file of its
@@ -522,6 +641,7 @@ func (s *Store) PromoteChunk(h blob.Hash) error {
 		os.Remove(tmp)
 		return noSpace(fmt.Errorf("promote chunk %s: %w", h, err))
 	}
+	s.releaseRangeLocked(e)
 	s.unrefBlobLocked(e.bf)
 	e.bf, e.off = nil, 0
 	return nil

@@ -369,16 +369,21 @@ func FuzzParseBlobName(f *testing.F) {
 		"bafkr4icrji3kqiljvxxdnakihxstknt5iqjejuhv4pyb4figi7lvl7xwq4.0",
 		"bafkr4icrji3kqiljvxxdnakihxstknt5iqjejuhv4pyb4figi7lvl7xwq4.17",
 		"bafkr4icrji3kqiljvxxdnakihxstknt5iqjejuhv4pyb4figi7lvl7xwq4",
-		"blob-123", ".0", "x.y", "", "bafy.-1",
+		"bafkr4icrji3kqiljvxxdnakihxstknt5iqjejuhv4pyb4figi7lvl7xwq4.s3",
+		"bafkr4icrji3kqiljvxxdnakihxstknt5iqjejuhv4pyb4figi7lvl7xwq4.s",
+		"blob-123", ".0", "x.y", "", "bafy.-1", "bafy.s-1",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		id, ok := parseBlobName(name)
+		id, owned, ok := parseBlobName(name)
 		if !ok {
 			return
 		}
-		base, _, _ := strings.Cut(name, ".")
+		base, n, _ := strings.Cut(name, ".")
+		if owned != strings.HasPrefix(n, "s") {
+			t.Fatalf("%q parsed as owned=%v", name, owned)
+		}
 		if !id.Defined() {
 			t.Fatalf("%q parsed to an undefined CID", name)
 		}

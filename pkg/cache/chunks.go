@@ -370,6 +370,19 @@ func (s *Store) OpenChunkAt(h blob.Hash) (f *os.File, off, size int64, err error
 		return nil, 0, 0, fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
 	}
 	f, err = os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A put's or a get's blob file moved from DIR/tmp to DIR/blobs
+		// (under s.mu) since its path was read: open it where it is.
+		s.mu.Lock()
+		moved := s.chunks[h] == e && e.bf != nil && e.bf.path != path
+		if moved {
+			path = e.bf.path
+		}
+		s.mu.Unlock()
+		if moved {
+			f, err = os.Open(path)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			s.dropEntry(e, "file missing")
@@ -433,6 +446,7 @@ func (s *Store) dropEntry(e *chunkEntry, why string) {
 // removeLocked deletes a chunk's file and entry and fixes the accounting.
 func (s *Store) removeLocked(e *chunkEntry) {
 	if e.bf != nil {
+		s.releaseRangeLocked(e)
 		s.unrefBlobLocked(e.bf)
 	} else if err := os.Remove(s.chunkPath(e.hash)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("remove chunk file", "chunk", e.hash.String(), "err", err)

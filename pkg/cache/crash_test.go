@@ -138,7 +138,9 @@ wait:
 	if !strings.Contains(strings.Join(seen, "\n"), "DONE") {
 		t.Fatalf("child never finished the first blob: %q", seen)
 	}
-	if countFiles(t, filepath.Join(dir, "chunks")) <= blob.NumChunks(crashDoneSize, 256<<10) {
+	// The interrupted put's blob file, in DIR/tmp, holds bytes: the kill
+	// came mid-put.
+	if n := fileBytes(t, filepath.Join(dir, "tmp")); n == 0 {
 		t.Fatal("the interrupted ingest wrote no chunk before the kill; the test proves nothing")
 	}
 
@@ -167,11 +169,13 @@ wait:
 	if u.PinnedBytes != crashDoneSize {
 		t.Fatalf("pinned %d bytes after crash, want %d (interrupted ingest must pin nothing)", u.PinnedBytes, crashDoneSize)
 	}
-	if u.UsedBytes <= crashDoneSize || u.Chunks != countFiles(t, filepath.Join(dir, "chunks")) {
-		t.Fatalf("usage %+v does not account for the adopted chunk files", u)
+	// Nothing of the interrupted put is left: its blob file was in
+	// DIR/tmp (cleared at Open), its entries never reached the index.
+	if u.UsedBytes != crashDoneSize || u.OrphanedBytes != 0 || u.DamagedChunks != 0 {
+		t.Fatalf("usage %+v after the crash: want only the completed blob's %d bytes, no orphan, nothing damaged", u, crashDoneSize)
 	}
-	if u.OrphanedBytes != u.UsedBytes-crashDoneSize {
-		t.Fatalf("orphaned %d bytes after crash, want the interrupted ingest's %d", u.OrphanedBytes, u.UsedBytes-crashDoneSize)
+	if c, b := countFiles(t, filepath.Join(dir, "chunks")), countFiles(t, filepath.Join(dir, "blobs")); c != 0 || b != 1 {
+		t.Fatalf("%d chunk files and %d blob files after the crash, want 0 and the completed put's 1", c, b)
 	}
 	if n := countFiles(t, filepath.Join(dir, "tmp")); n != 0 {
 		t.Fatalf("%d temp files left after reopen", n)
@@ -229,4 +233,24 @@ func TestIngestDiskFull(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fileBytes sums the sizes of the regular files under dir.
+func fileBytes(t testing.TB, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -82,3 +82,33 @@ func readBlob(t testing.TB, s *Store, m *blob.Manifest) []byte {
 	}
 	return out
 }
+
+// chunkAt returns the file that holds chunk h (a chunk file, or a blob
+// file: a put's or a get's) and the chunk's offset there.
+func chunkAt(t testing.TB, s *Store, h blob.Hash) (string, int64) {
+	t.Helper()
+	f, off, _, err := s.OpenChunkAt(h)
+	if err != nil {
+		t.Fatalf("chunk %s: %v", h, err)
+	}
+	defer f.Close()
+	return f.Name(), off
+}
+
+// flipAt flips the bits of the byte at off in the file at path.
+func flipAt(t testing.TB, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/ipfs/go-cid"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -98,20 +101,29 @@ func (s *Store) IngestWith(ctx context.Context, name string, r io.Reader, chunkS
 
 // ingestRun is the state of one Ingest call.
 type ingestRun struct {
-	s       *Store
-	mu      sync.Mutex
-	held    map[blob.Hash]struct{} // chunks this run protects from eviction (under mu until the writers end)
-	hashes  []blob.Hash            // the chunks' hashes in blob order (under mu until the writers end)
-	written []writtenChunk         // chunks whose files this run created (under mu)
-	opts    IngestOptions
+	s      *Store
+	mu     sync.Mutex
+	held   map[blob.Hash]struct{} // chunks this run protects from eviction (under mu until the workers end)
+	hashes []blob.Hash            // the chunks' hashes in blob order (under mu until the workers end)
+	opts   IngestOptions
 	// quotaLeft is what the user's quota leaves for this put (-1: no quota).
 	quotaLeft int64
+	// bf is the put's blob file (DIR/tmp/put-*, then DIR/blobs/<cid>.s<n>),
+	// wf the store's read-write descriptor of it; placed are the chunk
+	// entries located in it (under mu), pending the bytes reserved for
+	// chunks copied into it and not placed yet (under s.mu).
+	bf      *blobFile
+	wf      *os.File
+	placed  []*chunkEntry
+	pending int64
 }
 
-// writtenChunk is a chunk an ingest created, with its last use at creation.
-type writtenChunk struct {
-	e  *chunkEntry
-	at int64
+// regularInput is an input a put copies in the kernel: a regular file
+// read through pkg/stablefile (its Reader).
+type regularInput interface {
+	io.Reader
+	Regular() (f *os.File, off, n int64, ok bool)
+	Skip(n int64) error
 }
 
 type ingestJob struct {
@@ -132,44 +144,60 @@ func getBuf(size int) []byte {
 
 func putBuf(b []byte) { bufPool.Put(&b) }
 
+// copyGroupBytes is about how many bytes of a regular input one
+// copy_file_range call copies before the hashers are given them.
+const copyGroupBytes = 8 << 20
+
 func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSize int, origin string) (blob.Record, error) {
 	s := ig.s
+	f, err := os.CreateTemp(s.tmpDir, "put-*")
+	if err != nil {
+		return blob.Record{}, noSpace(fmt.Errorf("create the blob file: %w", err))
+	}
+	ig.bf, ig.wf = &blobFile{path: f.Name(), refs: 1, owned: true}, f
+	var m *blob.Manifest
+	if ri, ok := r.(regularInput); ok {
+		if src, off, n, regular := ri.Regular(); regular {
+			m, err = ig.copyFile(ctx, ri, src, off, n, chunkSize)
+		} else {
+			m, err = ig.readStream(ctx, r, chunkSize)
+		}
+	} else {
+		m, err = ig.readStream(ctx, r, chunkSize)
+	}
+	if err != nil {
+		return blob.Record{}, err
+	}
+	return ig.commit(name, m, origin)
+}
+
+// workers is how many goroutines hash a put's chunks.
+func workers() int { return max(runtime.GOMAXPROCS(0), 1) }
+
+// readStream reads r to its end into chunk buffers (bounded memory) and
+// has them hashed and written into the blob file at their offsets by
+// workers() goroutines, while it reads on.
+func (ig *ingestRun) readStream(ctx context.Context, r io.Reader, chunkSize int) (*blob.Manifest, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	nbuf := min(max(ingestMemory/chunkSize, minIngestBuffers), maxIngestBuffers)
+	nw := workers()
+	nbuf := min(max(ingestMemory/chunkSize, minIngestBuffers, nw+1), max(maxIngestBuffers, nw+1))
 	free := make(chan []byte, nbuf)
 	for range nbuf {
 		free <- nil // allocated on first use
 	}
 	jobs := make(chan ingestJob, nbuf)
 	var wg sync.WaitGroup
-	for range ingestWriters {
+	for range nw {
 		wg.Go(func() {
 			for j := range jobs {
 				if ctx.Err() == nil {
-					// Hashed here, not by the reader: the writers hash
-					// in parallel while the reader reads on.
-					h, ob := s.hashChunk(j.buf[:j.n])
-					ig.mu.Lock()
-					ig.hold(h)
-					for len(ig.hashes) <= j.i {
-						ig.hashes = append(ig.hashes, blob.Hash{})
-					}
-					ig.hashes[j.i] = h
-					ig.mu.Unlock()
-					e, at, err := s.storeChunk(h, j.buf[:j.n], true)
-					if err != nil {
+					data := j.buf[:j.n]
+					h, ob := ig.s.hashChunk(data)
+					ig.record(j.i, h)
+					if err := ig.place(int64(j.i)*int64(chunkSize), h, ob, int64(j.n), data); err != nil {
 						cancel(fmt.Errorf("store chunk %d: %w", j.i, err))
-					} else {
-						if ob != nil {
-							s.PutOutboard(h, ob)
-						}
-						if e != nil {
-							ig.mu.Lock()
-							ig.written = append(ig.written, writtenChunk{e, at})
-							ig.mu.Unlock()
-						}
 					}
 				}
 				free <- j.buf
@@ -179,7 +207,7 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 
 	m := &blob.Manifest{ChunkSize: uint32(chunkSize)}
 	maxChunks := blob.MaxChunksFor(chunkSize)
-	chunks := 0 // read and queued; the writers hash them (ig.hashes)
+	chunks := 0 // read and queued; the workers hash them (ig.hashes)
 	var rerr error
 	for i := 0; ; i++ {
 		var buf []byte
@@ -233,20 +261,221 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 		}
 	}
 	if rerr != nil {
-		return blob.Record{}, rerr
+		return nil, rerr
 	}
 	if ctx.Err() != nil {
-		return blob.Record{}, context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
 	if len(ig.hashes) != chunks { // never: every chunk queued was hashed
-		return blob.Record{}, fmt.Errorf("ingest: %d chunks read, %d hashed", chunks, len(ig.hashes))
+		return nil, fmt.Errorf("ingest: %d chunks read, %d hashed", chunks, len(ig.hashes))
 	}
 	m.Chunks = ig.hashes
-	return ig.commit(name, m, origin)
+	return m, nil
+}
+
+// copyFile copies the n bytes of the regular input src at off into the
+// blob file in the kernel (copy_file_range: shared extents where the
+// filesystem can, a copy in the kernel where it cannot), a group of
+// chunks at a time, each chunk's room reserved under the cap first; and
+// workers() goroutines read each chunk back from the blob file, the
+// store's own, and hash it, so that the bytes stored are the bytes
+// hashed whatever the caller does to its file. The input's end is then
+// checked as a Read would (stablefile: unchanged since its open).
+func (ig *ingestRun) copyFile(ctx context.Context, in regularInput, src *os.File, off, n int64, chunkSize int) (*blob.Manifest, error) {
+	s := ig.s
+	if err := blob.CheckSize(uint64(n), chunkSize); err != nil {
+		return nil, err
+	}
+	if ig.quotaLeft >= 0 && n > ig.quotaLeft {
+		return nil, quotaErr(ig.opts.User, ig.opts.Quota-uint64(ig.quotaLeft), uint64(n), ig.opts.Quota)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	m := &blob.Manifest{ChunkSize: uint32(chunkSize), Size: uint64(n)}
+	nch := int((n + int64(chunkSize) - 1) / int64(chunkSize))
+	hashes := make([]blob.Hash, nch)
+	m.Chunks = hashes // its length gives ChunkLen; each worker fills its own chunks' hashes
+	nw := workers()
+	jobs := make(chan int, 2*nw)
+	var wg sync.WaitGroup
+	for range nw {
+		wg.Go(func() {
+			var buf []byte
+			for i := range jobs {
+				if ctx.Err() != nil {
+					continue
+				}
+				if buf == nil {
+					buf = getBuf(chunkSize)
+				}
+				l, coff := int64(m.ChunkLen(i)), int64(m.ChunkOffset(i))
+				if _, err := ig.wf.ReadAt(buf[:l], coff); err != nil {
+					cancel(fmt.Errorf("read chunk %d back from the blob file: %w", i, err))
+					continue
+				}
+				h, ob := s.hashChunk(buf[:l])
+				hashes[i] = h
+				ig.mu.Lock()
+				ig.hold(h)
+				ig.mu.Unlock()
+				if err := ig.place(coff, h, ob, l, nil); err != nil {
+					cancel(fmt.Errorf("store chunk %d: %w", i, err))
+				}
+			}
+			if buf != nil {
+				putBuf(buf)
+			}
+		})
+	}
+	group := max(copyGroupBytes/chunkSize, 1)
+	var copied int64
+	var cerr error
+	for i := 0; i < nch && ctx.Err() == nil && cerr == nil; i += group {
+		j := min(i+group, nch)
+		from, to := int64(m.ChunkOffset(i)), n
+		if j < nch {
+			to = int64(m.ChunkOffset(j))
+		}
+		if cerr = ig.reserve(m, i, j); cerr != nil {
+			break
+		}
+		k, err := copyRange(src, off+from, ig.wf, from, to-from)
+		copied += k
+		if err != nil {
+			if errors.Is(err, errSourceEnded) {
+				// The file shrank: stablefile says how.
+				if serr := in.Skip(copied); serr != nil {
+					cerr = serr
+				} else if _, rerr := in.Read(make([]byte, 1)); rerr != nil && rerr != io.EOF {
+					cerr = fmt.Errorf("read the input: %w", rerr)
+				}
+			}
+			if cerr == nil {
+				cerr = fmt.Errorf("copy the input into the blob file: %w", err)
+			}
+			break
+		}
+		for k := i; k < j; k++ {
+			select {
+			case jobs <- k:
+			case <-ctx.Done():
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if cerr != nil {
+		return nil, cerr
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	// The end: stablefile checks the file is as it was at its open.
+	if err := in.Skip(n); err != nil {
+		return nil, fmt.Errorf("read the input: %w", err)
+	}
+	if k, err := in.Read(make([]byte, 1)); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("%d more bytes after its end", k)
+		}
+		return nil, fmt.Errorf("read the input: %w", err)
+	}
+	ig.hashes = hashes
+	return m, nil
+}
+
+// reserve makes room under the cap for chunks i..j-1 of m, about to be
+// copied into the blob file (evicting as a put does), and counts them
+// pending until placed.
+func (ig *ingestRun) reserve(m *blob.Manifest, i, j int) error {
+	s := ig.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := i; k < j; k++ {
+		l := int64(m.ChunkLen(k))
+		if err := s.evictLocked(l); err != nil {
+			return err
+		}
+		s.reserved += l
+		ig.pending += l
+	}
+	return nil
+}
+
+// record notes chunk i's hash and holds it.
+func (ig *ingestRun) record(i int, h blob.Hash) {
+	ig.mu.Lock()
+	defer ig.mu.Unlock()
+	ig.hold(h)
+	for len(ig.hashes) <= i {
+		ig.hashes = append(ig.hashes, blob.Hash{})
+	}
+	ig.hashes[i] = h
+}
+
+// place enters chunk h (n bytes at off of the blob, held by the run) as
+// located in the blob file: data, if not nil, is written there first
+// (within the cap); else the bytes are there already (copyFile reserved
+// their room). A chunk the store holds already, elsewhere, is not
+// entered again: its bytes in the blob file, if any, are punched out.
+func (ig *ingestRun) place(off int64, h blob.Hash, ob []byte, n int64, data []byte) error {
+	s := ig.s
+	s.mu.Lock()
+	if data == nil {
+		s.reserved -= n
+		ig.pending -= n
+	}
+	if e, ok := s.chunks[h]; ok {
+		s.touchLocked(e)
+		s.mu.Unlock()
+		if data == nil {
+			ig.punch(off, n)
+		}
+		return nil
+	}
+	if data != nil {
+		if err := s.evictLocked(n); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		s.reserved += n
+		s.mu.Unlock()
+		_, werr := ig.wf.WriteAt(data, off)
+		s.mu.Lock()
+		s.reserved -= n
+		if werr != nil {
+			s.mu.Unlock()
+			return noSpace(fmt.Errorf("write into the blob file: %w", werr))
+		}
+		if e, ok := s.chunks[h]; ok { // stored meanwhile (by another put, or at another offset of this one)
+			s.touchLocked(e)
+			s.mu.Unlock()
+			ig.punch(off, n)
+			return nil
+		}
+	}
+	e := &chunkEntry{hash: h, size: n, bf: ig.bf, off: off, lastUse: time.Now().UnixNano()}
+	ig.bf.refs++
+	s.addEntryLocked(e, true)
+	s.mu.Unlock()
+	ig.mu.Lock()
+	ig.placed = append(ig.placed, e)
+	ig.mu.Unlock()
+	if ob != nil {
+		s.PutOutboard(h, ob)
+	}
+	return nil
+}
+
+// punch frees n bytes at off of the blob file (a chunk stored elsewhere).
+func (ig *ingestRun) punch(off, n int64) {
+	if err := punchHoleFile(ig.wf, off, n); err != nil {
+		ig.s.log.Warn("free a chunk stored twice in a put's blob file", "path", ig.wf.Name(), "err", err)
+	}
 }
 
 // hold protects h from eviction until the run ends; ig.mu is held (or
-// the writers have ended).
+// the workers have ended).
 func (ig *ingestRun) hold(h blob.Hash) {
 	if _, ok := ig.held[h]; ok {
 		return
@@ -265,19 +494,49 @@ func (ig *ingestRun) releaseLocked() {
 	clear(ig.held)
 }
 
-// abort drops the holds and removes the chunk files this run created that
-// nothing else pins and nobody has put or read since.
+// abort drops the holds and the reservations, and removes the blob file
+// with the entries located in it; a chunk located there that something
+// else pins meanwhile (another put found it stored) is moved to a chunk
+// file of its own first (PromoteChunk), so that it stays.
 func (ig *ingestRun) abort() {
 	s := ig.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ig.releaseLocked()
-	for _, w := range ig.written {
-		h := w.e.hash
-		if s.chunks[h] == w.e && w.e.lastUse == w.at && s.pinCount[h] == 0 {
-			s.removeLocked(w.e)
+	s.reserved -= ig.pending
+	ig.pending = 0
+	bf := ig.bf
+	if bf == nil {
+		s.mu.Unlock()
+		return
+	}
+	ig.bf = nil
+	bf.dying = true
+	var keep []blob.Hash
+	for _, e := range ig.placed {
+		if s.chunks[e.hash] != e || e.bf != bf {
+			continue
+		}
+		if s.pinCount[e.hash] > 0 {
+			keep = append(keep, e.hash)
+		} else {
+			s.removeLocked(e)
 		}
 	}
+	s.mu.Unlock()
+	for _, h := range keep {
+		if err := s.PromoteChunk(h); err != nil {
+			s.log.Warn("keep a chunk of a failed put that another put uses", "chunk", h.String(), "err", err)
+		}
+	}
+	s.mu.Lock()
+	for _, e := range ig.placed {
+		if s.chunks[e.hash] == e && e.bf == bf {
+			s.removeLocked(e)
+		}
+	}
+	s.unrefBlobLocked(bf)
+	s.mu.Unlock()
+	ig.wf.Close()
 }
 
 // commit stores the manifest, the pin and the record in one transaction.
@@ -285,6 +544,9 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 	s := ig.s
 	enc := m.Encode()
 	id := blob.ManifestCID(enc)
+	if err := ig.keepFile(id, m); err != nil {
+		return blob.Record{}, err
+	}
 	if s.sync {
 		// The chunks before the record that names them.
 		if err := syncFS(s.dir); err != nil {
@@ -340,10 +602,41 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 		return blob.Record{}, fmt.Errorf("commit %s: %w", id, noSpace(err))
 	}
 	s.mu.Lock()
+	bf := ig.bf
+	ig.bf = nil
+	bf.committed = true // its entries reach the index at the next flush
 	s.adoptChunksLocked(m.Chunks)
 	s.addOwnerMem(id, name, m)
 	s.dropOwnerMem(name, id.KeyString(), moved)
 	ig.releaseLocked()
+	s.unrefBlobLocked(bf) // the run's own reference: gone with no entry
 	s.mu.Unlock()
+	ig.wf.Close()
 	return rec, nil
+}
+
+// keepFile cuts the blob file to the blob's size and moves it to
+// DIR/blobs/<cid>.s<n>, before the index commit that names its blob (a
+// crash between the two leaves a file whose blob has no manifest, which
+// Open removes); a file that holds no entry (every chunk was stored
+// already) stays in DIR/tmp until it is unlinked.
+func (ig *ingestRun) keepFile(id cid.Cid, m *blob.Manifest) error {
+	s := ig.s
+	if err := ig.wf.Truncate(int64(m.Size)); err != nil {
+		return noSpace(fmt.Errorf("cut the blob file to %d bytes: %w", m.Size, err))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ig.bf.refs <= 1 {
+		return nil
+	}
+	final, err := s.newBlobPath(id, true)
+	if err == nil {
+		err = os.Rename(ig.bf.path, final)
+	}
+	if err != nil {
+		return noSpace(fmt.Errorf("keep the blob file: %w", err))
+	}
+	ig.bf.path = final
+	return nil
 }

@@ -50,11 +50,22 @@ func TestIngestRoundTrip(t *testing.T) {
 		t.Fatalf("usage %+v", u)
 	}
 
-	// The same bytes under another name: no new chunk files.
+	// One blob file of the store's own, DIR/blobs/<cid>.s0, holds the
+	// blob's bytes: no chunk file.
+	if n, b := countFiles(t, filepath.Join(dir, "chunks")), countFiles(t, filepath.Join(dir, "blobs")); n != 0 || b != 1 {
+		t.Fatalf("a put made %d chunk files and %d blob files, want 0 and 1", n, b)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "blobs", rec.ID.String()+".s0")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the put's blob file: %v (or its bytes differ)", err)
+	}
+
+	// The same bytes under another name: nothing stored twice (its blob
+	// file, whose chunks are all stored already, is gone).
 	if _, err := s.Ingest(ctx, "copy", bytes.NewReader(data), blob.DefaultChunkSize, "peerMe"); err != nil {
 		t.Fatal(err)
 	}
-	if u := s.Usage(); u.Chunks != 6 || countFiles(t, filepath.Join(dir, "chunks")) != 6 {
+	if u := s.Usage(); u.Chunks != 6 || u.UsedBytes != int64(len(data)) || countFiles(t, filepath.Join(dir, "blobs")) != 1 ||
+		countFiles(t, filepath.Join(dir, "chunks")) != 0 || countFiles(t, filepath.Join(dir, "tmp")) != 0 {
 		t.Fatalf("re-ingest of the same bytes stored new chunks: %+v", u)
 	}
 
@@ -344,7 +355,8 @@ func TestIngestSync(t *testing.T) {
 	chunks := blob.NumChunks(uint64(len(data)), 1<<20)
 	var calls int
 	var syncErr error
-	wantFiles, wantAbsent := chunks, "synced"
+	wantFiles, wantAbsent := 1, "synced" // the put's blob file, in DIR/blobs before the sync
+	_ = chunks
 	old := syncFS
 	defer func() { syncFS = old }()
 	syncFS = func(d string) error {
@@ -352,8 +364,8 @@ func TestIngestSync(t *testing.T) {
 		if d != dir {
 			t.Errorf("synced %s, want the store's directory %s", d, dir)
 		}
-		if n := countFiles(t, filepath.Join(dir, "chunks")); n != wantFiles {
-			t.Errorf("sync with %d chunk files in place, want all %d", n, wantFiles)
+		if n := countFiles(t, filepath.Join(dir, "blobs")); n != wantFiles {
+			t.Errorf("sync with %d blob files in place, want %d", n, wantFiles)
 		}
 		if _, err := s.Record(wantAbsent); !errors.Is(err, blob.ErrNotFound) {
 			t.Errorf("record visible before the sync: %v", err)
@@ -370,7 +382,7 @@ func TestIngestSync(t *testing.T) {
 		t.Fatalf("%d syncs for one ingest, want 1", calls)
 	}
 	syncErr = errors.New("I/O error")
-	wantFiles, wantAbsent = chunks+1, "unsynced"
+	wantFiles, wantAbsent = 2, "unsynced"
 	if _, err := s.Ingest(ctx, "unsynced", bytes.NewReader(randBytes(1000, 22)), 1<<20, "me"); !errors.Is(err, syncErr) {
 		t.Fatalf("ingest with a failing sync: %v, want the sync's error", err)
 	}

@@ -81,12 +81,10 @@ func TestOutboardKept(t *testing.T) {
 	// (no hash), ReadChunk's verification would not; RecheckChunk drops
 	// the chunk and its outboard.
 	bad := m.Chunks[1]
-	path := s.chunkPath(bad)
-	b, _ := os.ReadFile(path)
-	b[100] ^= 1
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path, off := chunkAt(t, s, bad) // in the put's blob file
+	flipAt(t, path, off+100)
+	b := bytes.Clone(data[m.ChunkOffset(1) : m.ChunkOffset(1)+uint64(m.ChunkLen(1))])
+	b[100] ^= 0xff
 	if got, err := s.ReadChunkUnverified(bad); err != nil || !bytes.Equal(got, b) {
 		t.Fatalf("ReadChunkUnverified of a damaged file: %v", err)
 	}
@@ -98,6 +96,9 @@ func TestOutboardKept(t *testing.T) {
 	}
 	// Cut short: dropped, not found.
 	short := m.Chunks[2]
+	if err := s.PromoteChunk(short); err != nil { // into a chunk file, which can be cut alone
+		t.Fatal(err)
+	}
 	if err := os.Truncate(s.chunkPath(short), 10); err != nil {
 		t.Fatal(err)
 	}

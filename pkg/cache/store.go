@@ -418,7 +418,7 @@ func (s *Store) load() error {
 	if err != nil {
 		return fmt.Errorf("scan chunk files: %w", err)
 	}
-	inBlobs, err := s.loadBlobFiles(seen)
+	inBlobs, punched, err := s.loadBlobFiles(seen)
 	if err != nil {
 		return fmt.Errorf("scan blob files: %w", err)
 	}
@@ -428,7 +428,9 @@ func (s *Store) load() error {
 		if !seen[h] {
 			delete(s.chunks, h)
 			s.dirty[h] = struct{}{}
-			dropped++
+			if !punched[h] { // punched out of a put's file: evicted before the crash
+				dropped++
+			}
 		}
 	}
 	// An indexed chunk's file was renamed into place before its entry was

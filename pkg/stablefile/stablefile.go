@@ -130,6 +130,38 @@ func (r *Reader) Mode() fs.FileMode { return r.mode }
 // streams: then the size is unknown).
 func (r *Reader) Size() (int64, bool) { return r.size, r.regular }
 
+// Regular returns, for a regular file, the file, the offset of its next
+// unread byte and how many bytes remain to the size it had at open, for a
+// caller that copies them by other means (copy_file_range) and then calls
+// Skip; ok is false for a stream. The caller must not close f or move its
+// offset.
+func (r *Reader) Regular() (f *os.File, off, n int64, ok bool) {
+	if !r.regular || r.err != nil {
+		return nil, 0, 0, false
+	}
+	return r.f, r.off, max(r.size-r.off, 0), true
+}
+
+// Skip records that the caller has read the next n bytes of a regular
+// file by other means (see Regular) and moves past them, so that the next
+// Read goes on after them: at the size at open, it makes the end's checks
+// and returns io.EOF only if the file is unchanged. A caller whose copy
+// ended early (the file shrank) skips what it got: the next Read then
+// reports the change.
+func (r *Reader) Skip(n int64) error {
+	if !r.regular {
+		return fmt.Errorf("skip %s: not a regular file", r.path)
+	}
+	if n < 0 || n > r.size-r.off {
+		return fmt.Errorf("skip %d bytes of %s: %d left", n, r.path, r.size-r.off)
+	}
+	if _, err := r.f.Seek(r.off+n, io.SeekStart); err != nil {
+		return err
+	}
+	r.off += n
+	return nil
+}
+
 // Read reads the file. For a regular file it returns io.EOF only once the
 // size recorded at open has been read and the file is unchanged (see the
 // package documentation); for a stream, at its end of file.
