@@ -144,6 +144,10 @@ func getBuf(size int) []byte {
 
 func putBuf(b []byte) { bufPool.Put(&b) }
 
+// copiedHook, if set (tests), is called by copyFile after each copy of
+// a group with the bytes copied so far.
+var copiedHook func(copied int64)
+
 // copyGroupBytes is about how many bytes of a regular input one
 // copy_file_range call copies before the hashers are given them.
 const copyGroupBytes = 8 << 20
@@ -354,6 +358,9 @@ func (ig *ingestRun) copyFile(ctx context.Context, in regularInput, src *os.File
 				cerr = fmt.Errorf("copy the input into the blob file: %w", err)
 			}
 			break
+		}
+		if copiedHook != nil {
+			copiedHook(copied)
 		}
 		for k := i; k < j; k++ {
 			select {

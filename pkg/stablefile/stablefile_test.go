@@ -221,3 +221,57 @@ func TestNewFromOffset(t *testing.T) {
 		t.Fatalf("shrunk after New: %v", err)
 	}
 }
+
+// TestRegularSkip: a regular file's Reader gives its file, offset and
+// remaining bytes to a caller that copies them itself; after Skip of them
+// all, Read makes the end's checks (io.EOF unchanged, ErrChanged for a
+// file that shrank after a copy cut short); a stream has no Regular, and
+// Skip refuses more than is left.
+func TestRegularSkip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	head := make([]byte, 10)
+	if _, err := io.ReadFull(r, head); err != nil {
+		t.Fatal(err)
+	}
+	f, off, n, ok := r.Regular()
+	if !ok || f == nil || off != 10 || n != int64(len(data))-10 {
+		t.Fatalf("Regular: %v %d %d %v", f, off, n, ok)
+	}
+	if err := r.Skip(n + 1); err == nil {
+		t.Fatal("Skip past the size accepted")
+	}
+	if err := r.Skip(n); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := r.Read(make([]byte, 1)); k != 0 || err != io.EOF {
+		t.Fatalf("Read after Skip of all: %d %v, want io.EOF", k, err)
+	}
+
+	// Cut short: the file shrank after 100 bytes were copied.
+	r2, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	if err := os.Truncate(path, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Skip(100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r2.Read(make([]byte, 1)); !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "shrank") {
+		t.Fatalf("Read after the file shrank: %v, want ErrChanged", err)
+	}
+	if _, _, _, ok := r2.Regular(); ok {
+		t.Fatal("Regular of a failed Reader")
+	}
+}
