@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -49,23 +48,20 @@ func damageChunk(t *testing.T, n *Node, home, id string, i int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := m.Chunks[i].String()
-	found := false
-	filepath.WalkDir(home, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Name() == want {
-			f, oerr := os.OpenFile(p, os.O_WRONLY, 0)
-			if oerr != nil {
-				t.Fatal(oerr)
-			}
-			f.WriteAt([]byte("damaged!"), 0)
-			f.Close()
-			found = true
-		}
-		return nil
-	})
-	if !found {
-		t.Fatalf("no file of chunk %d (%s) under %s", i, want, home)
+	// Where the store keeps it: a chunk file, or a put's blob file at
+	// the chunk's offset.
+	f, off, _, err := n.store.OpenChunkAt(m.Chunks[i])
+	if err != nil {
+		t.Fatalf("no file of chunk %d (%s) under %s: %v", i, m.Chunks[i], home, err)
 	}
+	path := f.Name()
+	f.Close()
+	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteAt([]byte("damaged!"), off)
+	w.Close()
 }
 
 func TestGetFDThroughTree(t *testing.T) {

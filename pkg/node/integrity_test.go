@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+	"golang.org/x/sys/unix"
 
 	"github.com/omst-project/omst/pkg/blob"
 	"github.com/omst-project/omst/pkg/rpcbridge"
@@ -210,8 +211,26 @@ func TestLostChunkUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Lost: its chunk file deleted, or its range punched out of the put's
+	// blob file.
+	f, off, size, err := root.store.OpenChunkAt(m.Chunks[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := f.Name()
+	f.Close()
 	root.Close()
-	os.Remove(chunkFile(home, m.Chunks[2]))
+	if off == 0 && path == chunkFile(home, m.Chunks[2]) {
+		os.Remove(path)
+	} else if w, err := os.OpenFile(path, os.O_WRONLY, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		err := unix.Fallocate(int(w.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, size)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	startNode(t, home, "", "")
 	_, err = dial(t, home).Get(ctx, "lost/x", io.Discard)
 	if !errors.Is(err, blob.ErrUnavailable) || errors.Is(err, blob.ErrNotFound) || rpcbridge.CodeOf(err) != rpcbridge.CodeUnavailable {
