@@ -2,16 +2,39 @@
 //
 // Layout of a store directory:
 //
-//	DIR/chunks/ab/<hex hash>     chunk bytes, one file per chunk, named by its BLAKE3-256 hash
-//	DIR/blobs/<cid>.<n>          blob files: a get's destination file, linked here, holding
-//	                             the chunks it fetched at their offsets (see below)
+//	DIR/blobs/<cid>.s<n>         a put's blob file, the store's own: the chunks of the blob
+//	                             the put stored at their offsets, holes elsewhere (see below)
+//	DIR/blobs/<cid>.<n>          a get's destination file, linked here, holding the chunks
+//	                             it fetched at their offsets (see below)
+//	DIR/chunks/ab/<hex hash>     chunk bytes, one file per chunk, named by its BLAKE3-256 hash:
+//	                             chunks fetched (not into a file), and chunks moved out of a
+//	                             blob file (PromoteChunk: GET_FD hands out such files)
 //	DIR/tmp/                     chunk files being written (renamed into chunks/ when complete),
-//	                             and blob-* links of gets in progress (moved into blobs/)
+//	                             put-* files of puts in progress and blob-* links of gets in
+//	                             progress (moved into blobs/)
 //	DIR/index/                   BadgerDB: name records and their history, manifests,
 //	                             chunk sizes and last use, pins
 //
 // Chunk bytes live in plain files (they wrote twice as fast as Badger values
-// and free their space on unlink); Badger holds only small index values.
+// and free their space on unlink or a punched hole); Badger holds only
+// small index values.
+//
+// A put writes its blob into one file (DIR/tmp/put-*), not a file per
+// chunk: a regular input file (read through pkg/stablefile) is copied in
+// the kernel (copy_file_range: shared extents where the filesystem can)
+// and each chunk is then read back from the store's copy and hashed, by
+// GOMAXPROCS goroutines, so that the bytes stored are the bytes hashed
+// whatever the caller does to its file; a stream's chunks are hashed and
+// written at their offsets. A chunk the store holds already is entered
+// once: its range in the file is a hole. The file is moved to
+// DIR/blobs/<cid>.s<n> just before the index commit that names its blob
+// (a crash between the two leaves a file whose blob has no manifest:
+// Open removes it). A chunk that leaves such a file (evicted, dropped,
+// promoted) is punched out of it (fallocate PUNCH_HOLE|KEEP_SIZE), so
+// the cap bounds the disk; a get's destination is never punched (its
+// bytes are its owner's). At Open, a put's file locates only the chunks
+// that are not holes (SEEK_HOLE; a chunk of zeros is, a hole reads as
+// them).
 //
 // A get into a file writes each fetched byte once (LinkSink): the
 // destination, a regular file of the store's user (not writable by group
@@ -41,8 +64,9 @@
 //   - A name becomes visible only when its whole blob is stored: Ingest
 //     commits the manifest, the pin and the record in one index transaction
 //     after the last chunk is written. A crash or an error before that leaves
-//     no name and no pin; the chunks already written are ordinary evictable
-//     cache entries. The input is whole only at its explicit end: io.EOF
+//     no name, no pin and no chunk: the put's blob file goes with every
+//     entry located in it (a chunk another put relies on meanwhile is moved
+//     to a chunk file first). The input is whole only at its explicit end: io.EOF
 //     itself from Ingest's reader (any other error, io.ErrUnexpectedEOF
 //     included, is a cut input); read through pkg/stablefile, a regular file
 //     ends at the size it had when it was opened, and only if it is
@@ -60,18 +84,20 @@
 //     handed out.
 //   - A chunk entry is located in a chunk file or in one blob file at its
 //     offset; a blob file stays linked while an entry is located in it
-//     (its disk space returns when the last one is evicted, and the
-//     destination's owner keeps the file whatever the store does: the
-//     store only ever unlinks its own link). The bytes there are the
-//     owner's to change: reads verify them as any read from disk does, and
+//     (a put's file gives a chunk's disk space back when the chunk leaves
+//     it, a get's destination when the last one does, and its owner keeps
+//     the file whatever the store does: the store only ever unlinks its
+//     own link). The bytes of a destination are its owner's to change:
+//     reads verify them as any read from disk does, and
 //     the files handed out by GET_FD (which clients map, and which must
 //     never change) are chunk files, a chunk moved out of a blob file
 //     first (PromoteChunk). Entries in a blob file not committed stay out
 //     of the index, so a crash mid-get leaves no entry without its file;
 //     at Open a committed blob file locates every chunk of its blob's
 //     stored manifest that has no chunk file.
-//   - A chunk that no stored manifest lists is an orphan (what an ingest cut
-//     by a crash leaves): never pinned, counted in Usage.OrphanedBytes and
+//   - A chunk that no stored manifest lists is an orphan (a put's, until
+//     its commit; what an ingest cut by a crash left in chunk files before
+//     puts wrote blob files): never pinned, counted in Usage.OrphanedBytes and
 //     evicted before any other chunk; a manifest that lists it adopts it.
 //
 // A minimal use:

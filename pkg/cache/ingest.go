@@ -47,10 +47,17 @@ const (
 // a file that changed). Every error from r, io.ErrUnexpectedEOF and errors
 // wrapping io.EOF included, fails the ingest and is returned wrapped.
 //
+// The chunks go into one blob file of the store's own (see the package
+// documentation): a regular file read through pkg/stablefile (r has its
+// Regular and Skip) is copied into it in the kernel and hashed from the
+// store's copy, so that the bytes stored are the bytes hashed; any other
+// r is read as a stream. Chunks are hashed by GOMAXPROCS goroutines.
+//
 // Any failure (a read error, ctx ending, blob.ErrNoSpace when the cap or the
-// disk is full) leaves no new record and no new pin, and removes the chunks
-// this call wrote that nobody else has used meanwhile. Chunks written so far
-// are protected from eviction while the ingest runs. ctx is checked between
+// disk is full) leaves no new record, no new pin and no file: the blob
+// file goes with the chunks located in it (one another put relies on
+// meanwhile is moved to a chunk file first). Chunks stored so far are
+// protected from eviction while the ingest runs. ctx is checked between
 // chunks; a blocked r.Read is not interrupted.
 //
 // A blob may not exceed the chunk count its chunk size allows

@@ -108,7 +108,7 @@ type Usage struct {
 }
 
 // Store is the node-local blob store: chunk bytes in content-addressed files
-// under DIR/chunks, and a Badger index under DIR/index holding name records
+// under DIR/chunks or in blob files under DIR/blobs, and a Badger index under DIR/index holding name records
 // (with history), manifests, chunk sizes and last use, and pins. Chunk bytes
 // are bounded by a size cap; the least recently used unpinned chunks are
 // evicted to make room. All methods are safe for concurrent use.
