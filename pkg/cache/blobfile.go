@@ -62,6 +62,57 @@ type Sink struct {
 	wrote []bool              // chunk i's bytes are in the file
 	err   error               // the first failed write into the file
 	ended bool                // under s.mu: committed or aborted
+	owned bool                // OwnSink: the store's own file, kept whatever happens
+}
+
+// OwnSink opens a Sink on a new blob file of the store's own for the
+// blob id (manifest m, which must be stored: Open removes a blob file
+// whose blob has none), for a fetch that is not into a caller's file (a
+// stream, /dev/null): the chunks of the blob the store is given while it
+// is open (PutVerifiedChunk, PutChunk) go into that one file at their
+// offsets instead of into a file each, and the store serves them from
+// there. The file is in DIR/blobs from the start (<cid>.s<n>, sized to
+// the blob, holes where no chunk was written) and keeps what it holds
+// however the sink ends: Commit and Abort both close it, neither fills it
+// (a chunk the store held already stays where it was). A crash leaves the
+// chunks written whole, located at the next Open (a range still a hole,
+// such as a chunk cut by the crash, is not). Chunks leave the file as
+// they leave a put's: evicted, dropped or promoted, punched out.
+func (s *Store) OwnSink(id cid.Cid, m *blob.Manifest) (*Sink, error) {
+	if _, err := s.Manifest(id); err != nil {
+		return nil, fmt.Errorf("own sink of %s: %w", id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path, err := s.newBlobPath(id, true)
+	if err != nil {
+		return nil, fmt.Errorf("own sink: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, noSpace(fmt.Errorf("own sink: %w", err))
+	}
+	if err := f.Truncate(int64(m.Size)); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, noSpace(fmt.Errorf("own sink: size %s: %w", path, err))
+	}
+	sk := &Sink{s: s, id: id, m: m, bf: &blobFile{path: path, refs: 1, committed: true, owned: true}, f: f,
+		where: map[blob.Hash][]int{}, wrote: make([]bool, len(m.Chunks)), owned: true}
+	if s.sinks == nil {
+		s.sinks = map[blob.Hash]*Sink{}
+	}
+	for i, h := range m.Chunks {
+		if _, held := s.chunks[h]; held {
+			continue
+		}
+		if other := s.sinks[h]; other != nil && other != sk {
+			continue
+		}
+		s.sinks[h] = sk
+		sk.where[h] = append(sk.where[h], i)
+	}
+	return sk, nil
 }
 
 // LinkSink links f, a regular file open for writing that is to receive the
@@ -156,6 +207,9 @@ func (sk *Sink) Err() error {
 // write is kept (Err) and returned.
 func (sk *Sink) write(h blob.Hash, data []byte) (int64, error) {
 	idx := sk.where[h] // fixed at LinkSink
+	if sk.owned {
+		idx = idx[:1] // the store's own file holds each chunk once
+	}
 	for _, i := range idx {
 		if _, err := sk.f.WriteAt(data, int64(sk.m.ChunkOffset(i))); err != nil {
 			var pe *fs.PathError
@@ -200,6 +254,11 @@ func (s *Store) storeInSinkLocked(h blob.Hash, data []byte) (e *chunkEntry, ok b
 		if held {
 			s.touchLocked(cur)
 			s.adoptLocked(cur)
+		}
+		if sk.owned { // bytes no entry accounts for
+			if err := punchHole(sk.bf.path, off, n); err != nil {
+				s.log.Warn("free a chunk stored twice in a blob file", "path", sk.bf.path, "err", err)
+			}
 		}
 		return nil, true, nil
 	}
@@ -269,6 +328,10 @@ func (s *Store) CopyChunksTo(m *blob.Manifest, dst *os.File, skip func(i int) bo
 // blob's size, moved to DIR/blobs (where Open finds it again after a
 // restart), and stays there while any chunk entry is located in it.
 func (sk *Sink) Commit() error {
+	if sk.owned {
+		sk.closeOwned()
+		return sk.Err()
+	}
 	if err := sk.Fill(); err != nil {
 		sk.Abort()
 		return err
@@ -307,6 +370,10 @@ func (sk *Sink) Commit() error {
 // every chunk entry located in the file go (the file itself is the
 // caller's). Aborting an ended sink does nothing.
 func (sk *Sink) Abort() {
+	if sk.owned {
+		sk.closeOwned()
+		return
+	}
 	s := sk.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -315,6 +382,19 @@ func (sk *Sink) Abort() {
 	}
 	sk.endLocked()
 	s.dropSinkEntriesLocked(sk)
+}
+
+// closeOwned ends an OwnSink: the file keeps the chunks written (and
+// goes once none is left in it).
+func (sk *Sink) closeOwned() {
+	s := sk.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sk.ended {
+		return
+	}
+	sk.endLocked()
+	s.unrefBlobLocked(sk.bf)
 }
 
 // endLocked closes the sink for new chunks; s.mu is held.

@@ -435,3 +435,82 @@ func (r *blockReader) Read([]byte) (int, error) {
 	<-r.release
 	return 0, r.err
 }
+
+// TestOwnSink: a fetch that is not into a caller's file, given an OwnSink,
+// stores the blob's chunks in one blob file of the store's own
+// (DIR/blobs/<cid>.s0), not a chunk file each; a chunk held before stays
+// where it was (a hole in the file); the store serves the chunks from the
+// file. A sink ended with only some chunks written (Abort: a cancelled
+// get) keeps them, and a restart locates exactly those, none damaged.
+func TestOwnSink(t *testing.T) {
+	const cs = 64 << 10
+	dir := t.TempDir()
+	s, err := Open(dir, Options{MaxBytes: 64 << 20, VerifiedMemoBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(6*cs+77, 40)
+	m, chunks := sinkBlob(t, s, data, cs)
+	if err := s.PutChunk(m.Chunks[2], chunks[2]); err != nil { // held before the get
+		t.Fatal(err)
+	}
+	if _, err := s.OwnSink(blobIDOf([]byte("not stored"), cs), m); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("OwnSink of a blob without a stored manifest: %v, want ErrNotFound", err)
+	}
+	sk, err := s.OwnSink(m.CID(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range chunks {
+		if i != 2 {
+			if err := s.PutVerifiedChunk(m.Chunks[i], c); err != nil {
+				t.Fatalf("chunk %d: %v", i, err)
+			}
+		}
+	}
+	if err := sk.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "blobs", m.CID().String()+".s0")
+	if c, b := countFiles(t, filepath.Join(dir, "chunks")), countFiles(t, filepath.Join(dir, "blobs")); c != 1 || b != 1 {
+		t.Fatalf("%d chunk files and %d blob files, want the chunk held before and 1", c, b)
+	}
+	if !holeAt(t, path, 2*cs, cs) || holeAt(t, path, 3*cs, cs) {
+		t.Fatal("the chunk held before is not a hole in the blob file, or a fetched one is")
+	}
+	if p, _ := chunkAt(t, s, m.Chunks[4]); p != path {
+		t.Fatalf("chunk 4 served from %s, want the blob file", p)
+	}
+	if !bytes.Equal(readBlob(t, s, m), data) {
+		t.Fatal("bytes differ")
+	}
+
+	// A second blob, its get cut after two chunks.
+	data2 := randBytes(5*cs, 41)
+	m2, chunks2 := sinkBlob(t, s, data2, cs)
+	sk2, err := s.OwnSink(m2.CID(), m2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := s.PutVerifiedChunk(m2.Chunks[i], chunks2[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sk2.Abort()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, 64<<20)
+	if u := s.Usage(); u.DamagedChunks != 0 || u.Chunks != 7+2 {
+		t.Fatalf("after a restart: %+v, want the 7 chunks of the first blob and 2 of the second, none damaged", u)
+	}
+	for i, h := range m2.Chunks {
+		if s.HasChunk(h) != (i < 2) {
+			t.Fatalf("chunk %d of the cut get held %v after a restart", i, s.HasChunk(h))
+		}
+	}
+	if !bytes.Equal(readBlob(t, s, m), data) {
+		t.Fatal("bytes differ after a restart")
+	}
+}
