@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,10 +16,12 @@ import (
 	"time"
 
 	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/stablefile"
 )
 
 const (
 	crashEnv       = "OMST_CACHE_CRASH_DIR"
+	crashModeEnv   = "OMST_CACHE_CRASH_MODE" // "file": the interrupted put reads a regular file
 	crashDoneSize  = 3<<20 + 11
 	crashDoneSeed  = 21
 	crashMidMarker = 8 << 20 // bytes the big ingest reads before the child says MID
@@ -69,19 +72,51 @@ func TestCrashChild(t *testing.T) {
 		os.Exit(2)
 	}
 	fmt.Println("DONE")
-	r := &slowReader{src: randBytes(4<<20, 22), mark: crashMidMarker, onMark: func() { fmt.Println("MID") }}
+	var r io.Reader = &slowReader{src: randBytes(4<<20, 22), mark: crashMidMarker, onMark: func() { fmt.Println("MID") }}
+	if os.Getenv(crashModeEnv) == "file" {
+		// A regular file, copied into the put's blob file a group at a
+		// time: the kill comes after the first group.
+		path := filepath.Join(dir, "input.bin")
+		if err := os.WriteFile(path, randBytes(4*copyGroupBytes, 22), 0o600); err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(2)
+		}
+		copiedHook = func(copied int64) {
+			if copied >= copyGroupBytes {
+				time.Sleep(200 * time.Millisecond) // the hashers store the group's chunks
+				fmt.Println("MID")
+				select {}
+			}
+		}
+		f, err := stablefile.Open(ctx, path)
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(2)
+		}
+		r = f
+	}
 	_, err = s.Ingest(ctx, "interrupted", r, 256<<10, "child")
 	fmt.Println("ERR ingest returned", err) // not reached: the parent kills us first
 	os.Exit(2)
 }
 
+// TestCrashMidIngest: a put killed (SIGKILL) mid-way, its input a stream
+// or a regular file (copied into the blob file), leaves nothing once the
+// store is reopened: no name, no pin, no chunk, no file in DIR/tmp; the
+// put completed before it is whole.
 func TestCrashMidIngest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("re-execs the test binary")
 	}
+	for _, mode := range []string{"stream", "file"} {
+		t.Run(mode, func(t *testing.T) { crashMidIngest(t, mode) })
+	}
+}
+
+func crashMidIngest(t *testing.T, mode string) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashEnv+"="+dir)
+	cmd.Env = append(os.Environ(), crashEnv+"="+dir, crashModeEnv+"="+mode)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
