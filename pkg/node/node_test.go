@@ -271,3 +271,44 @@ func TestStartHonoursContext(t *testing.T) {
 	}
 	startNode(t, home, "", "")
 }
+
+// TestPutFDIntoOneBlobFile: omst put of a file (PUT_FD: the daemon reads
+// the caller's descriptor) stores the blob in one blob file of the store's
+// own, HOME/cache/blobs/<id>.s0, holding the file's bytes, and makes no
+// chunk file; a get returns them, and a second put of the same file adds
+// no file.
+func TestPutFDIntoOneBlobFile(t *testing.T) {
+	home := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	startNode(t, home, "", "")
+	c := dial(t, home)
+	data := make([]byte, 5<<20+17)
+	rand.Read(data)
+	path := filepath.Join(t.TempDir(), "in.bin")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"one/x", "one/y"} {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.PutFD(ctx, name, f, rpcbridge.PutOptions{})
+		f.Close()
+		if err != nil {
+			t.Fatalf("put %s: %v", name, err)
+		}
+		got, err := os.ReadFile(filepath.Join(home, "cache", "blobs", info.ID+".s0"))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("put %s: its blob file: %v (or other bytes)", name, err)
+		}
+	}
+	if c, b := filesUnder(t, filepath.Join(home, "cache", "chunks")), filesUnder(t, filepath.Join(home, "cache", "blobs")); c != 0 || b != 1 {
+		t.Fatalf("%d chunk files and %d blob files after two puts of one file, want 0 and 1", c, b)
+	}
+	var got bytes.Buffer
+	if _, err := c.Get(ctx, "one/y", &got); err != nil || !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("get: %v", err)
+	}
+}
