@@ -93,8 +93,9 @@ type Usage struct {
 	CapBytes    int64 // the size cap
 	PinnedBytes int64 // bytes of stored chunks that cannot be evicted (pinned, or held by an ingest in progress)
 	// OrphanedBytes are bytes of stored chunks that no stored manifest
-	// lists: left by uploads that never completed (a crash, a cut
-	// connection). They are never pinned and are evicted first.
+	// lists: a put's until its commit, or left by uploads that never
+	// completed in a store of an older version (puts into chunk files).
+	// They are never pinned and are evicted first.
 	OrphanedBytes int64
 	Chunks        int // number of stored chunks
 	// DamagedChunks counts the chunks found damaged (bytes not matching
@@ -108,8 +109,9 @@ type Usage struct {
 }
 
 // Store is the node-local blob store: chunk bytes in content-addressed files
-// under DIR/chunks or in blob files under DIR/blobs, and a Badger index under DIR/index holding name records
-// (with history), manifests, chunk sizes and last use, and pins. Chunk bytes
+// under DIR/chunks or in blob files under DIR/blobs, and a Badger index
+// under DIR/index holding name records (with history), manifests, chunk
+// sizes and last use, and pins. Chunk bytes
 // are bounded by a size cap; the least recently used unpinned chunks are
 // evicted to make room. All methods are safe for concurrent use.
 type Store struct {
