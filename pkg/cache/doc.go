@@ -7,8 +7,9 @@
 //	DIR/blobs/<cid>.<n>          a get's destination file, linked here, holding the chunks
 //	                             it fetched at their offsets (see below)
 //	DIR/chunks/ab/<hex hash>     chunk bytes, one file per chunk, named by its BLAKE3-256 hash:
-//	                             chunks fetched (not into a file), and chunks moved out of a
-//	                             blob file (PromoteChunk: GET_FD hands out such files)
+//	                             chunks fetched (not into a file), a put's blob of one chunk,
+//	                             and chunks moved out of a blob file (PromoteChunk: GET_FD
+//	                             hands out such files)
 //	DIR/tmp/                     chunk files being written (renamed into chunks/ when complete),
 //	                             put-* files of puts in progress and blob-* links of gets in
 //	                             progress (moved into blobs/)
@@ -26,7 +27,8 @@
 // GOMAXPROCS goroutines, so that the bytes stored are the bytes hashed
 // whatever the caller does to its file; a stream's chunks are hashed and
 // written at their offsets. A chunk the store holds already is entered
-// once: its range in the file is a hole. The file is moved to
+// once: its range in the file is a hole. A blob of one chunk keeps it in
+// a chunk file (small objects stay in the sharded DIR/chunks). The file is moved to
 // DIR/blobs/<cid>.s<n> just before the index commit that names its blob
 // (a crash between the two leaves a file whose blob has no manifest:
 // Open removes it). A chunk that leaves such a file (evicted, dropped,

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -633,7 +635,9 @@ func (ig *ingestRun) commit(name string, m *blob.Manifest, origin string) (blob.
 // DIR/blobs/<cid>.s<n>, before the index commit that names its blob (a
 // crash between the two leaves a file whose blob has no manifest, which
 // Open removes); a file that holds no entry (every chunk was stored
-// already) stays in DIR/tmp until it is unlinked.
+// already) stays in DIR/tmp until it is unlinked. The file of a blob of
+// one chunk becomes that chunk's file in DIR/chunks instead (a crash
+// before the commit leaves it an orphan, evicted first).
 func (ig *ingestRun) keepFile(id cid.Cid, m *blob.Manifest) error {
 	s := ig.s
 	if err := ig.wf.Truncate(int64(m.Size)); err != nil {
@@ -642,6 +646,23 @@ func (ig *ingestRun) keepFile(id cid.Cid, m *blob.Manifest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ig.bf.refs <= 1 {
+		return nil
+	}
+	if e := ig.placed[0]; len(m.Chunks) == 1 && ig.bf.refs == 2 && e.bf == ig.bf {
+		// A blob of one chunk: its file is that chunk's file (DIR/chunks
+		// stays the home of small objects, not one directory of blobs).
+		path := s.chunkPath(e.hash)
+		err := os.Rename(ig.bf.path, path)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+				err = os.Rename(ig.bf.path, path)
+			}
+		}
+		if err != nil {
+			return noSpace(fmt.Errorf("keep the chunk file: %w", err))
+		}
+		e.bf, e.off = nil, 0
+		ig.bf.refs--
 		return nil
 	}
 	final, err := s.newBlobPath(id, true)

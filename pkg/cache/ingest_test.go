@@ -364,8 +364,8 @@ func TestIngestSync(t *testing.T) {
 		if d != dir {
 			t.Errorf("synced %s, want the store's directory %s", d, dir)
 		}
-		if n := countFiles(t, filepath.Join(dir, "blobs")); n != wantFiles {
-			t.Errorf("sync with %d blob files in place, want %d", n, wantFiles)
+		if n := countFiles(t, filepath.Join(dir, "blobs")) + countFiles(t, filepath.Join(dir, "chunks")); n != wantFiles {
+			t.Errorf("sync with %d blob and chunk files in place, want %d", n, wantFiles)
 		}
 		if _, err := s.Record(wantAbsent); !errors.Is(err, blob.ErrNotFound) {
 			t.Errorf("record visible before the sync: %v", err)
@@ -382,7 +382,7 @@ func TestIngestSync(t *testing.T) {
 		t.Fatalf("%d syncs for one ingest, want 1", calls)
 	}
 	syncErr = errors.New("I/O error")
-	wantFiles, wantAbsent = 2, "unsynced"
+	wantFiles, wantAbsent = 2, "unsynced" // and the second's, of one chunk: its chunk file
 	if _, err := s.Ingest(ctx, "unsynced", bytes.NewReader(randBytes(1000, 22)), 1<<20, "me"); !errors.Is(err, syncErr) {
 		t.Fatalf("ingest with a failing sync: %v, want the sync's error", err)
 	}

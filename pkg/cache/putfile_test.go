@@ -108,9 +108,12 @@ func TestPutIntoOneBlobFile(t *testing.T) {
 			if p != s.chunkPath(h) || !hole {
 				t.Errorf("chunk 2 located in %s, a hole in the blob file %v; want its chunk file and a hole", p, hole)
 			}
-		case 4:
-			if p != path || off != int64(m.ChunkOffset(1)) || !hole {
-				t.Errorf("chunk 4 (chunk 1 again) located in %s at %d, a hole %v; want chunk 1's place and a hole", p, off, hole)
+		case 1, 4: // the same chunk: located at one of the two places (the first hashed), a hole at the other
+			other := 5 - i
+			if p != path || (off != int64(m.ChunkOffset(i)) && off != int64(m.ChunkOffset(other))) ||
+				hole != (off != int64(m.ChunkOffset(i))) ||
+				hole == holeAt(t, path, int64(m.ChunkOffset(other)), int64(m.ChunkLen(other))) {
+				t.Errorf("chunk %d (also chunk %d) located in %s at %d, a hole %v; want one of the two places, a hole at the other", i, other, p, off, hole)
 			}
 		default:
 			if p != path || off != int64(m.ChunkOffset(i)) || hole {
@@ -123,6 +126,31 @@ func TestPutIntoOneBlobFile(t *testing.T) {
 	}
 	if d := diskBlocks(t, filepath.Join(dir, "blobs")); d > int64(len(data)-2*cs)+64<<10 {
 		t.Fatalf("the blob file takes %d bytes of disk, want about %d (two chunks are holes)", d, len(data)-2*cs)
+	}
+
+	// A blob of one chunk, from a file and as a stream: its chunk file.
+	for i, put := range []func(data []byte) (blob.Record, error){
+		func(data []byte) (blob.Record, error) { return putFile(t, s, "small/file", data, cs) },
+		func(data []byte) (blob.Record, error) {
+			return s.Ingest(context.Background(), "small/stream", bytes.NewReader(data), cs, "me")
+		},
+	} {
+		small := randBytes(1000+i, uint64(50+i))
+		rec, err := put(small)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := blob.HashChunk(small)
+		if got, err := os.ReadFile(s.chunkPath(h)); err != nil || !bytes.Equal(got, small) {
+			t.Fatalf("one-chunk put %d: its chunk file: %v", i, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "blobs", rec.ID.String()+".s0")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("one-chunk put %d made a blob file: %v", i, err)
+		}
+		if err := s.RemoveName(rec.Name); err != nil {
+			t.Fatal(err)
+		}
+		s.DropChunk(h, "test")
 	}
 
 	// The same bytes as a stream: nothing new.
