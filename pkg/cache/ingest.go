@@ -14,6 +14,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/ipfs/go-cid"
+	"golang.org/x/sys/unix"
 
 	"github.com/omst-project/omst/pkg/blob"
 )
@@ -170,8 +171,8 @@ func (ig *ingestRun) run(ctx context.Context, name string, r io.Reader, chunkSiz
 	ig.bf, ig.wf = &blobFile{path: f.Name(), refs: 1, owned: true}, f
 	var m *blob.Manifest
 	if ri, ok := r.(regularInput); ok {
-		if src, off, n, regular := ri.Regular(); regular {
-			m, err = ig.copyFile(ctx, ri, src, off, n, chunkSize)
+		if src, _, n, regular := ri.Regular(); regular {
+			m, err = ig.copyFile(ctx, ri, src, n, chunkSize)
 		} else {
 			m, err = ig.readStream(ctx, r, chunkSize)
 		}
@@ -286,7 +287,8 @@ func (ig *ingestRun) readStream(ctx context.Context, r io.Reader, chunkSize int)
 	return m, nil
 }
 
-// copyFile copies the n bytes of the regular input src at off into the
+// copyFile copies the next n bytes of the regular input src, from its
+// file offset (moved past them as reads would move it), into the
 // blob file in the kernel (copy_file_range: shared extents where the
 // filesystem can, a copy in the kernel where it cannot), a group of
 // chunks at a time, each chunk's room reserved under the cap first; and
@@ -294,7 +296,7 @@ func (ig *ingestRun) readStream(ctx context.Context, r io.Reader, chunkSize int)
 // store's own, and hash it, so that the bytes stored are the bytes
 // hashed whatever the caller does to its file. The input's end is then
 // checked as a Read would (stablefile: unchanged since its open).
-func (ig *ingestRun) copyFile(ctx context.Context, in regularInput, src *os.File, off, n int64, chunkSize int) (*blob.Manifest, error) {
+func (ig *ingestRun) copyFile(ctx context.Context, in regularInput, src *os.File, n int64, chunkSize int) (*blob.Manifest, error) {
 	s := ig.s
 	if err := blob.CheckSize(uint64(n), chunkSize); err != nil {
 		return nil, err
@@ -352,7 +354,7 @@ func (ig *ingestRun) copyFile(ctx context.Context, in regularInput, src *os.File
 		if cerr = ig.reserve(m, i, j); cerr != nil {
 			break
 		}
-		k, err := copyRange(src, off+from, ig.wf, from, to-from)
+		k, err := copyFromOffset(src, ig.wf, from, to-from)
 		copied += k
 		if err != nil {
 			if errors.Is(err, errSourceEnded) {
@@ -398,6 +400,44 @@ func (ig *ingestRun) copyFile(ctx context.Context, in regularInput, src *os.File
 	}
 	ig.hashes = hashes
 	return m, nil
+}
+
+// copyFromOffset copies n bytes of src from its file offset (which it
+// moves past them, as reads would: a caller sharing the descriptor sees
+// the put's progress) to dst at doff, with copy_file_range, falling back
+// to a read and a write where the kernel refuses it for these files; it
+// returns how many it copied, and an error wrapping errSourceEnded if src
+// ended first.
+func copyFromOffset(src, dst *os.File, doff, n int64) (int64, error) {
+	var done int64
+	for n > 0 {
+		do := doff
+		k, err := unix.CopyFileRange(int(src.Fd()), nil, int(dst.Fd()), &do, int(min(n, 1<<30)), 0)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+				k, err := io.Copy(io.NewOffsetWriter(dst, doff), io.LimitReader(src, n))
+				done += k
+				if err != nil {
+					return done, noSpace(fmt.Errorf("copy: %w", err))
+				}
+				if k < n {
+					return done, fmt.Errorf("copy: %d bytes missing: %w", n-k, errSourceEnded)
+				}
+				return done, nil
+			}
+			return done, noSpace(fmt.Errorf("copy_file_range: %w", err))
+		}
+		if k == 0 {
+			return done, fmt.Errorf("copy_file_range: %d bytes missing: %w", n, errSourceEnded)
+		}
+		doff += int64(k)
+		n -= int64(k)
+		done += int64(k)
+	}
+	return done, nil
 }
 
 // reserve makes room under the cap for chunks i..j-1 of m, about to be

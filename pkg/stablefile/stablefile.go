@@ -133,8 +133,8 @@ func (r *Reader) Size() (int64, bool) { return r.size, r.regular }
 // Regular returns, for a regular file, the file, the offset of its next
 // unread byte and how many bytes remain to the size it had at open, for a
 // caller that copies them by other means (copy_file_range) and then calls
-// Skip; ok is false for a stream. The caller must not close f or move its
-// offset.
+// Skip; ok is false for a stream. The caller must not close f; it may
+// read f from its offset (moving it, as Read does) or at offsets.
 func (r *Reader) Regular() (f *os.File, off, n int64, ok bool) {
 	if !r.regular || r.err != nil {
 		return nil, 0, 0, false
