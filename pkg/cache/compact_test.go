@@ -25,7 +25,7 @@ func badgerCompactors() int {
 func TestIndexCompactedByFlushLoop(t *testing.T) {
 	before := badgerCompactors()
 	old := indexMemTableSize
-	indexMemTableSize = 8 << 20 // a level-0 table per 8 MiB of writes (the least Badger takes with its value threshold)
+	indexMemTableSize = 1 << 20 // a level-0 table per MiB of writes
 	t.Cleanup(func() { indexMemTableSize = old })
 	dir := t.TempDir()
 	s, err := Open(dir, Options{MaxBytes: 1 << 30})
@@ -36,12 +36,18 @@ func TestIndexCompactedByFlushLoop(t *testing.T) {
 		t.Errorf("%d Badger compactor goroutines run for the store, want none", n)
 	}
 	h := putChunk(t, s, 4096, 1)
-	// Filler records under a prefix the store does not read: 25 MiB of
-	// writes, several memtables.
-	val := randBytes(32<<10, 2)
-	for i := 0; i < 800; i++ {
+	// Filler records under a prefix the store does not read, their
+	// values small enough for the LSM tree (indexValueThreshold): 4 MiB
+	// of writes, several memtables.
+	val := randBytes(512, 2)
+	for i := 0; i < 8000; i += 100 {
 		if err := s.db.Update(func(txn *badger.Txn) error {
-			return txn.Set([]byte(fmt.Sprintf("t/%04d", i)), val)
+			for j := i; j < i+100; j++ {
+				if err := txn.Set([]byte(fmt.Sprintf("t/%04d", j)), val); err != nil {
+					return err
+				}
+			}
+			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -53,17 +59,17 @@ func TestIndexCompactedByFlushLoop(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := s.compactIndex(); err != nil {
+	if _, err := s.compactIndex(); err != nil {
 		t.Fatalf("compactIndex: %v", err)
 	}
 	if n := s.db.Levels()[0].NumTables; n >= indexL0Tables {
 		t.Fatalf("level 0 has %d tables after compactIndex, want fewer than %d", n, indexL0Tables)
 	}
-	if err := s.compactIndex(); err != nil { // nothing to do
+	if _, err := s.compactIndex(); err != nil { // nothing to do
 		t.Fatalf("compactIndex again: %v", err)
 	}
 	if err := s.db.View(func(txn *badger.Txn) error {
-		for _, i := range []int{0, 397, 799} {
+		for _, i := range []int{0, 3997, 7999} {
 			if _, err := txn.Get([]byte(fmt.Sprintf("t/%04d", i))); err != nil {
 				return fmt.Errorf("record %d: %w", i, err)
 			}

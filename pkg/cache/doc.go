@@ -14,7 +14,8 @@
 //	                             put-* files of puts in progress and blob-* links of gets in
 //	                             progress (moved into blobs/)
 //	DIR/index/                   BadgerDB: name records and their history, manifests,
-//	                             chunk sizes and last use, pins
+//	                             chunk sizes and last use, pins, chunk outboards (in
+//	                             its value log, as values of 1 KiB or more are)
 //
 // Chunk bytes live in plain files (they wrote twice as fast as Badger values
 // and free their space on unlink or a punched hole); Badger holds only

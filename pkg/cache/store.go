@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/table"
 	"github.com/shirou/gopsutil/v4/disk"
 
 	"github.com/omst-project/omst/pkg/blob"
@@ -34,8 +35,12 @@ const flushInterval = 5 * time.Second
 // entries are dirty.
 const flushThreshold = 4096
 
-// valueLogGCInterval is how often Badger's value log is garbage collected.
+// valueLogGCInterval is how often Badger's value log is garbage collected
+// when the index is not compacted (after a compaction it always is).
 const valueLogGCInterval = 10 * time.Minute
+
+// maxValueLogGC bounds the value log files one garbage collection rewrites.
+const maxValueLogGC = 8
 
 // indexL0Tables is the number of level-0 tables at which the flush loop
 // compacts the index (compactIndex): Badger's own threshold when its
@@ -45,6 +50,37 @@ const indexL0Tables = 2
 // indexMemTableSize is the index's memtable size, a level-0 table's worth
 // of writes (a variable so that a test can make tables of less).
 var indexMemTableSize int64 = 16 << 20
+
+// indexValueThreshold is Badger's ValueThreshold for the index: a value
+// of at least this many bytes lives in the value log, the LSM tree holding
+// only a pointer to it. Chunk outboards (about 4 KiB per 1 MiB chunk) and
+// manifests of more than 32 chunks go there; chunk entries, records and
+// pins stay in the tree. With outboards in the tree (Badger's default, 1
+// MiB) the tree held 4.5 KB per chunk, a level-0 table per 4,000 chunks
+// written, and every compaction (compactIndex) rewrote all of it:
+// BenchmarkIndexFill. A variable so that a test can write a store in that
+// earlier layout.
+var indexValueThreshold int64 = 1 << 10
+
+// indexValueLogFileSize is the size of a value log file, the unit that
+// its garbage collection rewrites (a variable so that a test can make
+// smaller ones).
+var indexValueLogFileSize int64 = 64 << 20
+
+// indexCompactors is the number of Badger's own compactors the index runs
+// (0: the flush loop compacts it, compactIndex); a variable so that
+// BenchmarkIndexFill can weigh the alternative.
+var indexCompactors = 0
+
+// indexStats is what the flush loop measured of the index's upkeep.
+type indexStats struct {
+	compactions  int           // compactIndex's Flattens
+	compactTime  time.Duration // their total time
+	maxCompact   time.Duration // the longest
+	compactBytes int64         // bytes of the tables they wrote
+	maxRound     time.Duration // the longest round of the flush loop (compaction, flush, value log GC)
+	gcRewrites   int           // value log files rewritten by RunValueLogGC
+}
 
 // ErrLocked is returned (wrapped) by Open when another process holds the
 // store's index open.
@@ -168,6 +204,9 @@ type Store struct {
 	now     func() time.Time
 
 	flushMu   sync.Mutex // serializes flushes, so a later flush always wins
+	roundMu   sync.Mutex // serializes indexRound
+	ixMu      sync.Mutex // guards ix
+	ix        indexStats
 	flushKick chan struct{}
 	stop      context.CancelFunc
 	flushDone chan struct{}
@@ -273,16 +312,19 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithMemTableSize(indexMemTableSize).
 		WithNumMemtables(2).
 		WithBlockCacheSize(16 << 20).
-		WithValueLogFileSize(64 << 20).
+		WithValueLogFileSize(indexValueLogFileSize).
+		WithValueThreshold(indexValueThreshold).
 		// No compactors: each of Badger's wakes every 50 ms whether
 		// there is work or not (two were 85% of an idle daemon's CPU,
 		// 0.45% of a core each); the flush loop compacts instead
 		// (compactIndex).
-		WithNumCompactors(0).
+		WithNumCompactors(indexCompactors).
+		WithMetricsEnabled(false)
+	if indexCompactors == 0 {
 		// Only Flatten scores level 0 now: by this, indexL0Tables
 		// tables alone in the index are past its threshold.
-		WithNumLevelZeroTables(1).
-		WithMetricsEnabled(false)
+		bopts = bopts.WithNumLevelZeroTables(1)
+	}
 	if err := withDirLock(bopts.Dir, func() error { return checkIndexTables(bopts.Dir, bopts) }); err != nil {
 		if errors.Is(err, ErrIndexDamaged) {
 			return nil, fmt.Errorf("open store %s: %w; %s", dir, err, damagedIndexHelp(bopts.Dir))
@@ -621,47 +663,107 @@ func (s *Store) flushLoop(ctx context.Context) {
 		case <-t.C:
 		case <-s.flushKick:
 		}
-		// Compact first: with no compactor of Badger's own, a write that
-		// met a stall (15 level-0 tables, written by the store's other
-		// writers since the last look) would wait for this loop, and the
-		// flush writes.
-		if err := s.compactIndex(); err != nil {
-			s.log.Warn("compact chunk index", "err", err)
+		s.indexRound(ctx, &lastGC)
+	}
+}
+
+// indexRound is one round of the flush loop: compact the index if due,
+// flush the dirty chunk entries, collect the value log after a compaction
+// or when lastGC is valueLogGCInterval ago. Rounds are serialized.
+func (s *Store) indexRound(ctx context.Context, lastGC *time.Time) {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	start := time.Now()
+	// Compact first: with no compactor of Badger's own, a write that
+	// met a stall (15 level-0 tables, written by the store's other
+	// writers since the last look) would wait for this loop, and the
+	// flush writes.
+	compacted, err := s.compactIndex()
+	if err != nil {
+		s.log.Warn("compact chunk index", "err", err)
+	}
+	if err := s.flush(); err != nil {
+		s.log.Warn("flush chunk index", "err", err)
+	}
+	// The value log holds outboards and large manifests; those of
+	// chunks evicted or blobs dropped are garbage there. Badger learns
+	// how much of each file is garbage when it compacts, so look right
+	// after a compaction (as often as the index takes writes: a
+	// churning cache reclaims as it goes), and now and then anyway.
+	if compacted || time.Since(*lastGC) >= valueLogGCInterval {
+		*lastGC = time.Now()
+		s.valueLogGC(ctx)
+	}
+	took := time.Since(start)
+	s.ixMu.Lock()
+	s.ix.maxRound = max(s.ix.maxRound, took)
+	s.ixMu.Unlock()
+}
+
+// valueLogGC rewrites the value log files that are at least half garbage,
+// at most maxValueLogGC of them (each at most 64 MiB, its live half
+// written again), until Badger finds none or ctx ends.
+func (s *Store) valueLogGC(ctx context.Context) {
+	for i := 0; i < maxValueLogGC && ctx.Err() == nil; i++ {
+		if s.db.RunValueLogGC(0.5) != nil { // ErrNoRewrite: nothing to reclaim
+			return
 		}
-		if err := s.flush(); err != nil {
-			s.log.Warn("flush chunk index", "err", err)
-		}
-		if time.Since(lastGC) >= valueLogGCInterval {
-			lastGC = time.Now()
-			// Only large manifests live in the value log; reclaim it
-			// now and then. ErrNoRewrite ends the loop.
-			for i := 0; i < 8 && ctx.Err() == nil; i++ {
-				if s.db.RunValueLogGC(0.5) != nil {
-					break
-				}
-			}
-		}
+		s.ixMu.Lock()
+		s.ix.gcRewrites++
+		s.ixMu.Unlock()
 	}
 }
 
 // compactIndex merges the index into one level once its level 0 holds
 // indexL0Tables tables (Badger's Flatten); below that it does nothing. The
 // index runs no compactors of its own (see Open) and takes few writes: a
-// level-0 table per indexMemTableSize of them (chunk entries of about 100
-// bytes, rewritten when a chunk's last use is flushed), and Badger stalls
-// writes only at 15 level-0 tables, so a look every flushInterval keeps it
-// compact. Flatten rewrites the levels below too: for the index of a large
-// store (S bytes) that is S written per two memtables' worth of writes,
-// where Badger's leveled compaction wrote a fraction of it.
-func (s *Store) compactIndex() error {
+// level-0 table per indexMemTableSize of them (a chunk's entry and its
+// outboard's pointer into the value log: a level-0 table per ~70,000
+// chunks written; entries rewritten when a chunk's last use is flushed),
+// and Badger stalls writes only at 15 level-0 tables, so a look every
+// flushInterval keeps it compact. Flatten rewrites every level, and the
+// chunk hashes spread every table over the whole key range: each
+// compaction rewrites the whole tree (about 100 bytes per chunk stored).
+// That is why outboards live in the value log (indexValueThreshold): in
+// the tree they made it 4.3 KB per chunk and a table per 4,000 chunks.
+// It reports whether it compacted.
+func (s *Store) compactIndex() (compacted bool, err error) {
 	lv := s.db.Levels()
-	if len(lv) == 0 || lv[0].NumTables < indexL0Tables {
-		return nil
+	if indexCompactors > 0 || len(lv) == 0 || lv[0].NumTables < indexL0Tables {
+		return false, nil
+	}
+	start := time.Now()
+	had := make(map[uint64]bool)
+	for _, t := range s.db.Tables() {
+		had[t.ID] = true
 	}
 	if err := s.db.Flatten(1); err != nil {
-		return fmt.Errorf("flatten (%d level-0 tables): %w", lv[0].NumTables, err)
+		return false, fmt.Errorf("flatten (%d level-0 tables): %w", lv[0].NumTables, err)
 	}
-	return nil
+	took := time.Since(start)
+	var written int64 // the new tables' file sizes (TableInfo.OnDiskSize counts the values in the value log too)
+	for _, t := range s.db.Tables() {
+		if had[t.ID] {
+			continue
+		}
+		if info, err := os.Stat(table.NewFilename(t.ID, s.db.Opts().Dir)); err == nil {
+			written += info.Size()
+		}
+	}
+	s.ixMu.Lock()
+	s.ix.compactions++
+	s.ix.compactTime += took
+	s.ix.maxCompact = max(s.ix.maxCompact, took)
+	s.ix.compactBytes += written
+	s.ixMu.Unlock()
+	return true, nil
+}
+
+// indexStats returns what the flush loop measured of the index's upkeep.
+func (s *Store) indexStats() indexStats {
+	s.ixMu.Lock()
+	defer s.ixMu.Unlock()
+	return s.ix
 }
 
 // markDirtyLocked records that h's index entry is stale. s.mu must be held.
