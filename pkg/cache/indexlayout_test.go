@@ -205,3 +205,61 @@ func TestValueLogReclaimedWhileChurning(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactDue: the flush loop compacts at 2 level-0 tables while they
+// hold a quarter of the levels below, at 8 whatever their size.
+func TestCompactDue(t *testing.T) {
+	for _, c := range []struct {
+		tables    int
+		l0, below int64
+		want      bool
+	}{
+		{0, 0, 0, false},
+		{1, 100 << 20, 0, false},
+		{2, 1, 0, true},
+		{2, 10 << 20, 40 << 20, true},
+		{2, 10 << 20, 41 << 20, false},
+		{7, 10 << 20, 1 << 30, false},
+		{8, 10 << 20, 1 << 30, true},
+		{14, 1, 1 << 40, true},
+	} {
+		if got := compactDue(c.tables, c.l0, c.below); got != c.want {
+			t.Errorf("compactDue(%d tables, %d B, %d B below) = %v, want %v", c.tables, c.l0, c.below, got, c.want)
+		}
+	}
+}
+
+// TestCompactionsLinearInIndex: an index growing to many level-0 tables'
+// worth (16,384 chunks through memtables of 64 KiB) is rewritten by the
+// flush loop's compactions a bounded number of times: they write under 6
+// times the tree's final size (measured 3.7), where compacting at every 2 tables (each
+// compaction rewriting the whole tree) wrote 9.7 times it here, and ever
+// more as the tree grows.
+func TestCompactionsLinearInIndex(t *testing.T) {
+	old := indexMemTableSize
+	indexMemTableSize = 64 << 10
+	t.Cleanup(func() { indexMemTableSize = old })
+	const n = 16384
+	dir := t.TempDir()
+	s, err := Open(dir, Options{MaxBytes: int64(n+1) << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastGC := time.Now()
+	for i := 0; i < n; i++ {
+		addBenchChunk(t, s, i)
+		if i%64 == 63 {
+			s.indexRound(context.Background(), &lastGC)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ix := s.indexStats()
+	tree := indexFileBytes(t, dir, ".sst")
+	t.Logf("%d chunks: tree %d B; %d compactions wrote %d B (%.1f times the tree), longest %v",
+		n, tree, ix.compactions, ix.compactBytes, float64(ix.compactBytes)/float64(tree), ix.maxCompact)
+	if ix.compactBytes > 6*tree {
+		t.Errorf("compactions wrote %d B, want under 6 times the tree's %d B", ix.compactBytes, tree)
+	}
+}

@@ -47,6 +47,28 @@ const maxValueLogGC = 8
 // compactors ran (NumLevelZeroTables was 2).
 const indexL0Tables = 2
 
+// indexL0MaxTables is the number of level-0 tables at which the flush loop
+// compacts the index however large the levels below are (Badger stalls
+// writes at 15).
+const indexL0MaxTables = 8
+
+// compactDue reports whether the flush loop compacts the index, whose
+// level 0 holds l0Tables tables of l0Bytes and whose levels below hold
+// below bytes, all of which a compaction rewrites (compactIndex): at
+// indexL0Tables tables once they hold at least a quarter of below (so a
+// compaction writes at most 5 times what was added since the last one,
+// and a growing index is rewritten a bounded number of times per byte),
+// and at indexL0MaxTables tables whatever their size.
+func compactDue(l0Tables int, l0Bytes, below int64) bool {
+	switch {
+	case l0Tables < indexL0Tables:
+		return false
+	case l0Tables >= indexL0MaxTables:
+		return true
+	}
+	return 4*l0Bytes >= below
+}
+
 // indexMemTableSize is the index's memtable size, a level-0 table's worth
 // of writes (a variable so that a test can make tables of less).
 var indexMemTableSize int64 = 16 << 20
@@ -714,8 +736,8 @@ func (s *Store) valueLogGC(ctx context.Context) {
 	}
 }
 
-// compactIndex merges the index into one level once its level 0 holds
-// indexL0Tables tables (Badger's Flatten); below that it does nothing. The
+// compactIndex merges the index into one level once compactDue says so
+// (Badger's Flatten); until then it does nothing. The
 // index runs no compactors of its own (see Open) and takes few writes: a
 // level-0 table per indexMemTableSize of them (a chunk's entry and its
 // outboard's pointer into the value log: a level-0 table per ~70,000
@@ -729,7 +751,14 @@ func (s *Store) valueLogGC(ctx context.Context) {
 // It reports whether it compacted.
 func (s *Store) compactIndex() (compacted bool, err error) {
 	lv := s.db.Levels()
-	if indexCompactors > 0 || len(lv) == 0 || lv[0].NumTables < indexL0Tables {
+	if indexCompactors > 0 || len(lv) == 0 {
+		return false, nil
+	}
+	var below int64
+	for _, l := range lv[1:] {
+		below += l.Size
+	}
+	if !compactDue(lv[0].NumTables, lv[0].Size, below) {
 		return false, nil
 	}
 	start := time.Now()
