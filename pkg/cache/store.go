@@ -78,7 +78,7 @@ var indexMemTableSize int64 = 16 << 20
 // only a pointer to it. Chunk outboards (about 4 KiB per 1 MiB chunk) and
 // manifests of more than 32 chunks go there; chunk entries, records and
 // pins stay in the tree. With outboards in the tree (Badger's default, 1
-// MiB) the tree held 4.5 KB per chunk, a level-0 table per 4,000 chunks
+// MiB) the tree held 4.3 KB per chunk, a level-0 table per 4,000 chunks
 // written, and every compaction (compactIndex) rewrote all of it:
 // BenchmarkIndexFill. A variable so that a test can write a store in that
 // earlier layout.
