@@ -172,7 +172,7 @@ func TestValueLogReclaimedWhileChurning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lastGC := time.Now()
+	gc := gcState{last: time.Now()}
 	for i := 0; i < n; i++ {
 		s.mu.Lock()
 		err := s.evictLocked(1 << 20) // as storeChunk does
@@ -186,7 +186,7 @@ func TestValueLogReclaimedWhileChurning(t *testing.T) {
 			// collection after a compaction), as every 5 s at 13 chunks
 			// a second: the outboards reach the value log before their
 			// chunks are evicted.
-			s.indexRound(context.Background(), &lastGC)
+			indexRound(t, s, &gc)
 		}
 	}
 	if err := s.Close(); err != nil {
@@ -245,11 +245,11 @@ func TestCompactionsLinearInIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lastGC := time.Now()
+	gc := gcState{last: time.Now()}
 	for i := 0; i < n; i++ {
 		addBenchChunk(t, s, i)
 		if i%64 == 63 {
-			s.indexRound(context.Background(), &lastGC)
+			indexRound(t, s, &gc)
 		}
 	}
 	if err := s.Close(); err != nil {
@@ -261,5 +261,58 @@ func TestCompactionsLinearInIndex(t *testing.T) {
 		n, tree, ix.compactions, ix.compactBytes, float64(ix.compactBytes)/float64(tree), ix.maxCompact)
 	if ix.compactBytes > 6*tree {
 		t.Errorf("compactions wrote %d B, want under 6 times the tree's %d B", ix.compactBytes, tree)
+	}
+}
+
+// indexRound is a round of the store's upkeep, as its loops do it: a
+// compaction if due, a flush, a value log collection after a compaction.
+func indexRound(t *testing.T, s *Store, gc *gcState) {
+	t.Helper()
+	if _, err := s.compactIndex(); err != nil {
+		t.Fatal(err)
+	}
+	s.flushRound(context.Background(), gc)
+}
+
+// TestFlushOfManyTablesCompletes: a flush that writes more than Badger's
+// write stall of 15 level-0 tables (16,384 chunk entries with outboards,
+// a backlog, through memtables of 64 KiB) completes: the index is compacted by a
+// loop that does not wait for that write. With the compaction in the
+// flush loop itself, the flush waited for it forever (as
+// BenchmarkIndexFill did at 256 Ki chunks with outboards in the tree).
+func TestFlushOfManyTablesCompletes(t *testing.T) {
+	old := indexMemTableSize
+	indexMemTableSize = 64 << 10
+	t.Cleanup(func() { indexMemTableSize = old })
+	const n = 16384
+	dir := t.TempDir()
+	s, err := Open(dir, Options{MaxBytes: int64(n+1) << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The backlog of a flush loop that was busy (in a long compaction,
+	// before): no flush while the entries come.
+	s.flushMu.Lock()
+	for i := 0; i < n; i++ {
+		addBenchChunk(t, s, i)
+	}
+	s.flushMu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }() // Close flushes what is dirty
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close (the flush of 16,384 entries) still waits after 60 s: the index's writes are stalled with no compaction to come")
+	}
+	ix := s.indexStats()
+	t.Logf("%d compactions while the flush wrote", ix.compactions)
+	s = openStore(t, dir, int64(n+1)<<20)
+	for _, i := range []int{0, n / 2, n - 1} {
+		if ob, ok := s.Outboard(benchChunkHash(i)); !ok || !bytes.Equal(ob, benchOutboard(i)) {
+			t.Fatalf("chunk %d: outboard %v after the reopen, want it as kept", i, ok)
+		}
 	}
 }

@@ -39,6 +39,10 @@ const flushThreshold = 4096
 // when the index is not compacted (after a compaction it always is).
 const valueLogGCInterval = 10 * time.Minute
 
+// compactInterval is how often the index's compaction loop looks whether
+// a compaction is due (a look is a few microseconds).
+const compactInterval = time.Second
+
 // maxValueLogGC bounds the value log files one garbage collection rewrites.
 const maxValueLogGC = 8
 
@@ -100,7 +104,7 @@ type indexStats struct {
 	compactTime  time.Duration // their total time
 	maxCompact   time.Duration // the longest
 	compactBytes int64         // bytes of the tables they wrote
-	maxRound     time.Duration // the longest round of the flush loop (compaction, flush, value log GC)
+	maxRound     time.Duration // the longest flush of the flush loop
 	gcRewrites   int           // value log files rewritten by RunValueLogGC
 }
 
@@ -226,12 +230,17 @@ type Store struct {
 	now     func() time.Time
 
 	flushMu   sync.Mutex // serializes flushes, so a later flush always wins
-	roundMu   sync.Mutex // serializes indexRound
 	ixMu      sync.Mutex // guards ix
 	ix        indexStats
 	flushKick chan struct{}
 	stop      context.CancelFunc
 	flushDone chan struct{}
+	// compactMu serializes compactIndex; stopCompact ends compactLoop,
+	// which then closes compactDone. Close stops it last: its flush may
+	// wait for a compaction.
+	compactMu   sync.Mutex
+	stopCompact context.CancelFunc
+	compactDone chan struct{}
 }
 
 // chunkEntry is the in-memory state of one stored chunk.
@@ -310,6 +319,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		now:           opts.Now,
 		flushKick:     make(chan struct{}, 1),
 		flushDone:     make(chan struct{}),
+		compactDone:   make(chan struct{}),
 	}
 	for _, d := range []string{dir, s.chunkDir, s.tmpDir, s.blobDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -385,6 +395,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	go s.flushLoop(ctx)
+	cctx, ccancel := context.WithCancel(context.Background())
+	s.stopCompact = ccancel
+	go s.compactLoop(cctx)
 	return s, nil
 }
 
@@ -650,6 +663,8 @@ func (s *Store) Close() error {
 	s.stop()
 	<-s.flushDone
 	ferr := s.flush()
+	s.stopCompact()
+	<-s.compactDone
 	cerr := s.db.Close()
 	if ferr != nil {
 		return fmt.Errorf("close store %s: %w", s.dir, ferr)
@@ -672,12 +687,12 @@ func (s *Store) Usage() Usage {
 func (s *Store) Dir() string { return s.dir }
 
 // flushLoop writes dirty chunk entries to the index every flushInterval or
-// when kicked, until ctx ends.
+// when kicked, and collects the value log, until ctx ends.
 func (s *Store) flushLoop(ctx context.Context) {
 	defer close(s.flushDone)
 	t := time.NewTicker(flushInterval)
 	defer t.Stop()
-	lastGC := time.Now()
+	gc := gcState{last: time.Now()}
 	for {
 		select {
 		case <-ctx.Done():
@@ -685,38 +700,59 @@ func (s *Store) flushLoop(ctx context.Context) {
 		case <-t.C:
 		case <-s.flushKick:
 		}
-		s.indexRound(ctx, &lastGC)
+		s.flushRound(ctx, &gc)
 	}
 }
 
-// indexRound is one round of the flush loop: compact the index if due,
-// flush the dirty chunk entries, collect the value log after a compaction
-// or when lastGC is valueLogGCInterval ago. Rounds are serialized.
-func (s *Store) indexRound(ctx context.Context, lastGC *time.Time) {
-	s.roundMu.Lock()
-	defer s.roundMu.Unlock()
-	start := time.Now()
-	// Compact first: with no compactor of Badger's own, a write that
-	// met a stall (15 level-0 tables, written by the store's other
-	// writers since the last look) would wait for this loop, and the
-	// flush writes.
-	compacted, err := s.compactIndex()
-	if err != nil {
-		s.log.Warn("compact chunk index", "err", err)
+// compactLoop compacts the index when due (compactIndex), looking every
+// compactInterval, until ctx ends. It is not the flush loop: a write
+// (the flush's, a put's) that meets Badger's stall at 15 level-0 tables
+// waits for a compaction, and with the index's only compaction in the
+// flush loop, a flush that wrote that many tables itself waited forever
+// (BenchmarkIndexFill with outboards in the tree hung at 256 Ki chunks:
+// a flush of a backlog that grew during a long Flatten;
+// TestFlushOfManyTablesCompletes). This loop never writes through
+// Badger's write path, so nothing it waits for waits for it.
+func (s *Store) compactLoop(ctx context.Context) {
+	defer close(s.compactDone)
+	t := time.NewTicker(compactInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.compactIndex(); err != nil {
+			s.log.Warn("compact chunk index", "err", err)
+		}
 	}
+}
+
+// gcState is the flush loop's memory of its last value log collection.
+type gcState struct {
+	last        time.Time // when
+	compactions int       // indexStats.compactions then
+}
+
+// flushRound is one round of the flush loop: flush the dirty chunk
+// entries, then collect the value log if the index was compacted since
+// the last collection or valueLogGCInterval has passed.
+func (s *Store) flushRound(ctx context.Context, gc *gcState) {
+	start := time.Now()
 	if err := s.flush(); err != nil {
 		s.log.Warn("flush chunk index", "err", err)
 	}
+	took := time.Since(start)
 	// The value log holds outboards and large manifests; those of
 	// chunks evicted or blobs dropped are garbage there. Badger learns
-	// how much of each file is garbage when it compacts, so look right
-	// after a compaction (as often as the index takes writes: a
-	// churning cache reclaims as it goes), and now and then anyway.
-	if compacted || time.Since(*lastGC) >= valueLogGCInterval {
-		*lastGC = time.Now()
+	// how much of each file is garbage when it compacts, so look after
+	// each compaction (as often as the index takes writes: a churning
+	// cache reclaims as it goes), and now and then anyway.
+	if n := s.indexStats().compactions; n != gc.compactions || time.Since(gc.last) >= valueLogGCInterval {
+		gc.last, gc.compactions = time.Now(), n
 		s.valueLogGC(ctx)
 	}
-	took := time.Since(start)
 	s.ixMu.Lock()
 	s.ix.maxRound = max(s.ix.maxRound, took)
 	s.ixMu.Unlock()
@@ -743,13 +779,15 @@ func (s *Store) valueLogGC(ctx context.Context) {
 // outboard's pointer into the value log: a level-0 table per ~70,000
 // chunks written; entries rewritten when a chunk's last use is flushed),
 // and Badger stalls writes only at 15 level-0 tables, so a look every
-// flushInterval keeps it compact. Flatten rewrites every level, and the
+// compactInterval keeps it compact. Flatten rewrites every level, and the
 // chunk hashes spread every table over the whole key range: each
 // compaction rewrites the whole tree (about 100 bytes per chunk stored).
 // That is why outboards live in the value log (indexValueThreshold): in
 // the tree they made it 4.3 KB per chunk and a table per 4,000 chunks.
 // It reports whether it compacted.
 func (s *Store) compactIndex() (compacted bool, err error) {
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
 	lv := s.db.Levels()
 	if indexCompactors > 0 || len(lv) == 0 {
 		return false, nil
