@@ -622,10 +622,11 @@ func (s *Store) CopyChunkTo(h blob.Hash, dst *os.File, off, length int64) error 
 		}
 		return nil
 	}
-	f, foff, size, err := s.OpenChunkAt(h)
+	f, loc, size, err := s.openChunkLoc(h)
 	if err != nil {
 		return err
 	}
+	foff := loc.off
 	defer f.Close()
 	if size != length {
 		return fmt.Errorf("chunk %s has %d bytes, the manifest says %d: %w", h, size, length, blob.ErrCorrupt)
@@ -639,11 +640,33 @@ func (s *Store) CopyChunkTo(h blob.Hash, dst *os.File, off, length int64) error 
 	if _, err := f.ReadAt(buf, foff); err != nil {
 		return s.readFailed(h, err)
 	}
-	if err := s.checkRead(h, buf); err != nil {
+	if err := s.checkRead(loc, buf); err != nil {
+		if !errors.Is(err, errMoved) {
+			return err
+		}
+		data, err := s.ReadChunk(h) // where it is now
+		if err != nil {
+			return err
+		}
+		if _, err := dst.WriteAt(data, off); err != nil {
+			return noSpace(fmt.Errorf("write chunk %s: %w", h, err))
+		}
+		return nil
+	}
+	if _, err = copyRange(f, foff, dst, off, size); err != nil {
 		return err
 	}
-	_, err = copyRange(f, foff, dst, off, size)
-	return err
+	s.mu.Lock()
+	moved := s.movedLocked(loc)
+	s.mu.Unlock()
+	if moved {
+		// Punched out (or moved) since it was verified: the kernel may
+		// have copied zeros. Write the verified bytes instead.
+		if _, err := dst.WriteAt(buf, off); err != nil {
+			return noSpace(fmt.Errorf("write chunk %s: %w", h, err))
+		}
+	}
+	return nil
 }
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, blob.DefaultChunkSize); return &b }}

@@ -201,7 +201,10 @@ func (s *Store) ReadChunkVerifiedBy(h blob.Hash, verify func(data []byte) error)
 }
 
 // readChunk is ReadChunk (verify nil: the store hashes what it reads) or
-// ReadChunkVerifiedBy.
+// ReadChunkVerifiedBy. Bytes that fail verification because the chunk left
+// the place they were read from meanwhile (evicted and punched out of a
+// blob file, moved to a chunk file by PromoteChunk) are read once more
+// where the chunk is now, not taken for damage.
 func (s *Store) readChunk(h blob.Hash, verify func([]byte) error) ([]byte, error) {
 	if b, ok := s.verified.get(h); ok && s.touch(h) {
 		if verify == nil || verify(b) == nil {
@@ -209,25 +212,30 @@ func (s *Store) readChunk(h blob.Hash, verify func([]byte) error) ([]byte, error
 		}
 		s.verified.remove(h) // not what was verified: never from memory again
 	}
-	f, size, err := s.OpenChunk(h)
-	if err != nil {
-		return nil, err
+	for attempt := 0; ; attempt++ {
+		f, loc, size, err := s.openChunkLoc(h)
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, size)
+		_, err = f.ReadAt(buf, loc.off)
+		f.Close()
+		if err != nil {
+			return nil, s.readFailed(h, err)
+		}
+		if verify == nil {
+			err = h.Verify(buf)
+		} else {
+			err = verify(buf)
+		}
+		if err == nil {
+			s.verified.put(h, buf, len(buf))
+			return buf, nil
+		}
+		if err = s.damagedRead(loc, err); !errors.Is(err, errMoved) || attempt > 0 {
+			return nil, err
+		}
 	}
-	defer f.Close()
-	buf := make([]byte, size)
-	if _, err := io.ReadFull(f, buf); err != nil {
-		return nil, s.readFailed(h, err)
-	}
-	if verify == nil {
-		err = s.checkRead(h, buf)
-	} else if err = verify(buf); err != nil {
-		err = s.damagedRead(h, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	s.verified.put(h, buf, len(buf))
-	return buf, nil
 }
 
 // DefaultVerifiedMemoBytes is the default bound of the memory of recently
@@ -239,20 +247,55 @@ const DefaultVerifiedMemoBytes = 64 << 20
 // manifestMemoBytes bounds the memory of decoded manifests.
 const manifestMemoBytes = 16 << 20
 
-// checkRead verifies bytes just read from h's file; on a mismatch it drops
-// the chunk and returns an error wrapping blob.ErrCorrupt.
-func (s *Store) checkRead(h blob.Hash, data []byte) error {
-	if err := h.Verify(data); err != nil {
-		return s.damagedRead(h, err)
+// chunkLoc is where a reader found a chunk's bytes: its entry, and the
+// blob file (nil: the chunk's own file) and offset the entry named then.
+type chunkLoc struct {
+	e   *chunkEntry
+	bf  *blobFile
+	off int64
+}
+
+// errMoved is damagedRead's error for bytes read from a place the chunk
+// has left since (a range punched out of a blob file reads as zeros): the
+// store's copy is not damaged; read it again where it is. It wraps
+// blob.ErrNotFound, the error of a chunk evicted under a reader.
+var errMoved = fmt.Errorf("chunk moved or evicted while it was read: %w", blob.ErrNotFound)
+
+// movedLocked reports whether the chunk read at loc has left it: its
+// entry is gone, replaced, or located elsewhere. A range of a blob file is
+// punched out only together with such a change (under s.mu), so bytes
+// read from loc while movedLocked stayed false are the chunk's as stored.
+// s.mu is held.
+func (s *Store) movedLocked(loc chunkLoc) bool {
+	e := loc.e
+	return s.chunks[e.hash] != e || e.bf != loc.bf || e.off != loc.off
+}
+
+// checkRead verifies bytes just read from loc; on a mismatch it drops the
+// chunk and returns an error wrapping blob.ErrCorrupt (or errMoved, see
+// damagedRead).
+func (s *Store) checkRead(loc chunkLoc, data []byte) error {
+	if err := loc.e.hash.Verify(data); err != nil {
+		return s.damagedRead(loc, err)
 	}
 	return nil
 }
 
-// damagedRead drops chunk h, whose bytes just read from its file failed
+// damagedRead drops the chunk whose bytes just read from loc failed
 // verification with err, and returns the read's error: it wraps err and
-// blob.ErrCorrupt.
-func (s *Store) damagedRead(h blob.Hash, err error) error {
-	s.DropChunk(h, "content does not match its hash")
+// blob.ErrCorrupt. If the chunk has left loc since it was opened, it is
+// not dropped and the error is errMoved.
+func (s *Store) damagedRead(loc chunkLoc, err error) error {
+	h := loc.e.hash
+	s.mu.Lock()
+	moved := s.movedLocked(loc)
+	if !moved {
+		s.dropEntryLocked(loc.e, "content does not match its hash")
+	}
+	s.mu.Unlock()
+	if moved {
+		return fmt.Errorf("chunk %s: %w", h, errMoved)
+	}
 	if !errors.Is(err, blob.ErrCorrupt) {
 		err = fmt.Errorf("%w: %w", blob.ErrCorrupt, err)
 	}
@@ -278,22 +321,28 @@ func (s *Store) ReadChunkInto(h blob.Hash, buf []byte) (int, error) {
 	if b, ok := s.verified.get(h); ok && len(buf) >= len(b) && s.touch(h) {
 		return copy(buf, b), nil
 	}
-	f, size, err := s.OpenChunk(h)
-	if err != nil {
-		return 0, err
+	for attempt := 0; ; attempt++ {
+		f, loc, size, err := s.openChunkLoc(h)
+		if err != nil {
+			return 0, err
+		}
+		if int64(len(buf)) < size {
+			f.Close()
+			return 0, fmt.Errorf("read chunk %s: %d-byte buffer for %d bytes: %w", h, len(buf), size, io.ErrShortBuffer)
+		}
+		n, err := f.ReadAt(buf[:size], loc.off)
+		f.Close()
+		if err != nil {
+			return 0, s.readFailed(h, err)
+		}
+		err = s.checkRead(loc, buf[:n])
+		if err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, errMoved) || attempt > 0 {
+			return 0, err
+		}
 	}
-	defer f.Close()
-	if int64(len(buf)) < size {
-		return 0, fmt.Errorf("read chunk %s: %d-byte buffer for %d bytes: %w", h, len(buf), size, io.ErrShortBuffer)
-	}
-	n, err := io.ReadFull(f, buf[:size])
-	if err != nil {
-		return 0, s.readFailed(h, err)
-	}
-	if err := s.checkRead(h, buf[:n]); err != nil {
-		return 0, err
-	}
-	return n, nil
 }
 
 // RecheckChunk forgets any verified copy of chunk h held in memory and
@@ -308,7 +357,7 @@ func (s *Store) RecheckChunk(h blob.Hash) (damaged bool, err error) {
 		s.log.Warn("recheck chunk", "chunk", h.String(), "err", err)
 	}
 	present := s.HasChunk(h)
-	f, size, err := s.OpenChunk(h)
+	f, loc, size, err := s.openChunkLoc(h)
 	switch {
 	case errors.Is(err, blob.ErrNotFound):
 		// Absent, or just dropped by OpenChunk for a missing or resized file.
@@ -318,15 +367,17 @@ func (s *Store) RecheckChunk(h blob.Hash) (damaged bool, err error) {
 	}
 	defer f.Close()
 	buf := make([]byte, size)
-	if _, err := io.ReadFull(f, buf); err != nil {
+	if _, err := f.ReadAt(buf, loc.off); err != nil {
 		err = s.readFailed(h, err)
 		if errors.Is(err, blob.ErrNotFound) {
 			return true, nil
 		}
 		return false, err
 	}
-	if err := s.checkRead(h, buf); err != nil {
-		return true, nil
+	if err := s.checkRead(loc, buf); err != nil {
+		// Moved or evicted while read: what was sent may have been read
+		// from the range it left; the store's copy is not found damaged.
+		return !errors.Is(err, errMoved), nil
 	}
 	s.verified.put(h, buf, len(buf))
 	return false, nil
@@ -334,8 +385,12 @@ func (s *Store) RecheckChunk(h blob.Hash) (damaged bool, err error) {
 
 // OpenChunk opens the chunk's file for reading, positioned at the chunk's
 // first byte, and returns it with the chunk's length. The caller closes the
-// file; it stays readable even if the chunk is evicted meanwhile. Errors and
-// use marking are as for ReadChunk.
+// file. A chunk file stays readable if the chunk is evicted meanwhile; a
+// chunk in a blob file of the store's own (a put's, a fetch's) is punched
+// out of it when it leaves, and then reads as zeros: a reader verifies
+// what it read (ReadChunk does, telling such a chunk from a damaged one),
+// or relies on its receiver's verification. Errors and use marking are as
+// for ReadChunk.
 func (s *Store) OpenChunk(h blob.Hash) (*os.File, int64, error) {
 	f, off, size, err := s.OpenChunkAt(h)
 	if err != nil {
@@ -355,52 +410,76 @@ func (s *Store) OpenChunk(h blob.Hash) (*os.File, int64, error) {
 // off in the file, which is a chunk file (off 0) or a blob file (the
 // destination of a get shared with the store, holding the whole blob).
 func (s *Store) OpenChunkAt(h blob.Hash) (f *os.File, off, size int64, err error) {
+	f, loc, size, err := s.openChunkLoc(h)
+	return f, loc.off, size, err
+}
+
+// openChunkLoc is OpenChunkAt, also returning where the chunk was found.
+// A file found missing or of the wrong size drops the chunk only if the
+// chunk is still where it was looked up: one that moved meanwhile (a blob
+// file renamed into DIR/blobs, a chunk promoted out of a blob file that
+// then went) is looked up again.
+func (s *Store) openChunkLoc(h blob.Hash) (f *os.File, loc chunkLoc, size int64, err error) {
+	for attempt := 0; ; attempt++ {
+		f, loc, size, err = s.tryOpenChunk(h)
+		if !errors.Is(err, errMoved) || attempt >= 2 {
+			return f, loc, size, err
+		}
+	}
+}
+
+// tryOpenChunk is one try of openChunkLoc: errMoved if the chunk left the
+// place it was looked up at before its file could be checked.
+func (s *Store) tryOpenChunk(h blob.Hash) (*os.File, chunkLoc, int64, error) {
 	s.mu.Lock()
 	e, ok := s.chunks[h]
-	var path string
+	var loc chunkLoc
+	path := s.chunkPath(h)
 	if ok {
 		s.touchLocked(e)
-		path, off = s.chunkPath(h), 0
+		loc = chunkLoc{e: e, bf: e.bf, off: e.off}
 		if e.bf != nil {
-			path, off = e.bf.path, e.off
+			path = e.bf.path
+		} else {
+			loc.off = 0
 		}
 	}
 	s.mu.Unlock()
 	if !ok {
-		return nil, 0, 0, fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
+		return nil, chunkLoc{}, 0, fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
 	}
-	f, err = os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		// A put's or a get's blob file moved from DIR/tmp to DIR/blobs
-		// (under s.mu) since its path was read: open it where it is.
+	// drop drops the chunk for why unless it moved since it was looked
+	// up, and returns the error for either case.
+	drop := func(why string, err error) error {
 		s.mu.Lock()
-		moved := s.chunks[h] == e && e.bf != nil && e.bf.path != path
-		if moved {
-			path = e.bf.path
+		moved := s.movedLocked(loc) || (loc.bf != nil && loc.bf.path != path)
+		if !moved {
+			s.dropEntryLocked(e, why)
 		}
 		s.mu.Unlock()
 		if moved {
-			f, err = os.Open(path)
+			return fmt.Errorf("chunk %s: %w", h, errMoved)
 		}
+		return err
 	}
+	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			s.dropEntry(e, "file missing")
-			return nil, 0, 0, fmt.Errorf("chunk %s: file missing: %w", h, blob.ErrNotFound)
+			return nil, chunkLoc{}, 0, drop("file missing", fmt.Errorf("chunk %s: file missing: %w", h, blob.ErrNotFound))
 		}
-		return nil, 0, 0, fmt.Errorf("open chunk %s: %w", h, err)
+		return nil, chunkLoc{}, 0, fmt.Errorf("open chunk %s: %w", h, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, 0, fmt.Errorf("stat chunk %s: %w", h, err)
+		return nil, chunkLoc{}, 0, fmt.Errorf("stat chunk %s: %w", h, err)
 	}
-	if (e.bf == nil && st.Size() != e.size) || st.Size() < off+e.size {
+	if (loc.bf == nil && st.Size() != e.size) || st.Size() < loc.off+e.size {
 		f.Close()
-		s.dropEntry(e, fmt.Sprintf("file has %d bytes, index says %d at %d", st.Size(), e.size, off))
-		return nil, 0, 0, fmt.Errorf("chunk %s: file has the wrong size: %w", h, blob.ErrNotFound)
+		why := fmt.Sprintf("file has %d bytes, index says %d at %d", st.Size(), e.size, loc.off)
+		return nil, chunkLoc{}, 0, drop(why, fmt.Errorf("chunk %s: file has the wrong size: %w", h, blob.ErrNotFound))
 	}
-	return f, off, e.size, nil
+	return f, loc, e.size, nil
 }
 
 // readFailed turns a failed read of an opened chunk file into an error.
@@ -435,6 +514,11 @@ func (s *Store) DropChunk(h blob.Hash, why string) {
 func (s *Store) dropEntry(e *chunkEntry, why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dropEntryLocked(e, why)
+}
+
+// dropEntryLocked is dropEntry with s.mu held.
+func (s *Store) dropEntryLocked(e *chunkEntry, why string) {
 	if s.chunks[e.hash] != e {
 		return
 	}
