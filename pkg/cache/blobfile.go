@@ -36,6 +36,13 @@ type blobFile struct {
 	// dying: the file is being removed with all its entries (an aborted
 	// put): no hole is punched for them.
 	dying bool
+	// handed: an owned file handed out to clients (GET_FD, OpenChunkShared),
+	// which map it: it is never punched again (a mapping would read
+	// zeros), so its evicted chunks' bytes stay on disk until its last
+	// entry goes and it is unlinked. Kept on disk as the file's mode
+	// (0400: no write permission; a file not handed out is 0600) and read
+	// at Open.
+	handed bool
 }
 
 // ErrNoSink is returned by Store.LinkSink for a file the store cannot share
@@ -77,13 +84,26 @@ type Sink struct {
 // (a chunk the store held already stays where it was). A crash leaves the
 // chunks written whole, located at the next Open (a range still a hole,
 // such as a chunk cut by the crash, is not). Chunks leave the file as
-// they leave a put's: evicted, dropped or promoted, punched out.
+// they leave a put's: evicted, dropped or promoted, punched out (unless
+// the file was handed out: OpenChunkShared). It fails with an error
+// wrapping ErrNoSink, creating no file, when it would take no chunk (every
+// chunk of m held, or claimed by another open sink).
 func (s *Store) OwnSink(id cid.Cid, m *blob.Manifest) (*Sink, error) {
 	if _, err := s.Manifest(id); err != nil {
 		return nil, fmt.Errorf("own sink of %s: %w", id, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	claim := false
+	for _, h := range m.Chunks {
+		if _, held := s.chunks[h]; !held && s.sinks[h] == nil {
+			claim = true
+			break
+		}
+	}
+	if !claim {
+		return nil, fmt.Errorf("own sink of %s: %w: every chunk is held or claimed by another sink", id, ErrNoSink)
+	}
 	path, err := s.newBlobPath(id, true)
 	if err != nil {
 		return nil, fmt.Errorf("own sink: %w", err)
@@ -255,7 +275,7 @@ func (s *Store) storeInSinkLocked(h blob.Hash, data []byte) (e *chunkEntry, ok b
 			s.touchLocked(cur)
 			s.adoptLocked(cur)
 		}
-		if sk.owned { // bytes no entry accounts for
+		if sk.owned && !sk.bf.handed { // bytes no entry accounts for
 			if err := punchHole(sk.bf.path, off, n); err != nil {
 				s.log.Warn("free a chunk stored twice in a blob file", "path", sk.bf.path, "err", err)
 			}
@@ -427,7 +447,7 @@ func (s *Store) dropSinkEntriesLocked(sk *Sink) {
 // is held.
 func (s *Store) releaseRangeLocked(e *chunkEntry) {
 	bf := e.bf
-	if bf == nil || !bf.owned || bf.dying || bf.refs <= 1 {
+	if bf == nil || !bf.owned || bf.handed || bf.dying || bf.refs <= 1 {
 		return // the last reference unlinks the file
 	}
 	if err := punchHole(bf.path, e.off, e.size); err != nil {
@@ -546,10 +566,15 @@ func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, punched map
 			}
 			ok = err == nil && info.Mode().IsRegular() && info.Size() == int64(m.Size)
 		}
-		bf := &blobFile{path: path, committed: true, owned: owned}
+		handed := owned && ok && info.Mode().Perm()&0o200 == 0
+		bf := &blobFile{path: path, committed: true, owned: owned, handed: handed}
 		var f *os.File // an owned file, open for its holes
 		if ok && owned {
-			if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+			mode := os.O_RDWR
+			if handed {
+				mode = os.O_RDONLY // never punched
+			}
+			if f, err = os.OpenFile(path, mode, 0); err != nil {
 				ok = false
 			}
 		}
@@ -560,7 +585,7 @@ func (s *Store) loadBlobFiles(seen map[blob.Hash]bool) (adopted int, punched map
 				if f != nil {
 					hole := hasHole(f, off, size)
 					if seen[h] {
-						if !hole {
+						if !hole && !handed {
 							if e := s.chunks[h]; e == nil || e.bf != bf || e.off != off {
 								if err := punchHoleFile(f, off, size); err != nil {
 									s.log.Warn("free a chunk's second copy in a blob file", "path", path, "err", err)
@@ -712,9 +737,9 @@ func copyRange(src *os.File, soff int64, dst *os.File, doff, n int64) (int64, er
 
 // PromoteChunk moves chunk h out of a blob file into a chunk file of its
 // own, from its verified bytes, so that its file never changes while it
-// exists (GET_FD hands the files to clients to map; a blob file is a
-// get's destination, which its owner may change). A chunk already in a
-// chunk file is left as it is. Errors are as for ReadChunk.
+// exists (GET_FD hands the files to clients to map, and a get's
+// destination is its owner's to change: OpenChunkShared). A chunk already
+// in a chunk file is left as it is. Errors are as for ReadChunk.
 func (s *Store) PromoteChunk(h blob.Hash) error {
 	s.mu.Lock()
 	e := s.chunks[h]
@@ -748,4 +773,76 @@ func (s *Store) PromoteChunk(h blob.Hash) error {
 	s.unrefBlobLocked(e.bf)
 	e.bf, e.off = nil, 0
 	return nil
+}
+
+// OpenChunkShared opens chunk h for a client to map (GET_FD): the chunk's
+// bytes are size bytes at off in f, opened read-only, and they never
+// change while f is open. A chunk file is opened as it is (off 0). A chunk
+// in a committed blob file of the store's own (a put's or a fetch's,
+// DIR/blobs/<cid>.s<n>) is handed out in that file, without a copy: the
+// file is marked handed out first (mode 0400, which Open reads back after
+// a restart) and is never punched again, so a client's mapping of it
+// never reads zeros; the chunks that leave it keep their bytes on disk
+// (beyond the cap) until its last entry goes and it is unlinked. A chunk
+// in a get's destination (its owner may change it) or in a put's file not
+// yet committed is moved into a chunk file first (PromoteChunk). The
+// caller verifies the bytes (they were not read here). Errors are as for
+// OpenChunkAt.
+func (s *Store) OpenChunkShared(h blob.Hash) (f *os.File, off, size int64, err error) {
+	for attempt := 0; ; attempt++ {
+		s.mu.Lock()
+		e := s.chunks[h]
+		if e == nil {
+			s.mu.Unlock()
+			return nil, 0, 0, fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
+		}
+		bf := e.bf
+		if bf == nil {
+			s.mu.Unlock()
+			return s.OpenChunkAt(h)
+		}
+		if !bf.owned || !bf.committed || bf.dying {
+			s.mu.Unlock()
+			if attempt > 0 {
+				return nil, 0, 0, fmt.Errorf("chunk %s: still in a blob file that cannot be handed out after its promotion", h)
+			}
+			if err := s.PromoteChunk(h); err != nil {
+				return nil, 0, 0, err
+			}
+			continue
+		}
+		f, err := s.handOutLocked(bf)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, 0, 0, fmt.Errorf("hand out chunk %s: %w", h, err)
+		}
+		s.touchLocked(e)
+		off, size := e.off, e.size
+		s.mu.Unlock()
+		return f, off, size, nil
+	}
+}
+
+// handOutLocked marks bf handed out (persistently: mode 0400) and opens it
+// read-only; under s.mu, so that the file is neither punched nor unlinked
+// between the two.
+func (s *Store) handOutLocked(bf *blobFile) (*os.File, error) {
+	f, err := os.Open(bf.path)
+	if err != nil {
+		return nil, err
+	}
+	if !bf.handed {
+		if err := f.Chmod(0o400); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("mark %s handed out: %w", bf.path, err)
+		}
+		if s.sync {
+			if err := f.Sync(); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("mark %s handed out: %w", bf.path, err)
+			}
+		}
+		bf.handed = true
+	}
+	return f, nil
 }

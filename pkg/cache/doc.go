@@ -2,14 +2,16 @@
 //
 // Layout of a store directory:
 //
-//	DIR/blobs/<cid>.s<n>         a put's blob file, the store's own: the chunks of the blob
-//	                             the put stored at their offsets, holes elsewhere (see below)
+//	DIR/blobs/<cid>.s<n>         a blob file of the store's own (a put's, or a fetch's not
+//	                             into a caller's file: OwnSink): the chunks of the blob it
+//	                             stored at their offsets, holes elsewhere (see below); mode
+//	                             0400 once handed out (GET_FD, see below), 0600 before
 //	DIR/blobs/<cid>.<n>          a get's destination file, linked here, holding the chunks
 //	                             it fetched at their offsets (see below)
 //	DIR/chunks/ab/<hex hash>     chunk bytes, one file per chunk, named by its BLAKE3-256 hash:
-//	                             chunks fetched (not into a file), a put's blob of one chunk,
-//	                             and chunks moved out of a blob file (PromoteChunk: GET_FD
-//	                             hands out such files)
+//	                             chunks fetched one by one or of a blob of one chunk, a
+//	                             put's blob of one chunk, and chunks moved out of a get's
+//	                             destination (PromoteChunk, before GET_FD hands them out)
 //	DIR/tmp/                     chunk files being written (renamed into chunks/ when complete),
 //	                             put-* files of puts in progress and blob-* links of gets in
 //	                             progress (moved into blobs/)
@@ -38,6 +40,24 @@
 // bytes are its owner's). At Open, a put's file locates only the chunks
 // that are not holes (SEEK_HOLE; a chunk of zeros is, a hole reads as
 // them).
+//
+// A fetch of a whole blob that is not into a caller's file (a stream get,
+// GET_FD's fetch, a relay fetching for its children) writes the chunks it
+// stores into one such file too (OwnSink, opened by the node for the
+// fetch): a crash leaves the chunks written, located at the next Open.
+//
+// GET_FD hands clients descriptors to map (OpenChunkShared). A chunk in a
+// committed file of the store's own is handed out in that file at its
+// offset, without a copy; the file is marked handed out first (mode 0400,
+// read back at Open) and is never punched again, since a client's mapping
+// of a punched range would read zeros. What that costs the cap: the
+// chunks evicted from a handed-out file keep their bytes on disk, beyond
+// Options.MaxBytes, until the file's last chunk is evicted and it is
+// unlinked (the space then comes back as the last client closes it); after
+// a restart such a file locates every chunk whose bytes it still holds,
+// so that they count against the cap again. A chunk in a get's destination
+// (its owner may change it) is moved into a chunk file before it is
+// handed out (PromoteChunk).
 //
 // A get into a file writes each fetched byte once (LinkSink): the
 // destination, a regular file of the store's user (not writable by group
@@ -92,9 +112,10 @@
 //     the file whatever the store does: the store only ever unlinks its
 //     own link). The bytes of a destination are its owner's to change:
 //     reads verify them as any read from disk does, and
-//     the files handed out by GET_FD (which clients map, and which must
-//     never change) are chunk files, a chunk moved out of a blob file
-//     first (PromoteChunk). Entries in a blob file not committed stay out
+//     the ranges GET_FD hands out (which clients map, and which must
+//     never change) are in chunk files or in handed-out files of the
+//     store's own, never in a destination (a chunk is moved out of one
+//     first, PromoteChunk). Entries in a blob file not committed stay out
 //     of the index, so a crash mid-get leaves no entry without its file;
 //     at Open a committed blob file locates every chunk of its blob's
 //     stored manifest that has no chunk file.
