@@ -72,7 +72,8 @@ func (n *Node) newExtentIter(ctx context.Context, rec blob.Record, m *blob.Manif
 			r := rpcbridge.ExtentRange{BlobOffset: m.ChunkOffset(i), Length: uint64(m.ChunkLen(i))}
 			go func() {
 				defer func() { <-sem }()
-				f, err := n.verifiedChunk(it.ctx, rec, m, h, i, int64(r.Length))
+				f, off, err := n.verifiedChunk(it.ctx, rec, m, h, i, int64(r.Length))
+				r.FileOffset = uint64(off)
 				fut <- extentResult{x: rpcbridge.Extent{ExtentRange: r, File: f}, err: err}
 			}()
 		}
@@ -109,54 +110,64 @@ func (it *extentIter) Close() error {
 }
 
 // verifiedChunk opens chunk i (hash h, length bytes) and checks its bytes
-// against h; a damaged chunk is dropped and fetched again once.
-func (n *Node) verifiedChunk(ctx context.Context, rec blob.Record, m *blob.Manifest, h blob.Hash, i int, length int64) (*os.File, error) {
+// against h; a damaged chunk is dropped and fetched again once. The
+// chunk's bytes are at off in the file.
+func (n *Node) verifiedChunk(ctx context.Context, rec blob.Record, m *blob.Manifest, h blob.Hash, i int, length int64) (*os.File, int64, error) {
 	for attempt := 0; ; attempt++ {
-		f, err := n.openVerified(h, length)
+		f, off, err := n.openVerified(h, length)
 		if err == nil {
-			return f, nil
+			return f, off, nil
 		}
 		if attempt > 0 {
-			return nil, fmt.Errorf("get %q: chunk %d (%s): %w", rec.Name, i, h, err)
+			return nil, 0, fmt.Errorf("get %q: chunk %d (%s): %w", rec.Name, i, h, err)
 		}
 		n.log.Warn("local chunk damaged: fetching it again", "name", rec.Name, "chunk", i, "err", err)
 		n.store.DropChunk(h, err.Error())
 		if ferr := n.engine.FetchManifest(ctx, rec, m); ferr != nil {
-			return nil, fmt.Errorf("get %q: chunk %d: %w; fetching it again failed: %v", rec.Name, i, err, ferr)
+			return nil, 0, fmt.Errorf("get %q: chunk %d: %w; fetching it again failed: %v", rec.Name, i, err, ferr)
 		}
 	}
 }
 
-// openVerified opens the chunk file and verifies it through a read-only
-// mapping (no copy). A chunk held in a blob file (a get's destination
-// shared with the store, which its owner may change) is first moved into a
-// chunk file of its own: the files GET_FD hands out never change.
-func (n *Node) openVerified(h blob.Hash, length int64) (*os.File, error) {
-	if err := n.store.PromoteChunk(h); err != nil {
-		return nil, err
-	}
-	f, size, err := n.store.OpenChunk(h)
+// openVerified opens the file that holds chunk h for a client to map
+// (cache.Store.OpenChunkShared: a chunk file, or the store's own blob file,
+// handed out without a copy and never punched again; a chunk in a get's
+// destination, which its owner may change, is moved into a chunk file
+// first) and verifies the chunk's bytes through a read-only mapping (no
+// copy). The bytes are at off in the file.
+func (n *Node) openVerified(h blob.Hash, length int64) (*os.File, int64, error) {
+	f, off, size, err := n.store.OpenChunkShared(h)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if size != length {
 		f.Close()
-		return nil, fmt.Errorf("chunk file has %d bytes, the manifest says %d: %w", size, length, blob.ErrCorrupt)
+		return nil, 0, fmt.Errorf("chunk has %d bytes, the manifest says %d: %w", size, length, blob.ErrCorrupt)
 	}
-	if off, _ := f.Seek(0, io.SeekCurrent); off != 0 {
+	if size == 0 {
+		if verr := h.Verify(nil); verr != nil {
+			f.Close()
+			return nil, 0, verr
+		}
+		return f, off, nil
+	}
+	// A file cut short would make the mapping fault (SIGBUS).
+	if st, err := f.Stat(); err != nil || st.Size() < off+size {
 		f.Close()
-		return nil, fmt.Errorf("chunk %s: not in a file of its own after its promotion", h)
+		return nil, 0, fmt.Errorf("chunk %s: its file is cut short: %w", h, blob.ErrCorrupt)
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	page := int64(os.Getpagesize())
+	base := off / page * page // a mapping starts on a page
+	mem, err := syscall.Mmap(int(f.Fd()), base, int(off-base+size), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("map chunk %s: %w", h, err)
+		return nil, 0, fmt.Errorf("map chunk %s: %w", h, err)
 	}
-	verr := h.Verify(mem)
+	verr := h.Verify(mem[off-base:])
 	syscall.Munmap(mem)
 	if verr != nil {
 		f.Close()
-		return nil, verr
+		return nil, 0, verr
 	}
-	return f, nil
+	return f, off, nil
 }

@@ -229,6 +229,31 @@ func (n *Node) getToFile(ctx context.Context, rec blob.Record, m *blob.Manifest,
 	return "written from the fetch", truncate(f, m.Size)
 }
 
+// ownSink is the engine's BlobSink: a fetch of a whole blob that is not
+// into a caller's file (a stream get, GET_FD's fetch, a relay's
+// pull-through for its children, a preheat) writes the chunks it stores
+// into one blob file of the store's own (cache.Store.OwnSink) instead of a
+// file each. Not for a blob of one chunk (it stays a chunk file, as a
+// put's does), nor where a get into a file has a sink open for the blob
+// (its destination takes the chunks).
+func (n *Node) ownSink(id cid.Cid, m *blob.Manifest) func() {
+	if len(m.Chunks) < 2 {
+		return nil
+	}
+	sk, err := n.store.OwnSink(id, m)
+	if err != nil {
+		if !errors.Is(err, cache.ErrNoSink) {
+			n.log.Debug("fetch: chunks into chunk files, not one blob file", "blob", id, "err", err)
+		}
+		return nil
+	}
+	return func() {
+		if err := sk.Commit(); err != nil {
+			n.log.Warn("fetch: writing into the blob's file failed (the chunks not written went to chunk files)", "blob", id, "err", err)
+		}
+	}
+}
+
 // errSinkShort is fillSink's error when chunks the sink did not take (the
 // store held them when it opened) left the store and, fetched again, could
 // not be kept in it (a blob larger than the room in the cache): the caller

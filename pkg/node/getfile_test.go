@@ -158,8 +158,13 @@ func TestGetToFileCacheElsewhere(t *testing.T) {
 			t.Fatalf("%s: %d links", name, n)
 		}
 	}
-	if n := filesUnder(t, filepath.Join(childHome, "cache", "chunks")); n != 9 {
-		t.Fatalf("%d chunk files at the child, want 9", n)
+	// The cold get fetched into one blob file of the store's own, not a
+	// chunk file each.
+	if n := filesUnder(t, filepath.Join(childHome, "cache", "chunks")); n != 0 {
+		t.Fatalf("%d chunk files at the child, want 0", n)
+	}
+	if bs, _ := filepath.Glob(filepath.Join(childHome, "cache", "blobs", "*.s0")); len(bs) != 1 {
+		t.Fatalf("blob files at the child: %v, want one", bs)
 	}
 }
 

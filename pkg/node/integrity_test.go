@@ -58,11 +58,69 @@ func getBytes(t *testing.T, ctx context.Context, c *rpcbridge.Client, name strin
 	return b.Bytes()
 }
 
-// checkChunkFiles fails unless every chunk of m is stored at home, intact.
-func checkChunkFiles(t *testing.T, home string, m *blob.Manifest) {
+// storedChunk finds where a node keeps chunk i of m (blob id) on disk,
+// the node up or down: its chunk file, or a blob file of the blob
+// (DIR/blobs/<id>.*) holding data at the chunk's offset.
+func storedChunk(t *testing.T, home string, id cid.Cid, m *blob.Manifest, i int) (path string, off int64) {
+	t.Helper()
+	if p := chunkFile(home, m.Chunks[i]); fileExists(p) {
+		return p, 0
+	}
+	off = int64(m.ChunkOffset(i))
+	paths, _ := filepath.Glob(filepath.Join(home, "cache", "blobs", id.String()+".*"))
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		d, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+		f.Close()
+		if err == nil && d == off {
+			return p, off
+		}
+	}
+	t.Fatalf("chunk %d of %s not stored at %s", i, id, home)
+	return "", 0
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// flipStored flips four bytes in the middle of chunk i where the node at
+// home keeps it.
+func flipStored(t *testing.T, home string, id cid.Cid, m *blob.Manifest, i int) {
+	t.Helper()
+	path, off := storedChunk(t, home, id, m, i)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 4)
+	at := off + int64(m.ChunkLen(i)/2)
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	for k := range b {
+		b[k] ^= 0xa5
+	}
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkChunkFiles fails unless every chunk of m (blob id) is stored at
+// home, intact (in a chunk file or a blob file).
+func checkChunkFiles(t *testing.T, home string, id cid.Cid, m *blob.Manifest) {
 	t.Helper()
 	for i, h := range m.Chunks {
-		b, err := os.ReadFile(chunkFile(home, h))
+		path, off := storedChunk(t, home, id, m, i)
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatalf("chunk %d at %s: %v", i, home, err)
+		}
+		b := make([]byte, m.ChunkLen(i))
+		_, err = f.ReadAt(b, off)
+		f.Close()
 		if err != nil {
 			t.Fatalf("chunk %d at %s: %v", i, home, err)
 		}
@@ -110,10 +168,17 @@ func TestDamagedHeadServesFreshCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkChunkFiles(t, headHome, m) // the head holds the whole blob
+	checkChunkFiles(t, headHome, id, m) // the head holds the whole blob
 
 	// Damage six chunk files while the head is down (so that no verified
-	// copy is left in its memory), then start it again.
+	// copy is left in its memory), then start it again. (The head fetched
+	// the blob into one blob file: its chunks are moved into chunk files
+	// of their own first, so that a chunk's file can be cut or removed.)
+	for _, h := range m.Chunks {
+		if err := head.store.PromoteChunk(h); err != nil {
+			t.Fatal(err)
+		}
+	}
 	head.Close()
 	flip4(t, chunkFile(headHome, m.Chunks[1]))
 	flip4(t, chunkFile(headHome, m.Chunks[6]))
@@ -146,14 +211,14 @@ func TestDamagedHeadServesFreshCopy(t *testing.T) {
 	if hs.CorruptReports != 2 {
 		t.Fatalf("the head received %d reports, want 2", hs.CorruptReports)
 	}
-	checkChunkFiles(t, headHome, m)
-	checkChunkFiles(t, w2Home, m)
+	checkChunkFiles(t, headHome, id, m)
+	checkChunkFiles(t, w2Home, id, m)
 
 	// A get at the head itself (GET, GET_FD, GET_FILE) repairs its files too.
 	for _, get := range []string{"get", "getfd", "getfile"} {
 		head.Close()
-		flip4(t, chunkFile(headHome, m.Chunks[2]))
-		flip4(t, chunkFile(headHome, m.Chunks[30]))
+		flipStored(t, headHome, id, m, 2)
+		flipStored(t, headHome, id, m, 30)
 		head = startNode(t, headHome, root.Addrs()[0], "a")
 		hc := dial(t, headHome)
 		var got []byte
@@ -186,7 +251,7 @@ func TestDamagedHeadServesFreshCopy(t *testing.T) {
 		if st, _ := hc.Status(ctx); st.ChunksDamaged != 2 {
 			t.Fatalf("%s at the head: %d damaged chunks counted, want 2", get, st.ChunksDamaged)
 		}
-		checkChunkFiles(t, headHome, m)
+		checkChunkFiles(t, headHome, id, m)
 	}
 	_ = w2
 }

@@ -300,6 +300,7 @@ func (n *Node) newEngine() (err error) {
 		Finder:           finder,
 		OthersFromStore:  n.tree.Gateway,
 		OnComplete:       n.fetchComplete,
+		BlobSink:         n.ownSink,
 		CopyMany:         n.copySmall,
 		CopyManyMax:      batchfetch.InlineMax,
 		Mode:             relayMode(cfg.StoreForward),

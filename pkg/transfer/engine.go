@@ -97,6 +97,13 @@ type Config struct {
 	// of the whole blob into the store (Fetch, Replicate, Preheat, a
 	// store-and-forward relay's) has completed.
 	OnComplete func(id cid.Cid)
+	// BlobSink, when set, is called as a fetch of a whole blob whose
+	// chunks are not all stored starts (a reader's, Fetch's, a relay's
+	// pull-through), so that the store may keep the chunks it is given
+	// in one file of the blob (cache.Store.OwnSink); the function it
+	// returns (nil: none) is called once the fetch has ended and every
+	// chunk it was storing is stored.
+	BlobSink func(id cid.Cid, m *blob.Manifest) (release func())
 	// Window is the number of chunks in flight per blob fetch (default 16).
 	Window         int
 	DialTimeout    time.Duration // default 5s

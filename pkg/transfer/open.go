@@ -54,8 +54,14 @@ func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Mani
 	bf.cond = sync.NewCond(&bf.mu)
 	bf.ctx, bf.cancel = context.WithCancel(ctx)
 	present := make([]bool, len(m.Chunks))
+	missing := false
 	for i, h := range m.Chunks {
 		present[i] = e.store.HasChunk(h)
+		missing = missing || !present[i]
+	}
+	var release func()
+	if missing && e.cfg.BlobSink != nil {
+		release = e.cfg.BlobSink(r.ID, m)
 	}
 	bf.sch = schedule.New(len(m.Chunks), e.cfg.Window, len(bf.sources), present)
 	if keep {
@@ -76,6 +82,15 @@ func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Mani
 		}
 		bf.cond.Broadcast()
 		bf.mu.Unlock()
+		if release != nil {
+			// The chunks still being stored go into the sink too.
+			go func() {
+				for _, h := range m.Chunks {
+					e.chunks.WaitStored(e.ctx, h)
+				}
+				release()
+			}()
+		}
 	})
 	bf.mu.Lock()
 	bf.pump()

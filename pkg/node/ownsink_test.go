@@ -1,0 +1,133 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipfs/go-cid"
+
+	"github.com/omst-project/omst/pkg/blob"
+	"github.com/omst-project/omst/pkg/rpcbridge"
+)
+
+// TestStreamGetIntoOneBlobFile: a worker's stream get (GET) of a blob it
+// fetches from its parent stores the blob in one blob file of its store's
+// own, HOME/cache/blobs/<cid>.s0, and no chunk file (it wrote a chunk file
+// each before); GET_FD then hands out that file itself at each chunk's
+// offset (every descriptor's inode is the blob file's; no chunk file is
+// made: it copied each chunk into one before), marked handed out (0400),
+// and after a restart a GET_FD hands it out again (the cache's
+// TestOpenChunkSharedHandsOutBlobFile: eviction does not punch it).
+// The parent, which relayed nothing, is unchanged. A second worker's
+// GET_FD of a cold blob fetches it into one blob file too.
+func TestStreamGetIntoOneBlobFile(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rootHome, wHome := filepath.Join(dir, "root"), filepath.Join(dir, "w")
+	root := startNode(t, rootHome, "", "")
+	w := startNode(t, wHome, root.Addrs()[0], "a")
+	const cs = 256 << 10
+	data := make([]byte, 24*cs+17)
+	rand.Read(data)
+	info, err := dialNode(t, rootHome).Put(ctx, "own/a", bytes.NewReader(data), rpcbridge.PutOptions{ChunkSize: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	c := dialNode(t, wHome)
+	var got bytes.Buffer
+	if _, err := c.Get(ctx, "own/a", &got); err != nil || !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("stream get at the worker: %v (equal %v)", err, bytes.Equal(got.Bytes(), data))
+	}
+	chunkDir := filepath.Join(wHome, "cache", "chunks")
+	blobPath := filepath.Join(wHome, "cache", "blobs", id.String()+".s0")
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal(what)
+			}
+		}
+	}
+	// The sink closes once the fetch's last chunks are stored.
+	waitFor("the worker does not hold the whole blob", func() bool { return w.holds(mustManifest(t, w, id)) })
+	if n := filesUnder(t, chunkDir); n != 0 {
+		t.Fatalf("%d chunk files at the worker after a stream get, want 0", n)
+	}
+	bs, _ := filepath.Glob(filepath.Join(wHome, "cache", "blobs", "*"))
+	if len(bs) != 1 || bs[0] != blobPath {
+		t.Fatalf("blob files at the worker: %v, want %s", bs, blobPath)
+	}
+
+	getFDFrom := func(c *rpcbridge.Client, path string) {
+		t.Helper()
+		var pst syscall.Stat_t
+		if err := syscall.Stat(path, &pst); err != nil {
+			t.Fatal(err)
+		}
+		info, xs, err := c.GetFD(ctx, "own/a")
+		if err != nil {
+			t.Fatalf("GET_FD: %v", err)
+		}
+		out := make([]byte, info.Size)
+		for _, x := range xs {
+			var st syscall.Stat_t
+			syscall.Fstat(int(x.File.Fd()), &st)
+			if st.Ino != pst.Ino || x.FileOffset != x.BlobOffset {
+				t.Errorf("extent at %d: inode %d at %d, want the blob file's %d at %d", x.BlobOffset, st.Ino, x.FileOffset, pst.Ino, x.BlobOffset)
+			}
+			if _, err := x.File.ReadAt(out[x.BlobOffset:x.BlobOffset+x.Length], int64(x.FileOffset)); err != nil && err != io.EOF {
+				t.Fatal(err)
+			}
+			x.File.Close()
+		}
+		if !bytes.Equal(out, data) {
+			t.Fatal("GET_FD's bytes differ from the blob")
+		}
+		if n := filesUnder(t, chunkDir); n != 0 {
+			t.Fatalf("%d chunk files after GET_FD, want 0 (no copy)", n)
+		}
+		if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o400 {
+			t.Fatalf("the handed-out blob file: %v, mode %v, want 0400", err, st.Mode().Perm())
+		}
+	}
+	getFDFrom(c, blobPath)
+
+	// After a restart: the file is still handed out, and handed out again.
+	w.Close()
+	w = startNode(t, wHome, root.Addrs()[0], "a")
+	c = dialNode(t, wHome)
+	getFDFrom(c, blobPath)
+
+	// A cold GET_FD at another worker fetches into one blob file too.
+	w2Home := filepath.Join(dir, "w2")
+	startNode(t, w2Home, root.Addrs()[0], "a")
+	getFDFrom2 := dialNode(t, w2Home)
+	b2, err := getFD(t, getFDFrom2, "own/a")
+	if err != nil || !bytes.Equal(b2, data) {
+		t.Fatalf("cold GET_FD at w2: %v", err)
+	}
+	if n := filesUnder(t, filepath.Join(w2Home, "cache", "chunks")); n != 0 {
+		t.Fatalf("%d chunk files at w2 after a cold GET_FD, want 0", n)
+	}
+	if bs, _ := filepath.Glob(filepath.Join(w2Home, "cache", "blobs", "*.s0")); len(bs) != 1 {
+		t.Fatalf("blob files at w2: %v, want one", bs)
+	}
+}
+
+func mustManifest(t *testing.T, n *Node, id cid.Cid) *blob.Manifest {
+	t.Helper()
+	m, err := n.store.Manifest(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
