@@ -143,3 +143,48 @@ func mustManifest(t *testing.T, n *Node, id cid.Cid) *blob.Manifest {
 	}
 	return m
 }
+
+// TestRelayIntoOneBlobFile: a head that relays a blob to its worker chunk
+// by chunk (cut-through: no fetch of the whole blob runs at the head)
+// stores the chunks it pulls through in one blob file of its store's own,
+// not a chunk file each (it wrote a chunk file each before: 25 here), and
+// serves them from there.
+func TestRelayIntoOneBlobFile(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rootHome, headHome, wHome := filepath.Join(dir, "root"), filepath.Join(dir, "head"), filepath.Join(dir, "w")
+	root := startNode(t, rootHome, "", "")
+	head := startNode(t, headHome, root.Addrs()[0], "a")
+	startNode(t, wHome, head.Addrs()[0], "a")
+	const cs = 1 << 20
+	const pushed = tree.MaxPushBytes / cs
+	data := make([]byte, 24*cs+17)
+	rand.Read(data)
+	info, err := dialNode(t, rootHome).Put(ctx, "relay/a", bytes.NewReader(data), rpcbridge.PutOptions{ChunkSize: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := cid.Decode(info.ID)
+	var got bytes.Buffer
+	if _, err := dialNode(t, wHome).Get(ctx, "relay/a", &got); err != nil || !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("get at the worker: %v (equal %v)", err, bytes.Equal(got.Bytes(), data))
+	}
+	m := mustManifest(t, head, id)
+	held := 0
+	for _, h := range m.Chunks {
+		if head.store.HasChunk(h) {
+			held++
+		}
+	}
+	if held != len(m.Chunks) {
+		t.Fatalf("the head holds %d of %d chunks after relaying the blob", held, len(m.Chunks))
+	}
+	if n := filesUnder(t, filepath.Join(headHome, "cache", "chunks")); n > pushed {
+		t.Fatalf("%d chunk files at the head after relaying, want at most the %d pushed", n, pushed)
+	}
+	if bs, _ := filepath.Glob(filepath.Join(headHome, "cache", "blobs", id.String()+".s*")); len(bs) != 1 {
+		t.Fatalf("blob files at the head: %v, want one", bs)
+	}
+	checkChunkFiles(t, headHome, id, m)
+}

@@ -245,6 +245,7 @@ type Engine struct {
 	repl     map[string]*replQueue        // Replicate's queues, by origin (replicate.go)
 	active   map[*blobFetch]struct{}      // blob fetches under way (Transfers)
 	whole    map[cid.Cid]*wholeBlobCall   // store-and-forward fetches in flight
+	relaying map[cid.Cid]*relaySink       // Config.BlobSink of blobs relayed chunk by chunk
 	started  bool
 	closed   bool
 
@@ -326,6 +327,7 @@ func New(cfg Config) (*Engine, error) {
 		repl:     map[string]*replQueue{},
 		active:   map[*blobFetch]struct{}{},
 		whole:    map[cid.Cid]*wholeBlobCall{},
+		relaying: map[cid.Cid]*relaySink{},
 		stats:    &stats.Counters{},
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -413,6 +415,7 @@ func (e *Engine) Close() error {
 	}
 	e.client.Close()
 	e.wg.Wait()
+	e.releaseRelaySinks()
 	return nil
 }
 

@@ -83,13 +83,16 @@ func (e *Engine) startFetchFrom(ctx context.Context, r blob.Record, m *blob.Mani
 		bf.cond.Broadcast()
 		bf.mu.Unlock()
 		if release != nil {
-			// The chunks still being stored go into the sink too.
-			go func() {
+			// The chunks still being stored go into the sink too (the
+			// engine closing: at once).
+			if !e.goTracked(func() {
 				for _, h := range m.Chunks {
 					e.chunks.WaitStored(e.ctx, h)
 				}
 				release()
-			}()
+			}) {
+				release()
+			}
 		}
 	})
 	bf.mu.Lock()
