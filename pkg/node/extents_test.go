@@ -56,12 +56,28 @@ func damageChunk(t *testing.T, n *Node, home, id string, i int) {
 	}
 	path := f.Name()
 	f.Close()
-	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+	w := openWritable(t, path)
+	w.WriteAt([]byte("damaged!"), off)
+	w.Close()
+}
+
+// openWritable opens path for writing, a blob file handed out by GET_FD
+// (mode 0400) too, whoever runs the test: its mode is restored at once.
+func openWritable(t *testing.T, path string) *os.File {
+	t.Helper()
+	st, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.WriteAt([]byte("damaged!"), off)
-	w.Close()
+	if err := os.Chmod(path, st.Mode().Perm()|0o200); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	os.Chmod(path, st.Mode().Perm())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
 
 func TestGetFDThroughTree(t *testing.T) {

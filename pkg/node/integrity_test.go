@@ -90,10 +90,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 func flipStored(t *testing.T, home string, id cid.Cid, m *blob.Manifest, i int) {
 	t.Helper()
 	path, off := storedChunk(t, home, id, m, i)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openWritable(t, path)
 	defer f.Close()
 	b := make([]byte, 4)
 	at := off + int64(m.ChunkLen(i)/2)
