@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -121,8 +122,13 @@ func (n *Node) verifiedChunk(ctx context.Context, rec blob.Record, m *blob.Manif
 		if attempt > 0 {
 			return nil, 0, fmt.Errorf("get %q: chunk %d (%s): %w", rec.Name, i, h, err)
 		}
-		n.log.Warn("local chunk damaged: fetching it again", "name", rec.Name, "chunk", i, "err", err)
-		n.store.DropChunk(h, err.Error())
+		n.log.Warn("local chunk damaged or gone: fetching it again", "name", rec.Name, "chunk", i, "err", err)
+		if !errors.Is(err, blob.ErrNotFound) {
+			// Damaged where it is. A chunk not found (evicted, or moved
+			// while it was read: the store looks for it again) is not
+			// dropped: its entry may be a good copy elsewhere.
+			n.store.DropChunk(h, err.Error())
+		}
 		if ferr := n.engine.FetchManifest(ctx, rec, m); ferr != nil {
 			return nil, 0, fmt.Errorf("get %q: chunk %d: %w; fetching it again failed: %v", rec.Name, i, err, ferr)
 		}
