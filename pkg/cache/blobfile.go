@@ -743,11 +743,12 @@ func copyRange(src *os.File, soff int64, dst *os.File, doff, n int64) (int64, er
 func (s *Store) PromoteChunk(h blob.Hash) error {
 	s.mu.Lock()
 	e := s.chunks[h]
+	inFile := e != nil && e.bf != nil // e.bf changes under s.mu
 	s.mu.Unlock()
 	if e == nil {
 		return fmt.Errorf("chunk %s: %w", h, blob.ErrNotFound)
 	}
-	if e.bf == nil {
+	if !inFile {
 		return nil
 	}
 	data, err := s.ReadChunk(h)
