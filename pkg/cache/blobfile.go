@@ -119,19 +119,7 @@ func (s *Store) OwnSink(id cid.Cid, m *blob.Manifest) (*Sink, error) {
 	}
 	sk := &Sink{s: s, id: id, m: m, bf: &blobFile{path: path, refs: 1, committed: true, owned: true}, f: f,
 		where: map[blob.Hash][]int{}, wrote: make([]bool, len(m.Chunks)), owned: true}
-	if s.sinks == nil {
-		s.sinks = map[blob.Hash]*Sink{}
-	}
-	for i, h := range m.Chunks {
-		if _, held := s.chunks[h]; held {
-			continue
-		}
-		if other := s.sinks[h]; other != nil && other != sk {
-			continue
-		}
-		s.sinks[h] = sk
-		sk.where[h] = append(sk.where[h], i)
-	}
+	s.claimLocked(sk)
 	return sk, nil
 }
 
@@ -188,10 +176,17 @@ func (s *Store) LinkSink(f *os.File, id cid.Cid, m *blob.Manifest) (*Sink, error
 		where: map[blob.Hash][]int{}, wrote: make([]bool, len(m.Chunks))}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.claimLocked(sk)
+	return sk, nil
+}
+
+// claimLocked makes sk the sink of every chunk of its blob that the store
+// does not hold and no other open sink claims; s.mu is held.
+func (s *Store) claimLocked(sk *Sink) {
 	if s.sinks == nil {
 		s.sinks = map[blob.Hash]*Sink{}
 	}
-	for i, h := range m.Chunks {
+	for i, h := range sk.m.Chunks {
 		if _, held := s.chunks[h]; held {
 			continue
 		}
@@ -201,7 +196,6 @@ func (s *Store) LinkSink(f *os.File, id cid.Cid, m *blob.Manifest) (*Sink, error
 		s.sinks[h] = sk
 		sk.where[h] = append(sk.where[h], i)
 	}
-	return sk, nil
 }
 
 // File returns the store's read-write descriptor of the sink's file.
