@@ -216,28 +216,39 @@ func (sk *Sink) Err() error {
 	return sk.err
 }
 
+// sinkWriteHook, if set (tests), is called by Sink.write before each
+// write into the file (done false) and after the last (done true).
+var sinkWriteHook func(sk *Sink, done bool)
+
 // write puts chunk h's verified bytes at every offset of the blob that
-// holds it (the sink claims h) and returns the first offset. A failed
-// write is kept (Err) and returned.
+// holds it (the sink claims h) and returns the first offset. It does not
+// keep a failed write (storeInSinkLocked does, for a sink not ended: Err).
+//
+// It runs without s.mu, so the sink may end meanwhile (Commit or Abort
+// closes sk.f). That never writes into another file: *os.File counts the
+// operations in flight on its descriptor, and Close releases the number
+// (close(2)) only once the last has returned, so a write either runs on
+// the sink's own descriptor to its end or, begun after Close, fails with
+// os.ErrClosed without touching any descriptor.
 func (sk *Sink) write(h blob.Hash, data []byte) (int64, error) {
 	idx := sk.where[h] // fixed at LinkSink
 	if sk.owned {
 		idx = idx[:1] // the store's own file holds each chunk once
 	}
 	for _, i := range idx {
+		if sinkWriteHook != nil {
+			sinkWriteHook(sk, false)
+		}
 		if _, err := sk.f.WriteAt(data, int64(sk.m.ChunkOffset(i))); err != nil {
 			var pe *fs.PathError
 			if errors.As(err, &pe) { // the path is the store's link, not the caller's name
 				err = pe.Err
 			}
-			err = noSpace(fmt.Errorf("write chunk %d: %w", i, err))
-			sk.mu.Lock()
-			if sk.err == nil {
-				sk.err = err
-			}
-			sk.mu.Unlock()
-			return 0, err
+			return 0, noSpace(fmt.Errorf("write chunk %d: %w", i, err))
 		}
+	}
+	if sinkWriteHook != nil {
+		sinkWriteHook(sk, true)
 	}
 	sk.mu.Lock()
 	for _, i := range idx {
@@ -245,6 +256,15 @@ func (sk *Sink) write(h blob.Hash, data []byte) (int64, error) {
 	}
 	sk.mu.Unlock()
 	return int64(sk.m.ChunkOffset(idx[0])), nil
+}
+
+// failed keeps err as the sink's first failed write (Err).
+func (sk *Sink) failed(err error) {
+	sk.mu.Lock()
+	if sk.err == nil {
+		sk.err = err
+	}
+	sk.mu.Unlock()
 }
 
 // storeInSinkLocked stores chunk h (verified data) in the open sink that
@@ -262,18 +282,29 @@ func (s *Store) storeInSinkLocked(h blob.Hash, data []byte) (e *chunkEntry, ok b
 	s.mu.Lock()
 	s.reserved -= n
 	if werr != nil {
-		return nil, true, werr
+		if !sk.ended {
+			sk.failed(werr) // a full disk: the sink's get fails (Err)
+			return nil, true, werr
+		}
+		// The sink ended during the write (its file closed under it):
+		// the chunk goes to a chunk file as if no sink had claimed it.
+		return nil, false, nil
 	}
-	if cur, held := s.chunks[h]; held || sk.ended {
-		if held {
-			s.touchLocked(cur)
-			s.adoptLocked(cur)
+	cur, held := s.chunks[h]
+	// A sink that ended after the write keeps the chunk in its file if
+	// the store still keeps the file (a committed get's, an OwnSink's
+	// with entries left); otherwise the bytes are in no file of the
+	// store's and the chunk goes to a chunk file.
+	linked := sk.bf.refs > 0 && sk.bf.committed && !sk.bf.dying
+	if held || (sk.ended && !linked) {
+		if sk.owned && !sk.bf.handed && sk.bf.refs > 0 { // bytes no entry accounts for
+			s.punchLocked(sk.bf, off, n, "free a chunk stored twice in a blob file")
 		}
-		if sk.owned && !sk.bf.handed { // bytes no entry accounts for
-			if err := punchHole(sk.bf.path, off, n); err != nil {
-				s.log.Warn("free a chunk stored twice in a blob file", "path", sk.bf.path, "err", err)
-			}
+		if !held {
+			return nil, false, nil
 		}
+		s.touchLocked(cur)
+		s.adoptLocked(cur)
 		return nil, true, nil
 	}
 	sk.bf.refs++
@@ -444,8 +475,14 @@ func (s *Store) releaseRangeLocked(e *chunkEntry) {
 	if bf == nil || !bf.owned || bf.handed || bf.dying || bf.refs <= 1 {
 		return // the last reference unlinks the file
 	}
-	if err := punchHole(bf.path, e.off, e.size); err != nil {
-		s.log.Warn("free a chunk's bytes in a blob file", "path", bf.path, "chunk", e.hash.String(), "err", err)
+	s.punchLocked(bf, e.off, e.size, "free a chunk's bytes in a blob file")
+}
+
+// punchLocked punches a hole of n bytes at off in bf, a linked file of the
+// store's own, logging a failure as why; s.mu is held.
+func (s *Store) punchLocked(bf *blobFile, off, n int64, why string) {
+	if err := punchHole(bf.path, off, n); err != nil {
+		s.log.Warn(why, "path", bf.path, "err", err)
 	}
 }
 

@@ -1,0 +1,129 @@
+package cache
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestSinkWriteRacesEnd: a chunk whose write into an OwnSink's file meets
+// the sink's end (Commit or Abort closing the file) is stored all the
+// same: when the write found the file closed, in a chunk file; when it
+// wrote before the end, in the blob file, which the store keeps. Before,
+// PutVerifiedChunk failed with the closed file's error in the first case
+// and returned nil without storing the chunk in the second. A write that
+// fails while the sink is open (a full disk) still fails the put and
+// reaches the sink's Err.
+func TestSinkWriteRacesEnd(t *testing.T) {
+	const cs = 64 << 10
+	for _, tc := range []struct {
+		name  string
+		done  bool // the sink ends after the write, not before it
+		abort bool
+	}{
+		{"commit before the write", false, false},
+		{"abort before the write", false, true},
+		{"commit after the write", true, false},
+		{"abort after the write", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir, Options{MaxBytes: 64 << 20, VerifiedMemoBytes: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			data := randBytes(4*cs, 60)
+			m, chunks := sinkBlob(t, s, data, cs)
+			sk, err := s.OwnSink(m.CID(), m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.PutVerifiedChunk(m.Chunks[0], chunks[0]); err != nil {
+				t.Fatal(err)
+			}
+			in, release := make(chan struct{}), make(chan struct{})
+			sinkWriteHook = func(_ *Sink, done bool) {
+				if done == tc.done {
+					close(in)
+					<-release
+				}
+			}
+			defer func() { sinkWriteHook = nil }()
+			errc := make(chan error, 1)
+			go func() { errc <- s.PutVerifiedChunk(m.Chunks[1], chunks[1]) }()
+			<-in
+			if tc.abort {
+				sk.Abort()
+			} else if err := sk.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			if err := <-errc; err != nil {
+				t.Fatalf("the put that met the sink's end: %v", err)
+			}
+			sinkWriteHook = nil
+			for i := range 2 {
+				got, err := s.ReadChunk(m.Chunks[i])
+				if err != nil || !bytes.Equal(got, chunks[i]) {
+					t.Fatalf("chunk %d after the sink's end: %v", i, err)
+				}
+			}
+			if err := sk.Err(); err != nil {
+				t.Fatalf("the sink's Err: %v, want nil (it ended; nothing failed while open)", err)
+			}
+			p1, _ := chunkAt(t, s, m.Chunks[1])
+			inBlob := filepath.Dir(p1) == filepath.Join(dir, "blobs")
+			if inBlob != tc.done {
+				t.Fatalf("chunk 1 is in %s: want the blob file %v", p1, tc.done)
+			}
+			// Both survive a restart, undamaged.
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openStore(t, dir, 64<<20)
+			for i := range 2 {
+				got, err := s.ReadChunk(m.Chunks[i])
+				if err != nil || !bytes.Equal(got, chunks[i]) {
+					t.Fatalf("chunk %d after a restart: %v", i, err)
+				}
+			}
+			if u := s.Usage(); u.DamagedChunks != 0 || u.Chunks != 2 {
+				t.Fatalf("after a restart: %+v, want 2 chunks, none damaged", u)
+			}
+		})
+	}
+
+	// A write failing while the sink is open fails the put and the sink.
+	dir := t.TempDir()
+	s := openStore(t, dir, 64<<20)
+	data := randBytes(2*cs, 61)
+	m, chunks := sinkBlob(t, s, data, cs)
+	sk, err := s.OwnSink(m.CID(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := os.Open(sk.bf.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := sk.f
+	sinkWriteHook = func(sk *Sink, done bool) {
+		if !done {
+			sk.f = ro // a descriptor that cannot write: the write fails, the sink open
+		}
+	}
+	defer func() { sinkWriteHook = nil }()
+	err = s.PutVerifiedChunk(m.Chunks[0], chunks[0])
+	sinkWriteHook = nil
+	sk.f = own
+	ro.Close()
+	if err == nil || sk.Err() == nil {
+		t.Fatalf("a write failing into an open sink: put %v, Err %v; want both failed", err, sk.Err())
+	}
+	if s.HasChunk(m.Chunks[0]) {
+		t.Fatal("the chunk whose write failed is held")
+	}
+	sk.Abort()
+}
