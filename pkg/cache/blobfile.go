@@ -43,7 +43,19 @@ type blobFile struct {
 	// (0400: no write permission; a file not handed out is 0600) and read
 	// at Open.
 	handed bool
+	// wf: a write descriptor of the file for punching holes (punchLocked),
+	// opened at the first punch and kept open for the next ones (an
+	// eviction pass punches chunk after chunk under s.mu), closed when
+	// the file is unlinked or handed out, when more than maxPunchFiles
+	// files have one, at each flush round (at rest none is open) and at
+	// Close; under s.mu. The descriptor is of the file's inode, not its
+	// path: a punch never reaches a new file given the same name.
+	wf *os.File
 }
+
+// maxPunchFiles bounds the blob files the store keeps a punching
+// descriptor of (blobFile.wf) at once.
+const maxPunchFiles = 8
 
 // ErrNoSink is returned by Store.LinkSink for a file the store cannot share
 // (another filesystem, another owner, not a regular file): the caller
@@ -479,21 +491,49 @@ func (s *Store) releaseRangeLocked(e *chunkEntry) {
 }
 
 // punchLocked punches a hole of n bytes at off in bf, a linked file of the
-// store's own, logging a failure as why; s.mu is held.
+// store's own, through its punching descriptor (bf.wf, opened here if it
+// is not open), logging a failure as why; s.mu is held.
 func (s *Store) punchLocked(bf *blobFile, off, n int64, why string) {
-	if err := punchHole(bf.path, off, n); err != nil {
+	if bf.wf == nil {
+		f, err := os.OpenFile(bf.path, os.O_WRONLY, 0)
+		if err != nil {
+			s.log.Warn(why, "path", bf.path, "err", err)
+			return
+		}
+		if len(s.punchFiles) >= maxPunchFiles {
+			s.closePunchLocked(s.punchFiles[0])
+		}
+		bf.wf = f
+		s.punchFiles = append(s.punchFiles, bf)
+	}
+	if err := punchHoleFile(bf.wf, off, n); err != nil {
 		s.log.Warn(why, "path", bf.path, "err", err)
 	}
 }
 
-// punchHole deallocates n bytes at off in the file at path.
-func punchHole(path string, off, n int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
+// closePunchLocked closes bf's punching descriptor, if open; s.mu is held.
+func (s *Store) closePunchLocked(bf *blobFile) {
+	if bf.wf == nil {
+		return
 	}
-	defer f.Close()
-	return punchHoleFile(f, off, n)
+	bf.wf.Close()
+	bf.wf = nil
+	for i, o := range s.punchFiles {
+		if o == bf {
+			s.punchFiles = append(s.punchFiles[:i], s.punchFiles[i+1:]...)
+			break
+		}
+	}
+}
+
+// closePunchFiles closes every punching descriptor (the flush loop's
+// rounds and Close: at rest the store holds no blob file open).
+func (s *Store) closePunchFiles() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.punchFiles) > 0 {
+		s.closePunchLocked(s.punchFiles[0])
+	}
 }
 
 // punchHoleFile deallocates n bytes at off in f.
@@ -526,6 +566,7 @@ func (s *Store) unrefBlobLocked(bf *blobFile) {
 	if bf.refs > 0 {
 		return
 	}
+	s.closePunchLocked(bf)
 	if err := os.Remove(bf.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("remove blob file", "path", bf.path, "err", err)
 	}
@@ -875,6 +916,7 @@ func (s *Store) handOutLocked(bf *blobFile) (*os.File, error) {
 			}
 		}
 		bf.handed = true
+		s.closePunchLocked(bf) // never punched again
 	}
 	return f, nil
 }

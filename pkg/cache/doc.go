@@ -35,8 +35,9 @@
 // DIR/blobs/<cid>.s<n> just before the index commit that names its blob
 // (a crash between the two leaves a file whose blob has no manifest:
 // Open removes it). A chunk that leaves such a file (evicted, dropped,
-// promoted) is punched out of it (fallocate PUNCH_HOLE|KEEP_SIZE), so
-// the cap bounds the disk; a get's destination is never punched (its
+// promoted) is punched out of it (fallocate PUNCH_HOLE|KEEP_SIZE,
+// through a descriptor of the file kept open from one punch to the next
+// and closed at each flush round), so the cap bounds the disk; a get's destination is never punched (its
 // bytes are its owner's). At Open, a put's file locates only the chunks
 // that are not holes (SEEK_HOLE; a chunk of zeros is, a hole reads as
 // them).

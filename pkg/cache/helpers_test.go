@@ -112,3 +112,14 @@ func flipAt(t testing.TB, path string, off int64) {
 		t.Fatal(err)
 	}
 }
+
+// punchHole deallocates n bytes at off in the file at path (as the store
+// punches a chunk out of a blob file).
+func punchHole(path string, off, n int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return punchHoleFile(f, off, n)
+}

@@ -212,6 +212,7 @@ type Store struct {
 	chunkOutboard func(data []byte) (blob.Hash, []byte)
 	closed        bool
 	sinks         map[blob.Hash]*Sink // the open sink that receives each chunk (blobfile.go)
+	punchFiles    []*blobFile         // the blob files with a punching descriptor open (blobFile.wf), oldest first
 
 	// evictions and evictedBytes (under mu) count chunks evicted to make room
 	// (Usage.Evictions, Usage.EvictedBytes).
@@ -663,6 +664,7 @@ func (s *Store) Close() error {
 	s.stop()
 	<-s.flushDone
 	ferr := s.flush()
+	s.closePunchFiles()
 	s.stopCompact()
 	<-s.compactDone
 	cerr := s.db.Close()
@@ -739,6 +741,7 @@ type gcState struct {
 // entries, then collect the value log if the index was compacted since
 // the last collection or valueLogGCInterval has passed.
 func (s *Store) flushRound(ctx context.Context, gc *gcState) {
+	s.closePunchFiles() // opened again by the next punch; none open at rest
 	start := time.Now()
 	if err := s.flush(); err != nil {
 		s.log.Warn("flush chunk index", "err", err)
