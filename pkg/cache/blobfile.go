@@ -309,7 +309,10 @@ func (s *Store) storeInSinkLocked(h blob.Hash, data []byte) (e *chunkEntry, ok b
 	// store's and the chunk goes to a chunk file.
 	linked := sk.bf.refs > 0 && sk.bf.committed && !sk.bf.dying
 	if held || (sk.ended && !linked) {
-		if sk.owned && !sk.bf.handed && sk.bf.refs > 0 { // bytes no entry accounts for
+		// Bytes no entry accounts for, unless a concurrent put of the same
+		// chunk located it right there (its write won the race to s.mu).
+		mine := held && cur.bf == sk.bf && cur.off == off
+		if sk.owned && !sk.bf.handed && sk.bf.refs > 0 && !mine {
 			s.punchLocked(sk.bf, off, n, "free a chunk stored twice in a blob file")
 		}
 		if !held {

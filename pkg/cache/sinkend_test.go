@@ -127,3 +127,51 @@ func TestSinkWriteRacesEnd(t *testing.T) {
 	}
 	sk.Abort()
 }
+
+// TestSinkSameChunkTwice: two puts of one chunk racing into an OwnSink
+// (two sources of the same chunk) both write it at its offset; the first
+// to take the store's lock locates it there, and the second, finding it
+// held, must not punch it out as a second copy: it is the same range.
+// Before, the second punched the first's bytes and the chunk read as
+// zeros (dropped as damaged).
+func TestSinkSameChunkTwice(t *testing.T) {
+	const cs = 64 << 10
+	dir := t.TempDir()
+	s, err := Open(dir, Options{MaxBytes: 64 << 20, VerifiedMemoBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	data := randBytes(3*cs, 62)
+	m, chunks := sinkBlob(t, s, data, cs)
+	sk, err := s.OwnSink(m.CID(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sk.Abort()
+	in, release := make(chan struct{}), make(chan struct{})
+	first := true
+	sinkWriteHook = func(_ *Sink, done bool) {
+		if !done && first { // the first put waits before its write
+			first = false
+			close(in)
+			<-release
+		}
+	}
+	defer func() { sinkWriteHook = nil }()
+	errc := make(chan error, 1)
+	go func() { errc <- s.PutVerifiedChunk(m.Chunks[1], chunks[1]) }()
+	<-in
+	if err := s.PutVerifiedChunk(m.Chunks[1], chunks[1]); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	sinkWriteHook = nil
+	got, err := s.ReadChunk(m.Chunks[1])
+	if err != nil || !bytes.Equal(got, chunks[1]) {
+		t.Fatalf("the chunk put twice: %v (damaged: %d)", err, s.Usage().DamagedChunks)
+	}
+}
