@@ -23,7 +23,8 @@ aggregate MB/s leaving it (those bytes / wall time), the bytes the children
 received (4 x size / wall time), and the CPU seconds of the parent (daemon;
 nginx) per GiB that left its port and of each child (daemon + client; curl)
 per GiB it received, and the bytes that left each child's port (in blobs:
-what it served its siblings). Medians over
+what it served its siblings), each child's minor page faults per GiB
+received (daemon + client) and its daemon's peak resident set. Medians over
 --runs rounds; every round to the CSV (default docs/bench/lan.csv) and a
 table to standard output.
 
@@ -97,6 +98,28 @@ def cpu(pid):
         return 0.0
     fields = s[s.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def faults(pid):
+    """Minor page faults of pid so far (all its threads); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except OSError:
+        return 0
+    return int(s[s.rindex(")") + 2:].split()[7])
+
+
+def peak_rss_mb(pid):
+    """The peak resident set of pid so far (VmHWM), MB; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return 0.0
 
 
 def sh(*argv, timeout=30, check=True):
@@ -212,8 +235,10 @@ def fetch_all(lan, cmds, senders, receivers, timeout, perf=None):
     """Runs one command per child at once. Returns the wall seconds until
     the last is done, each child's seconds, the bytes that left the parent's
     port, the senders' CPU seconds, each child's receiver CPU seconds (its
-    daemon's pid, if any, plus the command's own rusage) and the bytes that
-    left each child's port (what it served its siblings, and its requests).
+    daemon's pid, if any, plus the command's own rusage), the bytes that
+    left each child's port (what it served its siblings, and its requests),
+    each child's minor page faults (daemon and command, as the CPU) and its
+    daemon's peak resident set in MB (0 without one).
     perf: (pid, path) pairs sampled with `perf record -g` meanwhile."""
     tx0 = lan.tx_bytes("p")
     ctx0 = [lan.tx_bytes(f"c{c}") for c in range(1, CHILDREN + 1)]
@@ -223,12 +248,14 @@ def fetch_all(lan, cmds, senders, receivers, timeout, perf=None):
         time.sleep(0.5)  # perf attached
     s0 = sum(cpu(p) for p in senders)
     r0 = [cpu(p) if p else 0.0 for p in receivers]
+    f0 = [faults(p) if p else 0 for p in receivers]
     t0 = time.monotonic()
     ps = []
     for c in cmds:
         ps.append(subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent))
     done = [None] * len(ps)
     own = [0.0] * len(ps)
+    ownf = [0] * len(ps)
     errs = []
     while None in done:
         for i, p in enumerate(ps):
@@ -245,6 +272,7 @@ def fetch_all(lan, cmds, senders, receivers, timeout, perf=None):
             p.returncode = os.waitstatus_to_exitcode(status)
             if ru:
                 own[i] = ru.ru_utime + ru.ru_stime
+                ownf[i] = ru.ru_minflt
             if p.returncode != 0:
                 errs.append(f"{' '.join(cmds[i][-6:])}: exit {p.returncode}: {p.stderr.read().decode(errors='replace').strip()}")
         if time.monotonic() - t0 > timeout:
@@ -262,11 +290,13 @@ def fetch_all(lan, cmds, senders, receivers, timeout, perf=None):
     ctx = [lan.tx_bytes(f"c{c}") - ctx0[c - 1] for c in range(1, CHILDREN + 1)]
     s = sum(cpu(p) for p in senders) - s0
     r = [(cpu(p) - r0[i] if p else 0.0) + own[i] for i, p in enumerate(receivers)]
+    flt = [(faults(p) - f0[i] if p else 0) + ownf[i] for i, p in enumerate(receivers)]
+    hwm = [peak_rss_mb(p) if p else 0.0 for p in receivers]
     for p in ps:
         p.stderr.close()
     if errs:
         raise RuntimeError("; ".join(errs))
-    return wall, done, tx, s, r, ctx
+    return wall, done, tx, s, r, ctx, flt, hwm
 
 
 def main():
@@ -403,7 +433,7 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                 load = os.getloadavg()[0]
                 if label == "nginx":
                     cmds = [lan.argv(f"c{c}", ["curl", "-sf", "-o", dests[c - 1], url]) for c in range(1, CHILDREN + 1)]
-                    wall, each, tx, s, r, ctx = fetch_all(lan, cmds, nginx_pids(), [None] * CHILDREN, step)
+                    wall, each, tx, s, r, ctx, flt, hwm = fetch_all(lan, cmds, nginx_pids(), [None] * CHILDREN, step)
                     peer = "nginx + 4 curl"
                 else:
                     i = [v[0] for v in variants].index(label)
@@ -428,7 +458,7 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                         os.makedirs(a.perf, exist_ok=True)
                         perf = [(parent.pid, os.path.join(a.perf, f"{label}-{run}.parent.data")),
                                 (kids[0].pid, os.path.join(a.perf, f"{label}-{run}.c1.data"))]
-                    wall, each, tx, s, r, ctx = fetch_all(lan, cmds, [parent.pid], [d.pid for d in kids], step, perf)
+                    wall, each, tx, s, r, ctx, flt, hwm = fetch_all(lan, cmds, [parent.pid], [d.pid for d in kids], step, perf)
                     peer = f"omst {label}"
                     stop_variant([parent] + kids, home)
                 for d in dests:
@@ -441,12 +471,14 @@ http {{ access_log off; sendfile on; tcp_nopush on;
                            delivered_mbps=round(CHILDREN * size / wall / 1e6, 1),
                            parent_cpu_s_gib_sent=round(s / (tx / (1 << 30)), 3),
                            child_cpu_s_gib=" ".join(f"{x / gib:.3f}" for x in r),
-                           child_sent_blobs=" ".join(f"{x / size:.3f}" for x in ctx), load=round(load, 1))
+                           child_sent_blobs=" ".join(f"{x / size:.3f}" for x in ctx),
+                           child_faults_gib=" ".join(f"{x / gib:.0f}" for x in flt),
+                           child_peak_rss_mb=" ".join(f"{x:.0f}" for x in hwm), load=round(load, 1))
                 rows.append(row)
                 log(f"run {run} {peer}: {wall:.2f} s, port {tx / size:.2f} blobs at {tx / wall / 1e6:.0f} MB/s, "
                     f"delivered {CHILDREN * size / wall / 1e6:.0f} MB/s, CPU s/GiB parent {s / (tx / (1 << 30)):.2f} (sent) "
                     f"children {' '.join('%.2f' % (x / gib) for x in r)}, sent {' '.join('%.2f' % (x / size) for x in ctx)} "
-                    f"blobs (load {load:.1f})")
+                    f"blobs, minor faults/GiB {' '.join('%.0f' % (x / gib) for x in flt)} (load {load:.1f})")
         signal.alarm(0)
         write_csv(a.out, rows)
         print(table(rows))
@@ -487,19 +519,21 @@ def table(rows):
     peers = list(dict.fromkeys(r["peer"] for r in rows))
     ng = [r for r in rows if r["peer"].startswith("nginx")]
     out = ["| peer | last child done (s) | each child (s, median) | parent port (blobs) | parent port MB/s | "
-           "delivered MB/s | / nginx (port, delivered) | parent CPU s/GiB sent | child CPU s/GiB received | child port (blobs) | runs (delivered MB/s) | load |",
-           "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
+           "delivered MB/s | / nginx (port, delivered) | parent CPU s/GiB sent | child CPU s/GiB received | child port (blobs) | "
+           "child minor faults/GiB | runs (delivered MB/s) | load |",
+           "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---|---|"]
     for peer in peers:
         rs = [r for r in rows if r["peer"] == peer]
         each = [statistics.median(float(r["child_s"].split()[i]) for r in rs) for i in range(CHILDREN)]
         child_cpu = statistics.median(float(x) for r in rs for x in r["child_cpu_s_gib"].split())
         child_sent = statistics.median(float(x) for r in rs for x in r.get("child_sent_blobs", "0").split())
+        child_flt = statistics.median(float(x) for r in rs for x in r.get("child_faults_gib", "0").split())
         ratio = ""
         if ng and not peer.startswith("nginx"):
             ratio = f"{med(rs, 'port_mbps') / med(ng, 'port_mbps'):.2f}, {med(rs, 'delivered_mbps') / med(ng, 'delivered_mbps'):.2f}"
         out.append(f"| {peer} | {med(rs, 'wall_s'):.2f} | {' '.join('%.2f' % x for x in each)} | {med(rs, 'port_blobs'):.2f} | "
                    f"{med(rs, 'port_mbps'):.0f} | {med(rs, 'delivered_mbps'):.0f} | {ratio} | {med(rs, 'parent_cpu_s_gib_sent'):.2f} | "
-                   f"{child_cpu:.2f} | {child_sent:.2f} | {', '.join('%.0f' % float(r['delivered_mbps']) for r in rs)} | "
+                   f"{child_cpu:.2f} | {child_sent:.2f} | {child_flt:.0f} | {', '.join('%.0f' % float(r['delivered_mbps']) for r in rs)} | "
                    f"{min(float(r['load']) for r in rs):.0f}-{max(float(r['load']) for r in rs):.0f} |")
     return "\n".join(out)
 

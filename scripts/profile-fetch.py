@@ -30,6 +30,14 @@ bh = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bh)
 
 
+def faults(pid):
+    """The minor and major page faults of process pid so far (all its
+    threads: /proc/PID/stat's minflt and majflt)."""
+    with open(f"/proc/{pid}/stat") as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    return int(st[7]), int(st[9])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -60,14 +68,18 @@ def main():
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for n, d in (("parent", parent), ("child", child))]
         time.sleep(1)
+        f0 = [faults(d.p.pid) for d in daemons]
         secs, s, r = bh.timed([a.binary, "--home", child.home, "-q", "get", "prof/blob", "-o", a.target],
                               [parent.p.pid], [child.p.pid, None])
+        f1 = [faults(d.p.pid) for d in daemons]
         for p in perfs:
             p.send_signal(signal.SIGINT)
         for p in perfs:
             p.wait()
         print(f"get: {size / secs / 1e6:.0f} MB/s; CPU s/GiB: sender {s / gib:.2f}, receiver {r / gib:.2f}; "
               f"profiles {a.out}.parent.data, {a.out}.child.data")
+        print(f"page faults per GiB (minor, major): sender {(f1[0][0] - f0[0][0]) / gib:.0f}, {(f1[0][1] - f0[0][1]) / gib:.0f}; "
+              f"receiver daemon {(f1[1][0] - f0[1][0]) / gib:.0f}, {(f1[1][1] - f0[1][1]) / gib:.0f}")
     finally:
         for d in reversed(daemons):
             d.stop()
