@@ -22,6 +22,12 @@
 //     reported to it (REPORT), and the fetch fails (the caller asks again).
 //   - A call leaves the in-flight set once its chunk is stored (or failed):
 //     WaitStored then tells whether the store holds it.
+//   - At most Config.StoreSlots verified chunks are being handed to their
+//     waiters and stored at once: a chunk verified while that many are
+//     waits for one of them to be stored before its waiters get it (its
+//     pieces are published to the Partial at once all the same). A fetch
+//     whose chunks come faster than the store writes them so holds at most
+//     its window and StoreSlots chunks, not every chunk not yet written.
 package coalesce
 
 import (
@@ -77,7 +83,19 @@ type Config struct {
 	NotePeerError func(p peer.ID, what string, err error)
 	Stats         *stats.Counters
 	Log           *slog.Logger
+	// StoreSlots bounds the verified chunks handed on and being stored at
+	// once (Complete; default DefaultStoreSlots).
+	StoreSlots int
 }
+
+// DefaultStoreSlots is Config.StoreSlots' default. The writes of one
+// blob's chunks go into one file (cache.Store's sinks), whose writes the
+// kernel serializes; more at once only park threads and chunk buffers.
+// Measured (docs/benchmarks.md, "The receiver's buffers"): on a loaded
+// 2-core host a 1 GiB fetch otherwise held up to 490 chunks of 1 MiB
+// waiting for their write, its heap grew to 800 MB and every page of it
+// was faulted in fresh.
+const DefaultStoreSlots = 4
 
 // Chunks is the set of chunk fetches in flight on a node. Its methods are
 // safe for concurrent use.
@@ -88,6 +106,10 @@ type Chunks struct {
 	inflight map[blob.Hash]*Call
 	closed   bool
 
+	// storing holds a token per chunk being handed on and stored
+	// (Complete): capacity StoreSlots.
+	storing chan struct{}
+
 	hedgeMu sync.Mutex
 	hedge   *exchange.Hedger // the hedging policy: what the redirects followed taught
 	rates   *peerrate.Table  // how long each peer's replies take: the hedging policy's timers
@@ -96,7 +118,11 @@ type Chunks struct {
 // New returns an empty set of fetches.
 func New(cfg Config) *Chunks {
 	rates := peerrate.New()
-	return &Chunks{cfg: cfg, inflight: map[blob.Hash]*Call{}, rates: rates, hedge: exchange.NewHedger(cfg.SiblingTimeout, rates)}
+	if cfg.StoreSlots <= 0 {
+		cfg.StoreSlots = DefaultStoreSlots
+	}
+	return &Chunks{cfg: cfg, inflight: map[blob.Hash]*Call{}, rates: rates, hedge: exchange.NewHedger(cfg.SiblingTimeout, rates),
+		storing: make(chan struct{}, cfg.StoreSlots)}
 }
 
 // Close makes Get fail with fetchclient.ErrClosed from now on (the engine
@@ -217,12 +243,16 @@ func (c *Chunks) Expect(h blob.Hash, src peer.ID) *Call {
 }
 
 // Complete ends call, the fetch of chunk h: its waiters get data (which
-// the caller verified) or err at once (cut-through), then the chunk is
-// stored and the call leaves the in-flight set.
+// the caller verified) or err (cut-through: at once, or for data once
+// fewer than StoreSlots other chunks are being stored; the Partial's
+// watchers get data at once), then the chunk is stored and the call
+// leaves the in-flight set. It may wait for a store slot; a slot is only
+// ever held over a store's write, so the wait ends.
 func (c *Chunks) Complete(call *Call, h blob.Hash, data []byte, from source.Source, err error) {
 	call.data, call.from, call.err = data, from, err
 	if err == nil {
 		call.partial.Complete(data)
+		c.storing <- struct{}{} // released once stored, below
 	} else {
 		call.partial.Fail(err)
 	}
@@ -240,6 +270,7 @@ func (c *Chunks) Complete(call *Call, h blob.Hash, data []byte, from source.Sour
 				os.PutOutboard(h, call.ob)
 			}
 		}
+		<-c.storing
 	}
 	c.mu.Lock()
 	if c.inflight[h] == call {
