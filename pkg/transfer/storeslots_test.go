@@ -55,12 +55,16 @@ func TestFetchBoundedByStoreWrites(t *testing.T) {
 	fetched := make(chan error, 1)
 	go func() { fetched <- child.eng.Fetch(ctx, r) }()
 
-	// Wait until no more bytes arrive (the fetch is held back) or all have.
+	// Wait until no more bytes arrive for half a second (the fetch is held
+	// back, or has all) after the store slots' worth have.
 	var got uint64
-	for stable := 0; stable < 10; {
+	for stable, deadline := 0, time.Now().Add(20*time.Second); stable < 10 || got < coalesce.DefaultStoreSlots*chunkSize; {
+		if time.Now().After(deadline) {
+			break
+		}
 		time.Sleep(50 * time.Millisecond)
 		now := child.eng.Status().BytesFetched
-		if now == got && now > 0 {
+		if now == got {
 			stable++
 		} else {
 			stable = 0
