@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,6 +92,41 @@ func TestStoreReadVerifiedByOutboard(t *testing.T) {
 	}
 }
 
+// recheckFirst is a countingCache that serves the damaged chunk (bad,
+// once set) a second time only after the store re-checked it (the head's
+// handling of the worker's REPORT), as the story of
+// TestStoreServesKeptOutboardUnhashed goes. The worker reports a corrupt
+// chunk on a goroutine of its own and asks the head again at once, so its
+// second request can reach the head before the REPORT: the head then
+// serves its damaged copy again, unhashed, and the worker counts 2 or 3
+// corrupt chunks (the test failed once under load; with the head's
+// recheck slowed by 300 ms, every run).
+type recheckFirst struct {
+	*countingCache
+	bad       atomic.Pointer[blob.Hash]
+	served    atomic.Bool
+	rechecked chan struct{}
+	once      sync.Once
+}
+
+func (c *recheckFirst) ReadChunkUnverified(h blob.Hash) ([]byte, error) {
+	if bad := c.bad.Load(); bad != nil && h == *bad && c.served.Swap(true) {
+		select {
+		case <-c.rechecked:
+		case <-time.After(10 * time.Second): // the counts below tell
+		}
+	}
+	return c.Store.ReadChunkUnverified(h)
+}
+
+func (c *recheckFirst) RecheckChunk(h blob.Hash) (bool, error) {
+	damaged, err := c.Store.RecheckChunk(h)
+	if bad := c.bad.Load(); bad != nil && h == *bad {
+		c.once.Do(func() { close(c.rechecked) })
+	}
+	return damaged, err
+}
+
 // A head on a real store keeps the outboard of every chunk that reached it
 // in pieces (PutOutboard) and sends the chunk from its store with it,
 // read from disk and not hashed (Status.ServedUnhashed; no
@@ -107,7 +143,7 @@ func TestStoreServesKeptOutboardUnhashed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	store := &countingCache{Store: cs}
+	store := &recheckFirst{countingCache: &countingCache{Store: cs}, rechecked: make(chan struct{})}
 	root := newNode(t, nil, "master", nil)
 	head := newNode(t, root, "siteA", func(*memStore) nodeStore { return store })
 	w := newNode(t, head, "siteA", nil)
@@ -133,6 +169,7 @@ func TestStoreServesKeptOutboardUnhashed(t *testing.T) {
 		}
 	}
 	bad := m.Chunks[7]
+	store.bad.Store(&bad)
 	x := bad.String()
 	path := filepath.Join(dir, "chunks", x[:2], x)
 	b, err := os.ReadFile(path)
