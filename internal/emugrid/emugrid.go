@@ -2,7 +2,8 @@
 // nodes (real stores, real tree protocol) on go-libp2p's mocknet, whose
 // links have a bandwidth and a latency. A root (the master), one head node
 // per site linked to the root over WAN links, and workers linked to their
-// head over LAN links. It backs `omst demo` and in-process tests.
+// head and to each other (a site's LAN) over LAN links. It backs `omst
+// demo` and in-process tests.
 //
 // mocknet limits each link with one rate limiter shared by both directions
 // and every stream on it, so a link behaves as one shared pipe. Its limiter
@@ -110,6 +111,19 @@ func Build(ctx context.Context, t Topology, dir string) (g *Grid, err error) {
 				return nil, err
 			}
 			ws = append(ws, wn)
+		}
+		if !t.Star {
+			// A site's workers reach each other over its LAN, as the
+			// head assumes when it redirects a worker to a sibling;
+			// without a link every such request failed, and some
+			// stalled the worker for 2 s first.
+			for i := range ws {
+				for j := i + 1; j < len(ws); j++ {
+					if err := g.link(ws[i], ws[j], t.LAN); err != nil {
+						return nil, err
+					}
+				}
+			}
 		}
 		g.Workers = append(g.Workers, ws)
 	}
