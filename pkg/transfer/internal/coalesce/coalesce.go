@@ -110,6 +110,14 @@ type Chunks struct {
 	// (Complete): capacity StoreSlots.
 	storing chan struct{}
 
+	// reporting holds the REPORTs of corrupt chunks under way, each
+	// closed when its answer came (or its RequestTimeout passed): a new
+	// request of the same chunk to the same peer waits for it first
+	// (fetchVerified), so that the peer has re-checked its copy before it
+	// is asked again, and does not send the damaged bytes a second time.
+	reportMu  sync.Mutex
+	reporting map[reportKey]chan struct{}
+
 	hedgeMu sync.Mutex
 	hedge   *exchange.Hedger // the hedging policy: what the redirects followed taught
 	rates   *peerrate.Table  // how long each peer's replies take: the hedging policy's timers
@@ -122,7 +130,7 @@ func New(cfg Config) *Chunks {
 		cfg.StoreSlots = DefaultStoreSlots
 	}
 	return &Chunks{cfg: cfg, inflight: map[blob.Hash]*Call{}, rates: rates, hedge: exchange.NewHedger(cfg.SiblingTimeout, rates),
-		storing: make(chan struct{}, cfg.StoreSlots)}
+		storing: make(chan struct{}, cfg.StoreSlots), reporting: map[reportKey]chan struct{}{}}
 }
 
 // Close makes Get fail with fetchclient.ErrClosed from now on (the engine
@@ -308,18 +316,21 @@ func (c *Chunks) InFlight() int {
 // counted by src's kind.
 func (c *Chunks) fetchVerified(ctx context.Context, src source.Source, q fetchwire.Request, sink *piece.Partial) ([]byte, error) {
 	q.Sibling = q.Type == fetchwire.MsgGet && src.Kind == source.KindSibling
+	if err := c.awaitReport(ctx, src.ID, q.Hash); err != nil {
+		return nil, err
+	}
 	pend := c.sent(src.ID)
 	data, verified, err := c.cfg.Client.RequestChunk(ctx, src.ID, q, sink)
 	if fetchclient.FailKind(err) == schedule.FailCorrupt && q.Type != fetchwire.MsgReport {
 		// A piece or outboard failed verification (counted by the client).
-		c.cfg.Go(func() { c.ReportCorrupt(src.ID, q) })
+		c.reportCorrupt(src.ID, q)
 	}
 	if err == nil && !verified {
 		if verr := q.Hash.Verify(data); verr != nil {
 			err = &fetchclient.PeerError{Peer: c.cfg.Describe(src.ID), Kind: schedule.FailCorrupt, Err: fmt.Errorf("chunk %d of %s: %w", q.Index, q.ID, verr)}
 			data = nil
 			c.cfg.Stats.CorruptReceived.Add(1)
-			c.cfg.Go(func() { c.ReportCorrupt(src.ID, q) })
+			c.reportCorrupt(src.ID, q)
 		}
 	}
 	c.measured(pend, q, len(data), err)
@@ -553,6 +564,55 @@ func (c *Chunks) fromSibling(ctx context.Context, relay source.Source, rd fetchw
 // siblingAddrTTL is how long the addresses of a sibling named in a
 // redirect are kept.
 const siblingAddrTTL = time.Hour
+
+// reportKey names a REPORT under way: the peer and the chunk reported.
+type reportKey struct {
+	peer peer.ID
+	hash blob.Hash
+}
+
+// reportCorrupt sends ReportCorrupt(src, q) on a goroutine of its own,
+// recorded in c.reporting until it has its answer: the caller goes on at
+// once (another source may serve the chunk), but a request of the same
+// chunk to src waits for the REPORT (awaitReport). One REPORT per peer
+// and chunk at a time: one already under way is not sent again.
+func (c *Chunks) reportCorrupt(src peer.ID, q fetchwire.Request) {
+	k := reportKey{src, q.Hash}
+	done := make(chan struct{})
+	c.reportMu.Lock()
+	if _, busy := c.reporting[k]; busy {
+		c.reportMu.Unlock()
+		return
+	}
+	c.reporting[k] = done
+	c.reportMu.Unlock()
+	end := func() {
+		c.reportMu.Lock()
+		delete(c.reporting, k)
+		c.reportMu.Unlock()
+		close(done)
+	}
+	if !c.cfg.Go(func() { defer end(); c.ReportCorrupt(src, q) }) {
+		end() // the engine is closing: no report, nothing to wait for
+	}
+}
+
+// awaitReport waits until no REPORT of chunk h to p is under way (at most
+// the REPORT's RequestTimeout, or until ctx ends: ctx's error).
+func (c *Chunks) awaitReport(ctx context.Context, p peer.ID, h blob.Hash) error {
+	c.reportMu.Lock()
+	done := c.reporting[reportKey{p, h}]
+	c.reportMu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // ReportCorrupt tells src that the bytes it sent for chunk q did not match
 // the chunk's hash, so that a node serving from a damaged disk learns it
