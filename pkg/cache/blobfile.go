@@ -82,6 +82,9 @@ type Sink struct {
 	err   error               // the first failed write into the file
 	ended bool                // under s.mu: committed or aborted
 	owned bool                // OwnSink: the store's own file, kept whatever happens
+	// writers counts the writes into f under way (storeInSinkLocked;
+	// added to under s.mu while the sink is open): Abort waits for them.
+	writers sync.WaitGroup
 }
 
 // OwnSink opens a Sink on a new blob file of the store's own for the
@@ -289,8 +292,10 @@ func (s *Store) storeInSinkLocked(h blob.Hash, data []byte) (e *chunkEntry, ok b
 	}
 	n := int64(len(data))
 	s.reserved += n
+	sk.writers.Add(1) // under s.mu, sk open: before any Abort's Wait
 	s.mu.Unlock()
 	off, werr := sk.write(h, data)
+	sk.writers.Done()
 	s.mu.Lock()
 	s.reserved -= n
 	if werr != nil {
@@ -428,7 +433,8 @@ func (sk *Sink) Commit() error {
 
 // Abort ends the sink without keeping the file: the link in the store and
 // every chunk entry located in the file go (the file itself is the
-// caller's). Aborting an ended sink does nothing.
+// caller's). It returns once no write of the store's into the file is
+// under way. Aborting an ended sink does nothing.
 func (sk *Sink) Abort() {
 	if sk.owned {
 		sk.closeOwned()
@@ -436,12 +442,21 @@ func (sk *Sink) Abort() {
 	}
 	s := sk.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if sk.ended {
+		s.mu.Unlock()
 		return
 	}
 	sk.endLocked()
 	s.dropSinkEntriesLocked(sk)
+	s.mu.Unlock()
+	// The file has left the store, but the descriptor endLocked closed
+	// stays open until the writes under way into it return (an os.File
+	// closes its descriptor when its last operation ends): wait for
+	// them, so that when Abort returns the store holds the caller's file
+	// no more and its space is free once the caller removes it. (A get
+	// failing on a full disk, and the next get on that disk failing too
+	// while a chunk's write held the removed file, was seen under load.)
+	sk.writers.Wait()
 }
 
 // closeOwned ends an OwnSink: the file keeps the chunks written (and

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestSinkWriteRacesEnd: a chunk whose write into an OwnSink's file meets
@@ -173,5 +174,62 @@ func TestSinkSameChunkTwice(t *testing.T) {
 	got, err := s.ReadChunk(m.Chunks[1])
 	if err != nil || !bytes.Equal(got, chunks[1]) {
 		t.Fatalf("the chunk put twice: %v (damaged: %d)", err, s.Usage().DamagedChunks)
+	}
+}
+
+// TestAbortWaitsForWrites: Abort of a get's sink (a caller's file) returns
+// only once the store's writes under way into the file have returned, so
+// that no descriptor of the store's holds the file when the caller removes
+// it. Before, Abort closed the store's descriptor under a write still
+// running and returned at once; the descriptor closed when that write
+// did, and until then the removed file's space stayed taken: a get failing
+// on a full disk left the next get on that disk failing with no space too
+// (TestGetToFileFullDisk in pkg/node, once in about 30 runs under load).
+func TestAbortWaitsForWrites(t *testing.T) {
+	const cs = 64 << 10
+	dir := t.TempDir()
+	s := openStore(t, dir, 64<<20)
+	data := randBytes(4*cs, 62)
+	m, chunks := sinkBlob(t, s, data, cs)
+	f, err := os.Create(filepath.Join(dir, "dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sk, err := s.LinkSink(f, m.CID(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, release := make(chan struct{}), make(chan struct{})
+	sinkWriteHook = func(_ *Sink, done bool) {
+		if !done {
+			close(in)
+			<-release
+		}
+	}
+	defer func() { sinkWriteHook = nil }()
+	errc := make(chan error, 1)
+	go func() { errc <- s.PutVerifiedChunk(m.Chunks[1], chunks[1]) }()
+	<-in
+	aborted := make(chan struct{})
+	go func() { sk.Abort(); close(aborted) }()
+	select {
+	case <-aborted:
+		close(release)
+		t.Fatal("Abort returned while a write into the file was under way")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-aborted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Abort did not return once the write ended")
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("the put that met the abort: %v", err)
+	}
+	sinkWriteHook = nil
+	if got, err := s.ReadChunk(m.Chunks[1]); err != nil || !bytes.Equal(got, chunks[1]) {
+		t.Fatalf("the chunk whose write met the abort: %v", err)
 	}
 }
