@@ -278,11 +278,18 @@ A=$(sbatch --parsable -N4 -J omst-A -o "$work/A.out" "$work/jobA.sh") || die "sb
 B=$(sbatch --parsable -N4 -J omst-B -o "$work/B.out" "$work/jobB.sh") || die "sbatch B"
 E=$(sbatch --parsable -N4 -J omst-E -o "$work/E.out" "$work/jobE.sh") || die "sbatch E"
 # The master: job E's results by name through the root, then the handshake.
+# All four names: the nodes put at once, and each name reaches the root on
+# its own (waiting for n4's alone failed once: n1's had not arrived yet).
 for ((i = 0; i < 600; i++)); do
-	"$OMST_BIN" --home "$work/root" stat results/e/n4 >/dev/null 2>&1 && break
+	missing=0
+	for n in n1 n2 n3 n4; do
+		"$OMST_BIN" --home "$work/root" stat "results/e/$n" >/dev/null 2>&1 || missing=$((missing + 1))
+	done
+	[ "$missing" = 0 ] && break
 	grep -q FAIL "$work/E.out" 2>/dev/null && die "job E"
 	sleep 0.2
 done
+[ "$missing" = 0 ] || die "$missing of job E's 4 results not at the root after 120 s"
 for n in n1 n2 n3 n4; do
 	got=$("$OMST_BIN" --home "$work/root" get "results/e/$n" 2>&1) || die "the root cannot get results/e/$n: $got"
 	[ "$got" = "result of $n" ] || die "results/e/$n at the root: $got"
