@@ -39,19 +39,8 @@ import (
 // Daemons alive, no panic, descriptors back at the root.
 func caseHandedKill(e *Env) error {
 	const capBytes = 32 << 20
-	ports, err := FreePorts(2)
+	root, w, err := e.StartRootAndWorker(nil, []string{"--cache-size", "32M"})
 	if err != nil {
-		return err
-	}
-	root := e.NewDaemonAt("root", e.Dir+"/root", ports[0], nil)
-	w := e.NewDaemonAt("w1", e.Dir+"/w1", ports[1], []*Daemon{root}, "--cache-size", "32M")
-	e.Step("start root and w1 under it (--cache-size 32M)")
-	for _, d := range []*Daemon{root, w} {
-		if err := e.Start(d); err != nil {
-			return err
-		}
-	}
-	if err := e.SetBaselines(root, w); err != nil {
 		return err
 	}
 	store := filepath.Join(w.Home, storeDir)

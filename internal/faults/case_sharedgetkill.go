@@ -34,19 +34,8 @@ const tmpDir = "tmp"
 // (the same inode in HOME/cache/blobs); daemons alive, no panic,
 // descriptors back.
 func caseSharedGetKill(e *Env) error {
-	ports, err := FreePorts(2)
+	root, w, err := e.StartRootAndWorker(pacedRoot, nil)
 	if err != nil {
-		return err
-	}
-	root := e.NewDaemonAt("root", e.Dir+"/root", ports[0], nil, "--max-upload-rate", "16M")
-	w := e.NewDaemonAt("w1", e.Dir+"/w1", ports[1], []*Daemon{root})
-	e.Step("start root (paced to 16 MiB/s) and w1 under it")
-	for _, d := range []*Daemon{root, w} {
-		if err := e.Start(d); err != nil {
-			return err
-		}
-	}
-	if err := e.SetBaselines(root, w); err != nil {
 		return err
 	}
 	store := filepath.Join(w.Home, storeDir)

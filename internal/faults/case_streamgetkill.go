@@ -31,19 +31,8 @@ import (
 // fetches only the rest (the node's bytes_fetched grows by at most the
 // bytes of the chunks not held). Daemons alive, no panic.
 func caseStreamGetKill(e *Env) error {
-	ports, err := FreePorts(2)
+	root, w, err := e.StartRootAndWorker(pacedRoot, nil)
 	if err != nil {
-		return err
-	}
-	root := e.NewDaemonAt("root", e.Dir+"/root", ports[0], nil, "--max-upload-rate", "16M")
-	w := e.NewDaemonAt("w1", e.Dir+"/w1", ports[1], []*Daemon{root})
-	e.Step("start root (paced to 16 MiB/s) and w1 under it")
-	for _, d := range []*Daemon{root, w} {
-		if err := e.Start(d); err != nil {
-			return err
-		}
-	}
-	if err := e.SetBaselines(root, w); err != nil {
 		return err
 	}
 	store := filepath.Join(w.Home, storeDir)

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"strings"
 )
 
 // TreeSpec describes a tree of daemons on loopback.
@@ -122,4 +123,41 @@ func (e *Env) SetBaselines(ds ...*Daemon) error {
 		}
 	}
 	return nil
+}
+
+// pacedRoot is the root's flags in the cases that kill a worker mid-get:
+// paced to 16 MiB/s (--max-upload-rate), so that a get of tens of MiB
+// lasts long enough for a kill point to be reached mid-transfer.
+var pacedRoot = []string{"--max-upload-rate", "16M"}
+
+// StartRootAndWorker creates and starts a root (flags rootArgs) and a
+// worker "w1" under it (w1's only parent; flags wArgs), homes DIR/root
+// and DIR/w1 on ports picked up front (a restart keeps identity and
+// address), and records both descriptor baselines. The step it names
+// says the flags.
+func (e *Env) StartRootAndWorker(rootArgs, wArgs []string) (root, w1 *Daemon, err error) {
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, nil, err
+	}
+	root = e.NewDaemonAt("root", e.Dir+"/root", ports[0], nil, rootArgs...)
+	w1 = e.NewDaemonAt("w1", e.Dir+"/w1", ports[1], []*Daemon{root}, wArgs...)
+	e.Step("start root%s and w1 under it%s", flagsText(rootArgs), flagsText(wArgs))
+	for _, d := range []*Daemon{root, w1} {
+		if err := e.Start(d); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := e.SetBaselines(root, w1); err != nil {
+		return nil, nil, err
+	}
+	return root, w1, nil
+}
+
+// flagsText is " (FLAGS)" for a step's text, "" without flags.
+func flagsText(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(args, " ") + ")"
 }
