@@ -212,7 +212,10 @@ type Daemon struct {
 	// OMST_FAULT, with a fault-injection build as its binary: Env.Faulty).
 	Environ []string
 	LogPath string
-	bin     string
+	// MetricsAddr is the daemon's --metrics address (ServeMetrics), ""
+	// without one.
+	MetricsAddr string
+	bin         string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
