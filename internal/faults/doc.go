@@ -30,6 +30,10 @@
 //     binary under test holds no fault code.
 //   - broadcast.go: one get started at several daemons at once, with the
 //     time each ended.
+//   - metrics.go, gctrace.go: a daemon's Go heap, from its metrics
+//     endpoint or from its runtime's GC trace in its log.
+//   - freeze.go: a filesystem of a daemon's own (a loop-mounted ext4)
+//     frozen and thawed: a stalled disk.
 //   - run.go: the case registry, rounds, seeds, failure reports.
 //   - case_*.go: the cases, one file each.
 //

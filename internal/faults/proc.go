@@ -105,6 +105,11 @@ func Cleanup(keep bool) []string {
 	reg.mounts, reg.dirs = nil, nil
 	reg.mu.Unlock()
 	var left []string
+	// A process blocked writing to a frozen filesystem (FreezeFS) sleeps
+	// uninterruptibly and SIGKILL waits for the thaw: thaw first.
+	for _, m := range mounts {
+		thaw(m)
+	}
 	for _, c := range cmds {
 		killProc(c)
 	}

@@ -40,6 +40,7 @@ var Cases = []Case{
 	{"push-kill", "kill -9 the root while it pushes a blob's first chunks to a head, then the head while it takes them", casePushKill},
 	{"sibling-kill", "kill -9 a worker while its siblings fetch chunks from it during a broadcast", caseSiblingKill},
 	{"bulk-kill", "kill -9 a head serving plain bulk connections mid-broadcast, then a worker receiving over them", caseBulkKill},
+	{"slow-disk-relay", "a head's disk frozen (fsfreeze of its own loop-mounted ext4) for 6 s mid-broadcast while its 3 workers wait (root only)", caseSlowDiskRelay},
 	{"worker-stop", "SIGSTOP a worker for 10 s mid-broadcast while its siblings fetch chunks from it, then SIGCONT", caseWorkerStop},
 	{"worker-kill-mid-chunk", "kill -9 a worker while it sends chunks to its siblings (its bytes_out rising) during a broadcast", caseWorkerKillMidChunk},
 	{"worker-corrupt", "a worker (fault-injection build) flips a byte of every chunk it sends its siblings during a broadcast", caseWorkerCorrupt},

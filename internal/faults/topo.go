@@ -18,7 +18,9 @@ type TreeSpec struct {
 	// OMST_FAULT set to the value given (internal/faultinject).
 	Faults map[string]string
 	// Extra gives further flags to the daemons it names.
-	Extra      map[string][]string
+	Extra map[string][]string
+	// Env adds to the environment of the daemons it names (NAME=VALUE).
+	Env        map[string][]string
 	RootArgs   []string
 	HeadArgs   []string
 	WorkerArgs []string
@@ -60,6 +62,7 @@ func (e *Env) StartTree(spec TreeSpec) (*Tree, error) {
 		if fault := spec.Faults[name]; fault != "" {
 			d.bin, d.Environ = e.FaultBin, []string{faultEnv + "=" + fault}
 		}
+		d.Environ = append(d.Environ, spec.Env[name]...)
 		t.All = append(t.All, d)
 		return d
 	}
