@@ -494,6 +494,20 @@ func (s *Store) dropSinkEntriesLocked(sk *Sink) {
 	s.unrefBlobLocked(sk.bf)
 }
 
+// abandonedLocked reports whether bf is a caller's file (a get's
+// destination, not the store's own) that the caller has removed: its
+// link in the store is its last. Its evicted chunks' ranges are not
+// punched (the caller's bytes are never changed), so only unlinking it
+// frees its blocks; a caller still holding it open keeps reading it.
+// s.mu is held.
+func (s *Store) abandonedLocked(bf *blobFile) bool {
+	if bf.owned || !bf.committed || bf.dying {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Stat(bf.path, &st) == nil && st.Nlink == 1
+}
+
 // releaseRangeLocked frees the disk space of chunk entry e, which leaves
 // its blob file (evicted, dropped or promoted), when the file is the
 // store's own and stays linked: a hole is punched over its bytes

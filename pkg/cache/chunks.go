@@ -561,6 +561,11 @@ func (s *Store) touchLocked(e *chunkEntry) {
 
 // evictLocked evicts least recently used unpinned chunks until need more
 // bytes fit under the cap, or returns an error wrapping blob.ErrNoSpace.
+// A chunk evicted from a caller's file whose caller has removed it (the
+// store's link is its last: see abandonedLocked) takes the file's other
+// unpinned chunks with it, so that the file leaves the store and its
+// blocks are freed at once: a caller's file is never punched, so evicting
+// its chunks one by one would free nothing until the last one went.
 func (s *Store) evictLocked(need int64) error {
 	if need > s.capBytes {
 		return fmt.Errorf("chunk of %d bytes exceeds the cache cap of %d bytes: %w", need, s.capBytes, blob.ErrNoSpace)
@@ -572,11 +577,26 @@ func (s *Store) evictLocked(need int64) error {
 				s.capBytes, s.used, s.pinnedBytes, s.reserved, blob.ErrNoSpace)
 		}
 		e := back.Value.(*chunkEntry)
-		s.evictions++
-		s.evictedBytes += uint64(e.size)
-		s.removeLocked(e)
+		bf := e.bf
+		s.evictLocked1(e)
+		if bf != nil && bf.refs > 0 && s.abandonedLocked(bf) {
+			for el := s.lru.Back(); el != nil; {
+				prev := el.Prev()
+				if o := el.Value.(*chunkEntry); o.bf == bf {
+					s.evictLocked1(o)
+				}
+				el = prev
+			}
+		}
 	}
 	return nil
+}
+
+// evictLocked1 evicts the unpinned chunk e.
+func (s *Store) evictLocked1(e *chunkEntry) {
+	s.evictions++
+	s.evictedBytes += uint64(e.size)
+	s.removeLocked(e)
 }
 
 // pinChunkLocked adds one pin reference to h (a pinned blob or an ingest's
