@@ -388,10 +388,10 @@ func getCmd(g *globals) *cobra.Command {
 		Use:   "get NAME|ID [-o FILE|-] | get -r PREFIX -o DIR",
 		Short: "Fetch the blob named NAME (or the blob ID) into FILE (default: standard output)",
 		Long: "Fetch the blob named NAME, or the blob whose ID (a CID, as put prints) is given, found through\n" +
-			"the tree, else the DHT, into FILE or standard output. The daemon writes FILE atomically (mode\n" +
-			"0644: the file appears complete or not at all) for a regular or new file, through a symlink to\n" +
-			"its target, in place for a device or FIFO (-o /dev/null). On a terminal a progress line shows the\n" +
-			"bytes, rate and ETA.\n\n" +
+			"the tree, else the DHT, into FILE or standard output. The daemon writes FILE atomically (the\n" +
+			"file appears complete or not at all; an existing file's mode and group kept, a new one 0644) for\n" +
+			"a regular or new file, through a symlink to its target, in place for a device or FIFO\n" +
+			"(-o /dev/null). On a terminal a progress line shows the bytes, rate and ETA.\n\n" +
 			"The exit status is 0 on success, 2 for bad usage or an invalid name, 3 for an unknown name or ID,\n" +
 			"4 when the daemon or a peer cannot be reached, 130 or 143 when SIGINT or SIGTERM ended it, and\n" +
 			"1 for anything else (a known blob whose bytes no source has, FILE that cannot be written).\n\n" +

@@ -16,7 +16,8 @@ import (
 
 // getToFile fetches name into path, always the same way: the file is
 // prepared here with the user's rights (a regular file or a new one is
-// replaced atomically, mode 0644 less the umask; a link is followed as the
+// replaced atomically, keeping a replaced file's mode and group, a new
+// one 0644 less the umask: localfile.Create; a link is followed as the
 // kernel's protected_symlinks rule allows and its target replaced; a device
 // or FIFO such as /dev/null is written in place), and the daemon writes the
 // bytes into its descriptor (GET_TO_FD). On a terminal a progress bar

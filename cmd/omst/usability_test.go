@@ -381,7 +381,8 @@ func TestGetDebugLog(t *testing.T) {
 }
 
 // TestGetOutputs: get -o writes the same way whether standard error is a
-// terminal (progress bar) or not: a new file is 0644, /dev/null and a FIFO
+// terminal (progress bar) or not: a new file is 0644, an existing one keeps
+// its permission bits, group and (as root) owner, /dev/null and a FIFO
 // are written in place, a symlink's target is replaced and the link kept;
 // get > FILE draws a progress line on a terminal too.
 func TestGetOutputs(t *testing.T) {
@@ -438,6 +439,30 @@ func TestGetOutputs(t *testing.T) {
 			}
 			if fi, _ := os.Stat(f); fi.Mode().Perm() != 0o644 {
 				t.Errorf("get -o new file: mode %v, want 0644", fi.Mode().Perm())
+			}
+
+			// An existing file: replaced with its permission bits, group
+			// and (as root) owner kept: a private file stays private.
+			for _, perm := range []os.FileMode{0o600, 0o640} {
+				f := filepath.Join(sub, fmt.Sprintf("old-%o.bin", perm))
+				os.WriteFile(f, []byte("old"), perm)
+				os.Chmod(f, perm)
+				uid, gid := os.Geteuid(), os.Getegid()
+				if uid == 0 {
+					uid, gid = 4343, 4242
+					os.Chown(f, uid, gid)
+				}
+				if code, e := run(nil, "get", "out/x", "-o", f); code != 0 {
+					t.Fatalf("get -o a %04o file: exit %d: %s", perm, code, e)
+				}
+				if fileHash(t, f) != want {
+					t.Fatalf("get -o a %04o file: other bytes", perm)
+				}
+				fi, _ := os.Stat(f)
+				sys := fi.Sys().(*syscall.Stat_t)
+				if fi.Mode().Perm() != perm || int(sys.Uid) != uid || int(sys.Gid) != gid {
+					t.Errorf("get -o a %04o file of uid %d gid %d: mode %04o uid %d gid %d", perm, uid, gid, fi.Mode().Perm(), sys.Uid, sys.Gid)
+				}
 			}
 
 			// /dev/null: written in place, not replaced.
@@ -507,13 +532,13 @@ func TestGetOutputs(t *testing.T) {
 			}
 			if pty != nil {
 				deadline := time.Now().Add(5 * time.Second)
-				for strings.Count(pty.Output(), "get out/x") < 5 && time.Now().Before(deadline) {
+				for strings.Count(pty.Output(), "get out/x") < 7 && time.Now().Before(deadline) {
 					time.Sleep(50 * time.Millisecond)
 				}
 				out := pty.Output()
 				// One final line per get: "get out/x  3.0 MiB in 0.1s, ... MiB/s".
-				if n := regexp.MustCompile(`get out/x  3\.0 MiB in [0-9]+(ms|s)`).FindAllStringIndex(out, -1); len(n) != 5 {
-					t.Fatalf("terminal: %d final progress lines for 5 gets, want 5:\n%q", len(n), out)
+				if n := regexp.MustCompile(`get out/x  3\.0 MiB in [0-9]+(ms|s)`).FindAllStringIndex(out, -1); len(n) != 7 {
+					t.Fatalf("terminal: %d final progress lines for 7 gets, want 7:\n%q", len(n), out)
 				}
 			}
 		})

@@ -269,6 +269,37 @@ func TestCreateRegular(t *testing.T) {
 		}
 	}
 
+	// Its group where this process may give it (root: any; else one of
+	// its groups other than its own), and as root its owner: a 0640
+	// file of group G replaced by a file of the caller's group with
+	// mode 0640 let the caller's group read what G's read.
+	if g, ok := otherGroup(); ok {
+		os.Chmod(p, 0o640)
+		if err := os.Chown(p, -1, g); err != nil {
+			t.Fatal(err)
+		}
+		uid := os.Geteuid()
+		if uid == 0 {
+			uid = 4343
+			os.Chown(p, uid, -1)
+		}
+		dst, err = Create(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(dst.File, "world!")
+		if err := dst.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := os.Stat(p)
+		sys := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != 0o640 || int(sys.Gid) != g || int(sys.Uid) != uid {
+			t.Errorf("a 0640 file of uid %d gid %d replaced: mode %04o uid %d gid %d", uid, g, fi.Mode().Perm(), sys.Uid, sys.Gid)
+		}
+	} else {
+		t.Log("no group other than this process's own to give a file: group kept not tested here (TestKeptMode is)")
+	}
+
 	// Through a link: the target is replaced, the link stays.
 	link := filepath.Join(d, "link")
 	os.Symlink("new", link)
@@ -539,5 +570,46 @@ func TestFIFOReleasedBeforeItsOpen(t *testing.T) {
 	}
 	if n := openFDs(t); n > before {
 		t.Fatalf("%d descriptors left open (before %d, now %d)", n-before, before, n)
+	}
+}
+
+// otherGroup returns a group this process may give a file it owns and that
+// is not its own group: any (4242) as root, else a supplementary group.
+func otherGroup() (int, bool) {
+	if os.Geteuid() == 0 {
+		return 4242, true
+	}
+	gs, _ := os.Getgroups()
+	for _, g := range gs {
+		if g != os.Getegid() {
+			return g, true
+		}
+	}
+	return 0, false
+}
+
+// TestKeptMode: a replaced file's bits are kept, less its set-id and
+// sticky bits; where its group could not be kept, the group's bits are
+// cut to the others'.
+func TestKeptMode(t *testing.T) {
+	for _, c := range []struct {
+		old       uint32
+		sameGroup bool
+		want      uint32
+	}{
+		{0o600, true, 0o600},
+		{0o640, true, 0o640},
+		{0o4755, true, 0o755},
+		{0o100664, true, 0o664},
+		{0o640, false, 0o600},
+		{0o664, false, 0o644},
+		{0o674, false, 0o644},
+		{0o654, false, 0o644},
+		{0o606, false, 0o606},
+		{0o661, false, 0o601},
+	} {
+		if got := KeptMode(c.old, c.sameGroup); got != c.want {
+			t.Errorf("KeptMode(%#o, %v) = %#o, want %#o", c.old, c.sameGroup, got, c.want)
+		}
 	}
 }

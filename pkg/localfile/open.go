@@ -184,7 +184,10 @@ type Dest struct {
 // rights: a regular file, or a path where nothing exists yet, gets a new
 // temporary file beside it, renamed onto it by Commit, with the
 // permission bits of the file it replaces (as `cp` and `curl -o` leave
-// them: a private file stays private) or, new, mode 0644 less the umask; a link is followed as Resolve does, and its target is replaced,
+// them: a private file stays private), its group where this process is in
+// it (else the group's bits cut to the others', KeptMode), its owner where
+// this process is root, or, new, mode 0644 less the umask; a link is
+// followed as Resolve does, and its target is replaced,
 // not the link. Anything else that exists is opened for writing in place
 // (a FIFO waits for a reader, no longer than ctx). A directory is refused
 // (an error wrapping syscall.EISDIR). Errors name path.
@@ -248,8 +251,20 @@ func Create(ctx context.Context, path string) (*Dest, error) {
 		}
 		if err == nil && keep {
 			// Created with the umask, so never more open than the file
-			// it replaces; now exactly its permission bits.
-			if err = unix.Fchmod(fd, mode); err != nil {
+			// it replaces; now its owner and group where this process
+			// may set them, and its permission bits (KeptMode).
+			var now unix.Stat_t
+			if err = unix.Fstat(fd, &now); err == nil {
+				gid := now.Gid
+				if st.Uid != now.Uid && os.Geteuid() == 0 {
+					unix.Fchown(fd, int(st.Uid), -1)
+				}
+				if st.Gid != gid && unix.Fchown(fd, -1, int(st.Gid)) == nil {
+					gid = st.Gid
+				}
+				err = unix.Fchmod(fd, KeptMode(st.Mode, st.Gid == gid))
+			}
+			if err != nil {
 				unix.Close(fd)
 				unix.Unlinkat(dfd, temp, 0)
 			}
@@ -264,6 +279,21 @@ func Create(ctx context.Context, path string) (*Dest, error) {
 	}
 	unix.Close(dfd)
 	return nil, &fs.PathError{Op: "create", Path: path, Err: unix.EEXIST}
+}
+
+// KeptMode returns the permission bits of a file that replaces one of
+// mode old: old's bits (not its set-id or sticky bits). Where the new file
+// could not be given the old one's group (sameGroup false: this process is
+// not in it), the group's bits are cut to the others' (the users of the new
+// group were others of the old file, and get no more than they had). The
+// owner's bits stay as they were, for the old owner or, where only root
+// could give the new file to it, this process.
+func KeptMode(old uint32, sameGroup bool) uint32 {
+	m := old & 0o777
+	if !sameGroup {
+		m = m&^0o070 | m&(m&0o007<<3)
+	}
+	return m
 }
 
 // tempName returns a new name for the temporary file of a get of base:
