@@ -110,9 +110,9 @@ int OmstGetData(const char *name, void *data, size_t size);
  * not a link of another user in a sticky world-writable directory such as
  * /tmp (OMST_EIO, errno EACCES). A regular file that changes while it is
  * read fails the put (OMST_EIO), leaving no name; anything else (a FIFO,
- * /dev/stdin) is read to its end of file (opening a FIFO waits for a
- * writer's bytes at most OMST_TIMEOUT_MS, then OMST_EIO with errno
- * ETIMEDOUT, "no writer"); a directory is refused. Errors opening path are OMST_EIO with
+ * /dev/stdin) is read to its end of file (opening a FIFO, by its path or
+ * /dev/fd/N, waits for a writer's bytes at most OMST_TIMEOUT_MS, then
+ * OMST_EIO with errno ETIMEDOUT, "no writer"); a directory is refused. Errors opening path are OMST_EIO with
  * errno set; messages name path. A relative path is taken against the
  * working directory. */
 int OmstPutFile(const char *name, const char *path);
@@ -124,9 +124,9 @@ int OmstPutFile(const char *name, const char *path);
  * less the umask), renamed onto path only
  * once every byte is written and verified; on any failure path is
  * unchanged and the temporary file removed. An existing FIFO or device
- * (/dev/null, a terminal) is written in place (opening a FIFO waits for a
- * reader at most OMST_TIMEOUT_MS, then OMST_EIO with errno ETIMEDOUT, "no
- * reader"; a FIFO of another user in a sticky world-writable directory is
+ * (/dev/null, a terminal) is written in place (opening a FIFO, by its path
+ * or /dev/fd/N, waits for a reader at most OMST_TIMEOUT_MS, then OMST_EIO
+ * with errno ETIMEDOUT, "no reader"; a FIFO of another user in a sticky world-writable directory is
  * refused); a directory is refused. */
 int OmstGetFile(const char *name, const char *path);
 

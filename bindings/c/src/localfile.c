@@ -410,8 +410,11 @@ static int fifo_fail(const char *path, int err, int flags, int timeout_ms)
 
 /* Opens real, a path through a link in /proc, as the kernel resolves it
  * (the last component is the magic link: no O_NOFOLLOW). A directory is
- * refused. */
-static int open_magic(const char *path, const char *real, int flags, int *out)
+ * refused. A FIFO (/dev/fd/N of a named pipe) waits for its other end at
+ * most timeout_ms, as a FIFO named by its own path does (open_fifo): its
+ * open blocks while the other end is closed, which, for an end the caller
+ * holds open itself, may be for ever. */
+static int open_magic(const char *path, const char *real, int flags, int timeout_ms, int *out)
 {
 	struct stat st;
 	if (stat(real, &st) != 0) {
@@ -432,9 +435,12 @@ static int open_magic(const char *path, const char *real, int flags, int *out)
 		return lf_fail(err, "open %s: %s", path, strerror(err));
 	}
 	free(dir);
-	int fd = openat_retry(dfd, base, flags, 0);
+	int fifo = S_ISFIFO(st.st_mode);
+	int fd = fifo ? open_fifo(dfd, base, flags, timeout_ms) : openat_retry(dfd, base, flags, 0);
 	int err = errno;
 	close(dfd);
+	if (fd < 0 && fifo)
+		return fifo_fail(path, err, flags, timeout_ms);
 	if (fd < 0)
 		return lf_fail(err, "open %s: %s", path, strerror(err));
 	*out = fd;
@@ -446,7 +452,7 @@ int lf_open_read(const char *path, int timeout_ms, int *out)
 	char *real;
 	int e = lf_resolve(path, geteuid(), &real);
 	if (e == LF_MAGIC) {
-		e = open_magic(path, real, O_RDONLY, out);
+		e = open_magic(path, real, O_RDONLY, timeout_ms, out);
 		free(real);
 		return e;
 	}
@@ -521,7 +527,7 @@ int lf_create(const char *path, int timeout_ms, struct lf_dest *d)
 	if (e == LF_MAGIC) {
 		/* /dev/stdout and the like: the open file behind the link,
 		 * written in place. */
-		e = open_magic(path, real, O_WRONLY, &d->fd);
+		e = open_magic(path, real, O_WRONLY, timeout_ms, &d->fd);
 		free(real);
 		return e;
 	}

@@ -409,6 +409,33 @@ void test_fifo_bounded(void)
 	CHECK(took >= 0.55 && took < 5);
 	CHECK(t_count_fds() == fds0);
 	CHECK_EQ_U(temps_in(d), 0);
+
+	/* The same FIFO named by /dev/fd/N, an end the caller holds whose
+	 * other end has gone: opening it again waits for the other end as
+	 * the FIFO's own path does (the open blocked for ever before). */
+	char dev[64];
+	int rfd = open(fifo, O_RDONLY | O_NONBLOCK);
+	int wfd = open(fifo, O_WRONLY);
+	CHECK(rfd >= 0 && wfd >= 0);
+	close(rfd);
+	fds0 = t_count_fds();
+	snprintf(dev, sizeof dev, "/dev/fd/%d", wfd);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_RC(omst_get_file(h, nm, dev, NULL), OMST_EIO);
+	CHECK(errno == ETIMEDOUT);
+	CHECK(strstr(omst_errmsg(), "no reader") != NULL && strstr(omst_errmsg(), dev) != NULL);
+	close(wfd);
+	rfd = open(fifo, O_RDONLY | O_NONBLOCK);
+	CHECK(rfd >= 0);
+	snprintf(dev, sizeof dev, "/dev/fd/%d", rfd);
+	CHECK_RC(omst_put_file(h, t_name("files/fifobound/devfd"), dev, NULL), OMST_EIO);
+	CHECK(errno == ETIMEDOUT);
+	CHECK(strstr(omst_errmsg(), "no writer") != NULL);
+	close(rfd);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CHECK(took >= 0.55 && took < 5);
+	CHECK(t_count_fds() == fds0 - 1);
 	omst_info_t info;
 	CHECK_RC(omst_stat(h, nm, &info), 0);
 	CHECK_EQ_U(info.size, 3);
