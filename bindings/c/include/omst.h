@@ -120,8 +120,9 @@ int OmstPutFile(const char *name, const char *path);
  * (links followed as OmstPutFile follows them: the target is written, not
  * the link). A regular file, or a path where nothing exists, is replaced
  * atomically: the bytes go into a new temporary file beside it
- * (".BASE.omst-RANDOM" where BASE is path's last component, mode 0644
- * less the umask), renamed onto path only
+ * (".BASE.omst-RANDOM" where BASE is path's last component, with a
+ * replaced file's permission bits, group where the caller is in it and,
+ * as root, owner; new, mode 0644 less the umask), renamed onto path only
  * once every byte is written and verified; on any failure path is
  * unchanged and the temporary file removed. An existing FIFO or device
  * (/dev/null, a terminal) is written in place (opening a FIFO, by its path

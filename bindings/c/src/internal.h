@@ -61,6 +61,7 @@
 #define lf_abort omst__lf_abort
 #define lf_commit omst__lf_commit
 #define lf_create omst__lf_create
+#define lf_kept_mode omst__lf_kept_mode
 #define lf_may_follow omst__lf_may_follow
 #define lf_open_read omst__lf_open_read
 #define lf_resolve omst__lf_resolve
@@ -271,6 +272,12 @@ int omst_check_chunk_size(uint32_t cs);
  * directory is sticky and world-writable and neither the follower nor the
  * directory's owner owns the link (Linux's fs.protected_symlinks = 1). */
 int lf_may_follow(uid_t follower, const struct stat *link, const struct stat *dir);
+/* The permission bits of a file that replaces one of mode old: old's (not
+ * its set-id or sticky bits); where the new file could not be given old's
+ * group (same_group 0: the caller is not in it), the group's bits cut to
+ * the others' (the new group's users were others of the old file). The Go
+ * client's localfile.KeptMode. */
+mode_t lf_kept_mode(mode_t old, int same_group);
 /* Resolves the absolute path to one without symbolic links (malloc'd into
  * *out), following each link on the way only if lf_may_follow allows it for
  * uid; at most 40 links; ".." lexical on the resolved prefix. Every

@@ -23,8 +23,9 @@
  *     place, except a FIFO of another user in a sticky world-writable
  *     directory (the rule of fs.protected_fifos); a regular file or a
  *     missing one gets a new temporary file beside it,
- *     ".<base>.omst-<random hex>" (the replaced file's permission bits, or
- *     for a new file mode 0644 less the umask), renamed onto
+ *     ".<base>.omst-<random hex>" (the replaced file's permission bits,
+ *     group where the caller is in it and, as root, owner: lf_kept_mode;
+ *     or for a new file mode 0644 less the umask), renamed onto
  *     it by lf_commit and removed by lf_abort: the destination is
  *     unchanged unless the get succeeded.
  *
@@ -499,6 +500,14 @@ int lf_open_read(const char *path, int timeout_ms, int *out)
 	return e;
 }
 
+mode_t lf_kept_mode(mode_t old, int same_group)
+{
+	mode_t m = old & 0777;
+	if (!same_group)
+		m = (m & ~(mode_t)070) | (m & ((m & 07) << 3));
+	return m;
+}
+
 /* A new name for the temporary file of a get of base: hidden, saying
  * whose it is (.BASE.omst-RANDOM, BASE cut to 200 bytes). */
 static void temp_name(char *out, size_t cap, const char *base)
@@ -577,7 +586,9 @@ int lf_create(const char *path, int timeout_ms, struct lf_dest *d)
 	} else {
 		char temp[256];
 		/* A replaced file's permission bits are kept (created under the
-		 * umask, never more open than it, then set exactly). */
+		 * umask, never more open than it, then set exactly), with its
+		 * group where the caller is in it, else the group's bits cut to
+		 * the others' (lf_kept_mode), and as root its owner. */
 		int keep = r == 0;
 		mode_t mode = keep ? (st.st_mode & 0777) : 0644;
 		for (int i = 0; i < 10; i++) {
@@ -586,7 +597,26 @@ int lf_create(const char *path, int timeout_ms, struct lf_dest *d)
 			if (d->fd >= 0 || errno != EEXIST)
 				break;
 		}
-		if (d->fd >= 0 && keep && fchmod(d->fd, mode) != 0) {
+		if (d->fd >= 0 && keep) {
+			struct stat now;
+			int same_group = 1;
+			if (fstat(d->fd, &now) != 0) {
+				same_group = -1;
+			} else {
+				/* The owner: only root may give the file away; else
+				 * (or root squashed on NFS) it stays the caller's,
+				 * with the old owner's bits. */
+				if (now.st_uid != st.st_uid && geteuid() == 0) {
+					int r2 = fchown(d->fd, st.st_uid, (gid_t)-1);
+					(void)r2;
+				}
+				if (now.st_gid != st.st_gid && fchown(d->fd, (uid_t)-1, st.st_gid) != 0)
+					same_group = 0;
+			}
+			if (same_group < 0 || fchmod(d->fd, lf_kept_mode(st.st_mode, same_group)) != 0)
+				keep = -1;
+		}
+		if (d->fd >= 0 && keep < 0) {
 			int ferr = errno;
 			close(d->fd);
 			unlinkat(dfd, temp, 0);

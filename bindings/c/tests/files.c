@@ -309,6 +309,37 @@ void test_file_roundtrip(void)
 	}
 	umask(old);
 
+	/* And its group where the caller may give it (root: any; else one of
+	 * its supplementary groups), and as root its owner: a 0640 file of
+	 * group G came back of the caller's group, 0640, readable by that
+	 * group's users. */
+	gid_t other = 0;
+	int have_other = 0;
+	uid_t owner = geteuid();
+	if (geteuid() == 0) {
+		other = 4242, have_other = 1, owner = 4343;
+	} else {
+		gid_t gs[64];
+		int ng = getgroups(64, gs);
+		for (int i = 0; i < ng && !have_other; i++)
+			if (gs[i] != getegid())
+				other = gs[i], have_other = 1;
+	}
+	if (have_other) {
+		CHECK(chown(out, owner, other) == 0 && chmod(out, 0640) == 0);
+		CHECK_RC(omst_get_file(h, "files/rt/world", out, NULL), 0);
+		CHECK(stat(out, &st) == 0);
+		CHECK_EQ_U(st.st_mode & 07777, 0640);
+		CHECK_EQ_U(st.st_gid, other);
+		CHECK_EQ_U(st.st_uid, owner);
+	}
+	/* Where the group cannot be kept, its bits are cut to the others'. */
+	CHECK_EQ_U(lf_kept_mode(S_IFREG | 0640, 1), 0640);
+	CHECK_EQ_U(lf_kept_mode(04755, 1), 0755);
+	CHECK_EQ_U(lf_kept_mode(0640, 0), 0600);
+	CHECK_EQ_U(lf_kept_mode(0674, 0), 0644);
+	CHECK_EQ_U(lf_kept_mode(0661, 0), 0601);
+
 	/* Through one's own link: the target is replaced, the link stays;
 	 * and put_file reads through it. */
 	char link[700];

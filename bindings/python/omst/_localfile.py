@@ -29,7 +29,7 @@ ported:
   ``timeout``), except a FIFO of another user in a sticky world-writable
   directory (refused: the rule of ``fs.protected_fifos``); a regular file
   or a missing one gets a new temporary file ``.BASE.omst-RANDOM`` beside
-  it (the replaced file's permission bits; new, 0644 less the umask), renamed onto it by :meth:`Dest.commit`
+  it (the replaced file's permission bits, group where the caller is in it and, as root, owner: kept_mode; new, 0644 less the umask), renamed onto it by :meth:`Dest.commit`
   and removed by :meth:`Dest.abort`, so the destination is unchanged on
   error.
 
@@ -344,6 +344,37 @@ def _open_magic(path: bytes, real: bytes, flags: int, timeout: Optional[float], 
         os.close(dfd)
 
 
+def kept_mode(old: int, same_group: bool) -> int:
+    """The permission bits of a file that replaces one of mode old: old's
+    (not its set-id or sticky bits); where the new file could not be given
+    old's group (same_group False: the caller is not in it), the group's
+    bits cut to the others' (the new group's users were others of the old
+    file). The Go client's localfile.KeptMode."""
+    m = old & 0o777
+    if not same_group:
+        m = m & ~0o070 | m & ((m & 0o007) << 3)
+    return m
+
+
+def _keep_owner(fd: int, old: os.stat_result) -> None:
+    """Give the new file fd the owner (as root), group (where the caller is
+    in it) and permission bits (kept_mode) of the file it replaces."""
+    now = os.fstat(fd)
+    if now.st_uid != old.st_uid and os.geteuid() == 0:
+        try:
+            os.fchown(fd, old.st_uid, -1)
+        except OSError:
+            pass  # root squashed on NFS: the caller's, with the old owner's bits
+    same_group = now.st_gid == old.st_gid
+    if not same_group:
+        try:
+            os.fchown(fd, -1, old.st_gid)
+            same_group = True
+        except OSError:
+            pass
+    os.fchmod(fd, kept_mode(old.st_mode, same_group))
+
+
 class Dest:
     """The destination of a get (see :func:`create`): write the blob into
     ``fd``, then :meth:`commit` it (or :meth:`abort`).
@@ -428,7 +459,7 @@ def _temp_name(base: bytes) -> bytes:
 def create(path: PathLike, timeout: Optional[float], op: str = "create") -> Dest:
     """Prepare path as the destination of a get, with this process's
     rights: a regular file, or a path where nothing exists yet, gets a new
-    temporary file beside it (with the replaced file's permission bits; new, mode 0644 less the umask), renamed onto it by
+    temporary file beside it (with the replaced file's permission bits, group where the caller is in it and, as root, owner; new, mode 0644 less the umask), renamed onto it by
     :meth:`Dest.commit`; a link is followed as :func:`resolve` does, and
     its target is replaced, not the link. An existing FIFO, device or
     socket is opened for writing in place (a FIFO waits for a reader, at
@@ -470,7 +501,9 @@ def create(path: PathLike, timeout: Optional[float], op: str = "create") -> Dest
             fd = _open_at(dfd, base, os.O_WRONLY, fifo, timeout, op, raw)
             return Dest(fd, False, real, op=op)
         # A replaced file's permission bits are kept (created under the
-        # umask, never more open than it, then set exactly).
+        # umask, never more open than it, then set exactly), with its group
+        # where the caller is in it (else the group's bits cut to the
+        # others': kept_mode) and as root its owner.
         mode = stat.S_IMODE(st.st_mode) & 0o777 if st is not None else 0o644
         for _ in range(10):
             temp = _temp_name(base)
@@ -483,7 +516,7 @@ def create(path: PathLike, timeout: Optional[float], op: str = "create") -> Dest
                 )
                 if st is not None:
                     try:
-                        os.fchmod(fd, mode)
+                        _keep_owner(fd, st)
                     except OSError:
                         os.close(fd)
                         os.unlink(temp, dir_fd=dfd)

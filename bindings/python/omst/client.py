@@ -474,8 +474,9 @@ class Client:
         (GET_TO_FD, protocol version 5; an older daemon sends the bytes,
         which the client writes): a regular file, or a path where nothing
         exists yet, is replaced atomically (the bytes go into a new
-        temporary file ``.BASE.omst-RANDOM`` beside it, mode 0644 less the
-        umask, renamed onto path only when every byte is written and
+        temporary file ``.BASE.omst-RANDOM`` beside it, with a replaced
+        file's permission bits, group where the caller is in it and, as
+        root, owner, or new, mode 0644 less the umask, renamed onto path only when every byte is written and
         verified; on error path is unchanged and the temporary file
         removed). An existing FIFO or device (``/dev/null``,
         ``/dev/stdout``) is written in place; a FIFO's open waits for a

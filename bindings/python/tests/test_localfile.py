@@ -219,6 +219,24 @@ def test_create_regular(d: bytes) -> None:
             assert stat.S_IMODE(os.stat(p).st_mode) == perm
     finally:
         os.umask(old)
+    # And its group where the caller may give it (root: any; else a
+    # supplementary group), and as root its owner.
+    other = 4242 if os.geteuid() == 0 else next((g for g in os.getgroups() if g != os.getegid()), None)
+    if other is not None:
+        owner = 4343 if os.geteuid() == 0 else os.geteuid()
+        os.chown(p, owner, other)
+        os.chmod(p, 0o640)
+        dest = _localfile.create(p, 5)
+        write_fd(dest.fd, b"world!")
+        dest.commit()
+        st = os.stat(p)
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o640, owner, other)
+    # Where the group cannot be kept, its bits are cut to the others'.
+    assert _localfile.kept_mode(0o100640, True) == 0o640
+    assert _localfile.kept_mode(0o4755, True) == 0o755
+    assert _localfile.kept_mode(0o640, False) == 0o600
+    assert _localfile.kept_mode(0o674, False) == 0o644
+    assert _localfile.kept_mode(0o661, False) == 0o601
     # Through a link: the target is replaced, the link stays.
     os.symlink(b"new", d + b"/link")
     dest = _localfile.create(d + b"/link", 5)
