@@ -15,7 +15,12 @@
 // Invariants: a reply is accepted only for a tag outstanding on its stream
 // (or one whose caller left, whose reply is read and dropped), and only
 // within the limit its request allows (fetchwire.Request.ReplyLimit);
-// anything else ends the stream and is blamed on the peer. A request
+// anything else ends the stream and is blamed on the peer. A corrupt
+// outboard or piece is blamed on the peer and ends its request; the stream
+// and its other requests go on where its transport authenticates the bytes
+// (a libp2p stream, a sealed bulk connection: the frames came as the peer
+// sent them), and end on a plain bulk connection (damage on the way may
+// have hit a frame's header too). A request
 // waits at most RequestTimeout for its reply; a caller that leaves takes
 // nothing down with it. Errors name the peer (PeerError) and say what the
 // scheduler should make of them (FailKind).
@@ -226,7 +231,14 @@ type fetchStream struct {
 	// v130: it speaks 1.3.0 or later (chunk replies may come in pieces);
 	// v140: 1.4.0 (a GET_DIRECT may ask to be deflected: Deflect).
 	v110, v130, v140 bool
-	scratch          []byte // a piece being read and verified (readReplies only)
+	// plain: a plain bulk connection, whose bytes nothing authenticates
+	// on the way: a corrupt piece on it may be damage in transit that can
+	// as well have hit a frame's header, so it ends the connection. A
+	// libp2p stream (Noise or TLS) and a sealed bulk connection (AES-GCM)
+	// deliver the sender's bytes as it wrote them: a corrupt piece there
+	// is the sender's own, its frames intact, and ends only its request.
+	plain   bool
+	scratch []byte // a piece being read and verified (readReplies only)
 
 	mu      sync.Mutex
 	pending map[uint32]*pendingReq // nil once the stream failed
@@ -262,6 +274,10 @@ type pendingReq struct {
 	ob      []byte
 	n, next int
 	pieces  bool // the reply came in pieces, all verified
+	// drop: the reply failed verification; its caller has its error,
+	// and its remaining PIECE frames (up to n, the length the sender's
+	// outboard states) are read and discarded.
+	drop bool
 	// own holds the verified pieces when sink was begun for another
 	// length (another sender's outboard, which only bytes can prove
 	// wrong): sink then cannot hold this reply's chunk.
@@ -321,7 +337,7 @@ func (fp *fetchPeer) stream(ctx context.Context) (*fetchStream, error) {
 			c.cfg.Stats.BulkOpened.Add(1)
 			// A bulk connection is served as the peer's newest version:
 			// 1.4.0 if its libp2p identify lists it.
-			fs := &fetchStream{fp: fp, s: bc, bulk: true, bw: bufio.NewWriterSize(bc, 4096), v130: true, v140: c.speaks140(fp.id),
+			fs := &fetchStream{fp: fp, s: bc, bulk: true, plain: bc.Mode != bulk.ModeSealed, bw: bufio.NewWriterSize(bc, 4096), v130: true, v140: c.speaks140(fp.id),
 				pending: map[uint32]*pendingReq{}, late: map[uint32]*pendingReq{}, used: time.Now()}
 			fp.streams = append(fp.streams, fs)
 			go fs.readReplies()
@@ -503,6 +519,7 @@ func (fs *fetchStream) readReplies() {
 		var body []byte
 		var err error
 		end := true // the request's last reply frame
+		dropped := pr.drop
 		switch status {
 		case fetchwire.StatusOutboard, fetchwire.StatusPiece:
 			end, err = fs.readPieces(br, pr, status, int(n))
@@ -514,6 +531,14 @@ func (fs *fetchStream) readReplies() {
 			} else {
 				body, err = wire.ReadN(br, int(n))
 			}
+		}
+		if err != nil && pr.drop && !dropped {
+			// A corrupt outboard or piece, its frame read whole: the
+			// request ends, blamed on the peer; the stream and its other
+			// requests go on (the frames are intact, only the bytes lie).
+			c.cfg.NotePeerError(fs.fp.id, "fetch reply", err)
+			fs.dropRequest(tag, pr, end)
+			continue
 		}
 		if err != nil {
 			if errors.Is(err, wire.ErrMalformed) || errors.Is(err, blob.ErrCorrupt) {
@@ -551,12 +576,42 @@ func (fs *fetchStream) readReplies() {
 	}
 }
 
+// dropRequest ends request pr (tag) after a corrupt frame, its error set
+// (readPieces): its caller, if still waiting, gets the error now; unless
+// the frame was its last (end), its later frames are read and discarded
+// (it stays in late until then).
+func (fs *fetchStream) dropRequest(tag uint32, pr *pendingReq, end bool) {
+	fs.mu.Lock()
+	if fs.pending == nil { // failed meanwhile: fail told the caller
+		fs.mu.Unlock()
+		return
+	}
+	waiting := fs.pending[tag] == pr
+	delete(fs.pending, tag)
+	if end {
+		delete(fs.late, tag)
+	} else {
+		fs.late[tag] = pr
+	}
+	fs.used = time.Now()
+	fs.mu.Unlock()
+	if waiting {
+		close(pr.done)
+	}
+}
+
 // readPieces reads the body of an OUTBOARD or PIECE reply frame (n bytes)
 // to request pr, verifies it and publishes each verified piece to the
 // request's sink. end reports the request's last frame (the piece that
-// reaches the chunk's end). A frame out of place is malformed; bytes that
+// reaches the chunk's end). A frame out of place is malformed. Bytes that
 // fail verification are an error wrapping blob.ErrCorrupt, and pr gets a
-// PeerError of kind FailCorrupt (the stream then ends: its sender lies).
+// PeerError of kind FailCorrupt. On a stream whose transport authenticates
+// the bytes (not plain), where the chunk's length is known (the outboard
+// states one), pr.drop is then set: the request ends there, and its later
+// frames are only checked to be in place and discarded (the stream goes
+// on: the sender's frames are delimited by their headers, which reached
+// this node as it sent them, not by the bytes that lied). On a plain bulk
+// connection, or after an outboard that states no length, the stream ends.
 func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte, n int) (end bool, err error) {
 	c := fs.fp.c
 	corrupt := func(err error) error {
@@ -577,6 +632,11 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 		}
 		k, err := piece.VerifyOutboard(ob, pr.hash, pr.limit)
 		if err != nil {
+			if k, lerr := piece.ChunkLen(ob, pr.limit); lerr == nil && !fs.plain {
+				// The pieces to come are delimited by the length it
+				// states: read and dropped.
+				pr.ob, pr.n, pr.drop = ob, k, true
+			}
 			return false, corrupt(err)
 		}
 		pr.ob, pr.n = ob, k
@@ -597,6 +657,14 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 	if at != pr.next || at+k > pr.n || (k%piece.GroupSize != 0 && at+k != pr.n) {
 		return false, wire.Malformed("PIECE of %d bytes at offset %d (expected offset %d, chunk of %d bytes)", k, at, pr.next, pr.n)
 	}
+	if pr.drop {
+		// After a corrupt frame: read and dropped.
+		if _, err := br.Discard(k); err != nil {
+			return false, wire.Unexpected(err)
+		}
+		pr.next = at + k
+		return pr.next == pr.n, nil
+	}
 	if fs.scratch == nil {
 		fs.scratch = make([]byte, scratchGroups*piece.GroupSize)
 	}
@@ -606,7 +674,16 @@ func (fs *fetchStream) readPieces(br *bufio.Reader, pr *pendingReq, status byte,
 			return false, wire.Unexpected(err)
 		}
 		if err := piece.VerifyPiece(g, pr.ob, at, pr.hash); err != nil {
-			return false, corrupt(err)
+			if fs.plain {
+				return false, corrupt(err)
+			}
+			// The rest of the frame is read and dropped, and so are
+			// the request's later frames.
+			if _, derr := br.Discard(k - len(g)); derr != nil {
+				return false, wire.Unexpected(derr)
+			}
+			pr.drop, pr.next = true, at+k
+			return pr.next == pr.n, corrupt(err)
 		}
 		pr.sink.Add(at, g)
 		if pr.own != nil {

@@ -292,3 +292,121 @@ func TestDeflectedReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestCorruptReplyEndsOnlyItsRequest: a sender's stream carrying, among
+// good replies, one with a corrupt piece in its middle and one with a
+// corrupt outboard (their frames interleaved with the others'): those two
+// requests fail as corrupt, counted and blamed, and the others, on the
+// same stream, get their chunks; so does a request after them, on that
+// stream still (the server sees one stream).
+func TestCorruptReplyEndsOnlyItsRequest(t *testing.T) {
+	data, h, ob := chunkOf(5*piece.GroupSize + 300)
+	g := piece.GroupSize
+	flipped := bytes.Clone(data)
+	flipped[2*g+1] ^= 1
+	badOb := bytes.Clone(ob)
+	badOb[40] ^= 1
+	good := func(tag uint32) [][]byte {
+		return [][]byte{outboard(tag, ob), pieceAt(tag, 0, data[:2*g]), pieceAt(tag, 2*g, data[2*g:4*g]), pieceAt(tag, 4*g, data[4*g:])}
+	}
+	replies := map[int]func(tag uint32) [][]byte{
+		0: good,
+		1: func(tag uint32) [][]byte { // the second piece corrupt, a third after it
+			return [][]byte{outboard(tag, ob), pieceAt(tag, 0, data[:2*g]), pieceAt(tag, 2*g, flipped[2*g:4*g]), pieceAt(tag, 4*g, data[4*g:])}
+		},
+		2: func(tag uint32) [][]byte { // a corrupt outboard, its pieces after it
+			return [][]byte{outboard(tag, badOb), pieceAt(tag, 0, data[:2*g]), pieceAt(tag, 2*g, data[2*g:])}
+		},
+		3: good,
+		4: good,
+	}
+	var streams atomic.Int32
+	srv := p2ptest.NewHost(t)
+	srv.SetStreamHandler(fetchwire.ProtoFetch, func(s network.Stream) {
+		streams.Add(1)
+		defer s.Close()
+		br := bufio.NewReader(s)
+		for round := 0; ; round++ {
+			// The first four requests are answered together, their
+			// frames interleaved; later ones one by one.
+			want := 1
+			if round == 0 {
+				want = 4
+			}
+			var frames [][][]byte
+			for range want {
+				q, err := fetchwire.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				frames = append(frames, replies[int(q.Index)](q.Tag))
+			}
+			var out []byte
+			for i := 0; ; i++ {
+				more := false
+				for _, f := range frames {
+					if i < len(f) {
+						out, more = append(out, f[i]...), true
+					}
+				}
+				if !more {
+					break
+				}
+			}
+			if _, err := s.Write(out); err != nil {
+				return
+			}
+		}
+	})
+	hst := p2ptest.NewHost(t)
+	hst.Peerstore().AddAddrs(srv.ID(), srv.Addrs(), peerstore.PermanentAddrTTL)
+	st := &stats.Counters{}
+	var blamed atomic.Int32
+	c := New(Config{Host: hst, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second, StreamsPerPeer: 1,
+		Describe: func(p peer.ID) string { return p.String() }, Stats: st,
+		NotePeerError: func(_ peer.ID, _ string, err error) {
+			if errors.Is(err, blob.ErrCorrupt) {
+				blamed.Add(1)
+			}
+		}})
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id := testCID(t)
+	ask := func(i int) error {
+		got, verified, err := c.RequestChunk(ctx, srv.ID(), fetchwire.Request{Type: fetchwire.MsgGet, ID: id, Index: uint32(i), Hash: h}, piece.NewPartial(h))
+		if err == nil && (!verified || !bytes.Equal(got, data)) {
+			return errors.New("other bytes")
+		}
+		return err
+	}
+	errs := make([]error, 4)
+	done := make(chan int)
+	for i := range 4 {
+		go func() { errs[i] = ask(i); done <- i }()
+	}
+	for range 4 {
+		<-done
+	}
+	for i, err := range errs {
+		if corrupt := i == 1 || i == 2; corrupt {
+			if FailKind(err) != schedule.FailCorrupt || !errors.Is(err, blob.ErrCorrupt) {
+				t.Errorf("request %d (corrupt): %v (kind %v), want a corrupt piece", i, err, FailKind(err))
+			}
+		} else if err != nil {
+			t.Errorf("request %d (good), on the liar's stream: %v", i, err)
+		}
+	}
+	if err := ask(4); err != nil {
+		t.Errorf("a request after the corrupt replies: %v", err)
+	}
+	if n := st.CorruptReceived.Load(); n != 2 {
+		t.Errorf("corrupt counted %d times, want 2", n)
+	}
+	if n := blamed.Load(); n != 2 {
+		t.Errorf("the peer blamed %d times, want 2", n)
+	}
+	if n := streams.Load(); n != 1 {
+		t.Errorf("%d streams opened, want 1 (the liar's kept)", n)
+	}
+}
