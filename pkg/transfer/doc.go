@@ -53,10 +53,12 @@
 //     flight upstream, and Open's reader delivers chunk i once chunks 0..i
 //     are in. A blob fetch keeps at most Config.Window chunks in flight and
 //     holds at most 2*Window verified chunks ahead of its reader. At most
-//     coalesce.DefaultStoreSlots verified chunks are handed on and being
-//     written to the store at once: a chunk verified beyond them waits
-//     (its pieces still go on as they arrive), so a fetch faster than its
-//     disk holds its window, not every chunk not yet written.
+//     coalesce.DefaultStoreSlots verified chunks are written to the store
+//     at once, and at most coalesce.DefaultHeldChunks are handed on and
+//     not yet stored: a chunk verified beyond them waits (its pieces still
+//     go on as they arrive), so a fetch faster than its disk holds its
+//     window and those chunks, not every chunk not yet written, while a
+//     reader or a relay's children stay up to HeldChunks ahead of it.
 //   - A request for a peer is never sent back to that peer: the Provider
 //     excludes it from the sources it returns.
 //   - With SiblingExchange, a relay sends each chunk itself to one child
