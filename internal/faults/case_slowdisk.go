@@ -32,12 +32,15 @@ const (
 	// while the head's disk is frozen: what the head takes and cannot
 	// store (and what a worker falling back to the root fetches; none
 	// did in the runs measured). A head stores at most 4 chunks at once
-	// (coalesce.DefaultStoreSlots) and hands a chunk on only with a
-	// store slot, so its children's requests wait and ask for no more:
-	// measured 20-23 MiB (chunks of 1 MiB) of the 52-80 MiB left;
-	// a head built with the slots unbounded took 37-67 MiB (all that was
-	// left, or what its children asked before they had it all).
-	MaxStalledIntake = 32 << 20
+	// (coalesce.DefaultStoreSlots) and hands on at most 16 it has not
+	// stored (coalesce.DefaultHeldChunks); past them its children's
+	// requests wait and ask for no more: measured 33-34 MiB (chunks of
+	// 1 MiB) of the 52-80 MiB left; 20-23 MiB when a chunk was handed on
+	// only with a store slot (its children then got nothing while the
+	// disk stalled); 50-72 MiB, all that was left, with every chunk
+	// handed on at once and only its store waiting; 37-67 MiB with the
+	// store slots unbounded.
+	MaxStalledIntake = 44 << 20
 	// maxStalledWrites bounds h1's threads blocked on its frozen disk at
 	// once: its store slots (4: each a chunk's write, holding the chunk)
 	// and a few more (its index). Measured: 5 in every run; a head built
@@ -54,8 +57,9 @@ const (
 // filesystem is frozen (FreezeFS: FIFREEZE, what fsfreeze(8) does) for
 // SlowDiskStall: every write of h1 there (a chunk into its store, its
 // index) blocks in the kernel, so its store slots
-// (pkg/transfer/internal/coalesce: at most 4 verified chunks handed on
-// and stored at once) stay held. Then it is thawed.
+// (pkg/transfer/internal/coalesce: at most 4 verified chunks stored at
+// once, at most 16 handed on and not yet stored) stay held. Then it is
+// thawed.
 //
 // What must hold: while frozen, some thread of h1 is blocked in the
 // kernel (state D: the stall reached its writes, else the case proves
