@@ -5,7 +5,10 @@ from the CSVs of scripts/bench-http.py (--put) and scripts/bench-lan.py
 (docs/benchmarks.md, "Issue 26 at the end of the session"). Each bar is the
 median of the per-pair ratios, each dot one pair; the dashed line the target.
 
-    scripts/plot-wire.py HTTP.csv LAN.csv OUT.png
+    scripts/plot-wire.py HTTP.csv LAN.csv OUT.png [HTTP_LABELS]
+
+HTTP_LABELS: the bench-http.py labels to plot, comma-separated (default
+before,after,plain-before,plain); a label with "before" in it is grey.
 
 Needs matplotlib."""
 import csv
@@ -32,14 +35,15 @@ def lan_ratios(rows, label):
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
+    labels = tuple((sys.argv[4] if len(sys.argv) == 5 else "before,after,plain-before,plain").split(","))
     http = list(csv.DictReader(open(sys.argv[1])))
     lan = list(csv.DictReader(open(sys.argv[2])))
     panels = [  # title, target, [(bar label, ratios)]
-        ("fetch into a new file / curl", 0.8, [(lab, http_ratios(http, lab, "file")) for lab in ("before", "after", "plain-before", "plain")]),
-        ("fetch to /dev/null / curl", 0.8, [(lab, http_ratios(http, lab, "devnull")) for lab in ("before", "after", "plain-before", "plain")]),
-        ("put / cp", 0.9, [(lab, http_ratios(http, lab, "put")) for lab in ("before", "after", "plain-before", "plain")]),
+        ("fetch into a new file / curl", 0.8, [(lab, http_ratios(http, lab, "file")) for lab in labels]),
+        ("fetch to /dev/null / curl", 0.8, [(lab, http_ratios(http, lab, "devnull")) for lab in labels]),
+        ("put / cp", 0.9, [(lab, http_ratios(http, lab, "put")) for lab in labels]),
         ("LAN: parent's port / nginx", 0.8, [(lab, lan_ratios(lan, lab)) for lab in ("plain-before", "plain", "plain-nosib", "sealed")]),
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.6), sharey=True)
