@@ -56,6 +56,16 @@ def size_of(s):
     return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
 
 
+def random_file(path, size):
+    """Writes size fresh random bytes to path, 64 MiB at a time."""
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 64 << 20)
+            f.write(os.urandom(n))
+            left -= n
+
+
 class Daemon:
     def __init__(self, bin, home, parent, extra):
         self.bin, self.home = bin, home
@@ -117,12 +127,7 @@ def main():
         www = os.path.join(tmp, "www")
         os.makedirs(www)
         base = os.path.join(tmp, "base")
-        with open(base, "wb") as f:
-            left = size
-            while left:
-                n = min(left, 64 << 20)
-                f.write(os.urandom(n))
-                left -= n
+        random_file(base, size)
         os.link(base, os.path.join(www, "blob"))
         conf = os.path.join(tmp, "nginx.conf")
         port = 18000 + os.getpid() % 1000

@@ -40,15 +40,6 @@ def peak_rss_kb(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
 
-def random_file(path, size):
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            n = min(left, 64 << 20)
-            f.write(os.urandom(n))
-            left -= n
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
@@ -77,7 +68,7 @@ def main():
             os.environ.update(env)
         daemons.append(child)
         for name in ("faults/1", "faults/2"):
-            random_file(src, size)
+            bh.random_file(src, size)
             parent.omst("put", name, src)
         os.unlink(src)
         time.sleep(2)  # the puts' background work done

@@ -133,12 +133,7 @@ def series(a):
     daemons = []
     try:
         base = os.path.join(tmp, "base")
-        with open(base, "wb") as f:
-            left = size
-            while left:
-                n = min(left, 64 << 20)
-                f.write(os.urandom(n))
-                left -= n
+        bh.random_file(base, size)
         src = os.path.join(tmp, "src")
         parent = bh.Daemon(a.binary, os.path.join(tmp, "parent"), None, a.flags.split())
         daemons.append(parent)
@@ -224,12 +219,7 @@ def main():
     daemons = []
     try:
         src = os.path.join(tmp, "src")
-        with open(src, "wb") as f:
-            left = size
-            while left:
-                n = min(left, 64 << 20)
-                f.write(os.urandom(n))
-                left -= n
+        bh.random_file(src, size)
         parent = bh.Daemon(a.binary, os.path.join(tmp, "parent"), None, a.flags.split())
         daemons.append(parent)
         child = bh.Daemon(a.binary, os.path.join(tmp, "child"), parent.addr, a.flags.split())
