@@ -39,15 +39,7 @@ func storeBlocks(t *testing.T, s *Store) int64 {
 func getIntoFile(t *testing.T, s *Store, dst string, data []byte, cs int) *os.File {
 	t.Helper()
 	m, chunks := sinkBlob(t, s, data, cs)
-	f, err := os.Create(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	sk, err := s.LinkSink(f, m.CID(), m)
-	if err != nil {
-		t.Fatalf("LinkSink: %v", err)
-	}
+	f, sk := linkSinkAt(t, s, dst, m)
 	for i, c := range chunks {
 		if err := s.PutVerifiedChunk(m.Chunks[i], c); err != nil {
 			t.Fatalf("chunk %d: %v", i, err)

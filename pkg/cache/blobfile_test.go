@@ -32,6 +32,38 @@ func sinkBlob(t *testing.T, s *Store, data []byte, cs int) (*blob.Manifest, [][]
 	return m, chunks
 }
 
+// linkSinkAt creates the caller's file path (closed with the test) and
+// opens a LinkSink of m on it.
+func linkSinkAt(t *testing.T, s *Store, path string, m *blob.Manifest) (*os.File, *Sink) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	sk, err := s.LinkSink(f, m.CID(), m)
+	if err != nil {
+		t.Fatalf("LinkSink: %v", err)
+	}
+	return f, sk
+}
+
+// holdSinkWrite holds the first store write into a sink at the hook point
+// (after its write if done, else before it): in is closed when a write
+// gets there, and it goes on once the caller closes release. The hook is
+// removed with the test (or by setting sinkWriteHook to nil).
+func holdSinkWrite(t *testing.T, done bool) (in, release chan struct{}) {
+	in, release = make(chan struct{}), make(chan struct{})
+	sinkWriteHook = func(_ *Sink, d bool) {
+		if d == done {
+			close(in)
+			<-release
+		}
+	}
+	t.Cleanup(func() { sinkWriteHook = nil })
+	return in, release
+}
+
 func nlink(t *testing.T, path string) uint64 {
 	t.Helper()
 	st, err := os.Stat(path)
@@ -140,15 +172,7 @@ func TestSinkAbort(t *testing.T) {
 	const cs = 64 << 10
 	data := randBytes(3*cs, 8)
 	m, chunks := sinkBlob(t, s, data, cs)
-	f, err := os.Create(filepath.Join(dir, "dst"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sk, err := s.LinkSink(f, m.CID(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, sk := linkSinkAt(t, s, filepath.Join(dir, "dst"), m)
 	if err := s.PutVerifiedChunk(m.Chunks[0], chunks[0]); err != nil {
 		t.Fatal(err)
 	}

@@ -44,14 +44,7 @@ func TestSinkWriteRacesEnd(t *testing.T) {
 			if err := s.PutVerifiedChunk(m.Chunks[0], chunks[0]); err != nil {
 				t.Fatal(err)
 			}
-			in, release := make(chan struct{}), make(chan struct{})
-			sinkWriteHook = func(_ *Sink, done bool) {
-				if done == tc.done {
-					close(in)
-					<-release
-				}
-			}
-			defer func() { sinkWriteHook = nil }()
+			in, release := holdSinkWrite(t, tc.done)
 			errc := make(chan error, 1)
 			go func() { errc <- s.PutVerifiedChunk(m.Chunks[1], chunks[1]) }()
 			<-in
@@ -191,23 +184,8 @@ func TestAbortWaitsForWrites(t *testing.T) {
 	s := openStore(t, dir, 64<<20)
 	data := randBytes(4*cs, 62)
 	m, chunks := sinkBlob(t, s, data, cs)
-	f, err := os.Create(filepath.Join(dir, "dst"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sk, err := s.LinkSink(f, m.CID(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, release := make(chan struct{}), make(chan struct{})
-	sinkWriteHook = func(_ *Sink, done bool) {
-		if !done {
-			close(in)
-			<-release
-		}
-	}
-	defer func() { sinkWriteHook = nil }()
+	_, sk := linkSinkAt(t, s, filepath.Join(dir, "dst"), m)
+	in, release := holdSinkWrite(t, false)
 	errc := make(chan error, 1)
 	go func() { errc <- s.PutVerifiedChunk(m.Chunks[1], chunks[1]) }()
 	<-in
